@@ -1,0 +1,175 @@
+// Package event defines the change event that flows from a source through the
+// router to the sinks, and its JSON envelope.
+package event
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Event is one change read from a MongoDB change stream, as delivered to sinks.
+//
+// An Event is created by a source, completed by the router (Rules) and then
+// shared read-only by every sink it is routed to; after routing it is safe for
+// concurrent use.
+type Event struct {
+	// ID is stable across re-deliveries: "<source>:<resume token data>".
+	ID string
+	// Source is the name of the [[sources]] entry that read the event.
+	Source string
+	// Seq is the event's position in its source's stream since the source
+	// process started; it increases by one per event and is used for
+	// checkpoint tracking only.
+	Seq uint64
+	// Token is the change event's _id, the resume token.
+	Token bson.Raw
+	// OperationType is insert, update, replace, delete, drop, rename,
+	// dropDatabase or invalidate.
+	OperationType string
+	// DB and Coll are the namespace of the change (ns.db, ns.coll).
+	DB, Coll string
+	// DocumentKey is the documentKey field (nil when the event has none).
+	DocumentKey bson.Raw
+	// ClusterTime is the oplog time of the change.
+	ClusterTime bson.Timestamp
+	// WallTime is the server wall clock time of the change; when the server
+	// does not report it, it is derived from ClusterTime.
+	WallTime time.Time
+	// Raw is the change event document as read from the stream.
+	Raw bson.Raw
+	// Rules lists the names of the rules that matched the event, in config
+	// order. Set by the router before the event is handed to sinks.
+	Rules []string
+
+	relaxed   lazyJSON
+	canonical lazyJSON
+}
+
+type lazyJSON struct {
+	once sync.Once
+	b    []byte
+	err  error
+}
+
+// TokenData returns a printable form of a resume token: its _data string when
+// it has one (as MongoDB tokens do), otherwise a hex SHA-256 of the raw token.
+func TokenData(token bson.Raw) string {
+	if v, err := token.LookupErr("_data"); err == nil {
+		if s, ok := v.StringValueOK(); ok {
+			return s
+		}
+	}
+	sum := sha256.Sum256(token)
+	return hex.EncodeToString(sum[:])
+}
+
+// MakeID returns the stable event id for a source and resume token.
+func MakeID(source string, token bson.Raw) string {
+	return source + ":" + TokenData(token)
+}
+
+// FromChange builds an Event from a raw change stream document. seq is the
+// position assigned by the source.
+func FromChange(source string, seq uint64, raw bson.Raw) (*Event, error) {
+	idv, err := raw.LookupErr("_id")
+	if err != nil {
+		return nil, fmt.Errorf("change event has no _id (resume token)")
+	}
+	tok, ok := idv.DocumentOK()
+	if !ok {
+		return nil, fmt.Errorf("change event _id is a %s, not a document", idv.Type)
+	}
+	e := &Event{
+		Source: source,
+		Seq:    seq,
+		Token:  tok,
+		Raw:    raw,
+	}
+	e.ID = MakeID(source, tok)
+	if v, err := raw.LookupErr("operationType"); err == nil {
+		e.OperationType, _ = v.StringValueOK()
+	}
+	if v, err := raw.LookupErr("ns", "db"); err == nil {
+		e.DB, _ = v.StringValueOK()
+	}
+	if v, err := raw.LookupErr("ns", "coll"); err == nil {
+		e.Coll, _ = v.StringValueOK()
+	}
+	if v, err := raw.LookupErr("documentKey"); err == nil {
+		e.DocumentKey, _ = v.DocumentOK()
+	}
+	if v, err := raw.LookupErr("clusterTime"); err == nil {
+		t, i, _ := v.TimestampOK()
+		e.ClusterTime = bson.Timestamp{T: t, I: i}
+	}
+	if v, err := raw.LookupErr("wallTime"); err == nil {
+		if dt, ok := v.DateTimeOK(); ok {
+			e.WallTime = time.UnixMilli(dt).UTC()
+		}
+	}
+	if e.WallTime.IsZero() && e.ClusterTime.T != 0 {
+		e.WallTime = time.Unix(int64(e.ClusterTime.T), 0).UTC()
+	}
+	return e, nil
+}
+
+// OrderingKey returns the key that orders deliveries within a sink: events
+// with equal keys are delivered in stream order. It is the namespace plus the
+// document key; events without a document key (drop, rename, ...) order by
+// namespace alone.
+func (e *Event) OrderingKey() string {
+	return e.DB + "." + e.Coll + "\x00" + string(e.DocumentKey)
+}
+
+// envelopeFields are copied from the change event into the envelope, in this
+// order, when present.
+var envelopeFields = []string{
+	"ns", "documentKey", "fullDocument", "fullDocumentBeforeChange",
+	"updateDescription", "to", "collectionUUID",
+}
+
+// Envelope returns the JSON envelope delivered to receivers. It is encoded
+// once per format and cached; callers must not modify the returned slice.
+func (e *Event) Envelope(canonical bool) ([]byte, error) {
+	l := &e.relaxed
+	if canonical {
+		l = &e.canonical
+	}
+	l.once.Do(func() { l.b, l.err = e.encode(canonical) })
+	return l.b, l.err
+}
+
+func (e *Event) encode(canonical bool) ([]byte, error) {
+	d := make(bson.D, 0, 12)
+	d = append(d,
+		bson.E{Key: "id", Value: e.ID},
+		bson.E{Key: "source", Value: e.Source},
+		bson.E{Key: "operationType", Value: e.OperationType},
+	)
+	for _, k := range envelopeFields {
+		if v, err := e.Raw.LookupErr(k); err == nil {
+			d = append(d, bson.E{Key: k, Value: v})
+		}
+	}
+	if e.ClusterTime.T != 0 {
+		d = append(d, bson.E{Key: "clusterTime", Value: time.Unix(int64(e.ClusterTime.T), 0).UTC().Format(time.RFC3339)})
+	}
+	if !e.WallTime.IsZero() {
+		d = append(d, bson.E{Key: "wallTime", Value: e.WallTime.Format(time.RFC3339Nano)})
+	}
+	rules := e.Rules
+	if rules == nil {
+		rules = []string{}
+	}
+	d = append(d, bson.E{Key: "rules", Value: rules})
+	b, err := bson.MarshalExtJSON(d, canonical, false)
+	if err != nil {
+		return nil, fmt.Errorf("event %s: encode envelope: %w", e.ID, err)
+	}
+	return b, nil
+}
