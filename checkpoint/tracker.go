@@ -1,0 +1,184 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Position is a point in a source's change stream up to which everything has
+// been acknowledged.
+type Position struct {
+	Token       bson.Raw
+	ClusterTime bson.Timestamp
+	WallTime    time.Time
+}
+
+type slot struct {
+	token bson.Raw
+	ct    bson.Timestamp
+	wall  time.Time
+	acked bool
+}
+
+// Tracker tracks the events of one source that are in flight and computes the
+// contiguous acknowledged watermark: the position of the highest event below
+// which every event has been acknowledged. It is also the source's
+// backpressure: Add blocks while the number of events in flight is at the cap.
+//
+// A Tracker is safe for concurrent use.
+type Tracker struct {
+	mu      sync.Mutex
+	space   chan struct{} // signalled when an in-flight slot frees up
+	ring    []slot
+	base    uint64 // lowest sequence number not yet covered by the watermark
+	next    uint64 // next sequence number to assign
+	pos     Position
+	version uint64 // bumps whenever pos changes
+	idle    *pendingResume
+	drained chan struct{} // closed and replaced when everything is acked
+}
+
+type pendingResume struct {
+	after uint64 // applies once base >= after
+	token bson.Raw
+}
+
+// NewTracker returns a tracker allowing at most maxInFlight unacknowledged
+// events. start is the position the source resumed from (zero for none).
+func NewTracker(maxInFlight int, start Position) *Tracker {
+	if maxInFlight < 1 {
+		maxInFlight = 1
+	}
+	return &Tracker{
+		space:   make(chan struct{}, 1),
+		ring:    make([]slot, maxInFlight),
+		pos:     start,
+		drained: make(chan struct{}),
+	}
+}
+
+// Add registers a newly read event and returns its sequence number. It blocks
+// while the cap of events in flight is reached, until an Ack frees a slot or
+// ctx is done.
+func (t *Tracker) Add(ctx context.Context, token bson.Raw, ct bson.Timestamp, wall time.Time) (uint64, error) {
+	for {
+		t.mu.Lock()
+		if t.next-t.base < uint64(len(t.ring)) {
+			seq := t.next
+			t.ring[seq%uint64(len(t.ring))] = slot{token: token, ct: ct, wall: wall}
+			t.next++
+			t.mu.Unlock()
+			return seq, nil
+		}
+		t.mu.Unlock()
+		select {
+		case <-t.space:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Ack marks event seq as fully handled (delivered to or dead-lettered for
+// every sink it was routed to). Acking an unknown or already acked sequence
+// number panics, as it means the accounting is broken.
+func (t *Tracker) Ack(seq uint64) {
+	t.mu.Lock()
+	if seq < t.base || seq >= t.next {
+		t.mu.Unlock()
+		panic(fmt.Sprintf("checkpoint: ack of sequence %d outside [%d, %d)", seq, t.base, t.next))
+	}
+	s := &t.ring[seq%uint64(len(t.ring))]
+	if s.acked {
+		t.mu.Unlock()
+		panic(fmt.Sprintf("checkpoint: sequence %d acked twice", seq))
+	}
+	s.acked = true
+	moved := false
+	for t.base < t.next {
+		s := &t.ring[t.base%uint64(len(t.ring))]
+		if !s.acked {
+			break
+		}
+		t.pos = Position{Token: s.token, ClusterTime: s.ct, WallTime: s.wall}
+		*s = slot{}
+		t.base++
+		moved = true
+	}
+	if moved {
+		t.applyIdleLocked()
+		t.version++
+		if t.base == t.next {
+			close(t.drained)
+			t.drained = make(chan struct{})
+		}
+	}
+	t.mu.Unlock()
+	if moved {
+		select {
+		case t.space <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// SetResumePoint records a resume token that follows every event added so
+// far, typically the change stream's post-batch resume token after a batch
+// was consumed. It becomes the watermark once every event added before it is
+// acknowledged, which keeps quiet or filtered streams' checkpoints fresh.
+func (t *Tracker) SetResumePoint(token bson.Raw) {
+	if len(token) == 0 {
+		return
+	}
+	t.mu.Lock()
+	t.idle = &pendingResume{after: t.next, token: token}
+	if t.applyIdleLocked() {
+		t.version++
+	}
+	t.mu.Unlock()
+}
+
+func (t *Tracker) applyIdleLocked() bool {
+	if t.idle == nil || t.base < t.idle.after {
+		return false
+	}
+	changed := !bytesEqual(t.pos.Token, t.idle.token)
+	t.pos.Token = t.idle.token
+	t.idle = nil
+	return changed
+}
+
+func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
+
+// Position returns the current watermark and a version number that changes
+// whenever the watermark moves.
+func (t *Tracker) Position() (Position, uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pos, t.version
+}
+
+// InFlight returns the number of events added but not yet covered by the
+// watermark.
+func (t *Tracker) InFlight() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return int(t.next - t.base)
+}
+
+// Drained returns a channel closed when no event is in flight: at once when
+// none is now.
+func (t *Tracker) Drained() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.base == t.next {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return t.drained
+}

@@ -1,0 +1,149 @@
+package checkpoint
+
+import (
+	"context"
+	"math/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+func tok(i int) bson.Raw {
+	b, _ := bson.Marshal(bson.D{{Key: "_data", Value: i}})
+	return b
+}
+
+func tokNum(t *testing.T, r bson.Raw) int {
+	t.Helper()
+	if r == nil {
+		return -1
+	}
+	return int(r.Lookup("_data").Int32())
+}
+
+func TestTrackerWatermarkIsContiguous(t *testing.T) {
+	tr := NewTracker(10, Position{})
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		if _, err := tr.Add(ctx, tok(i), bson.Timestamp{T: uint32(i + 1)}, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		ack  uint64
+		want int
+	}{
+		{2, -1}, {1, -1}, {0, 2}, {4, 2}, {3, 4},
+	}
+	for _, s := range steps {
+		tr.Ack(s.ack)
+		p, _ := tr.Position()
+		if got := tokNum(t, p.Token); got != s.want {
+			t.Fatalf("after ack %d: watermark %d, want %d", s.ack, got, s.want)
+		}
+	}
+	if p, _ := tr.Position(); p.ClusterTime.T != 5 {
+		t.Fatalf("cluster time %v, want T=5", p.ClusterTime)
+	}
+}
+
+func TestTrackerResumePointWaitsForEarlierEvents(t *testing.T) {
+	tr := NewTracker(10, Position{Token: tok(100)})
+	ctx := context.Background()
+	tr.SetResumePoint(tok(101)) // nothing in flight: applies at once
+	if p, _ := tr.Position(); tokNum(t, p.Token) != 101 {
+		t.Fatalf("idle resume point not applied: %d", tokNum(t, p.Token))
+	}
+	s0, _ := tr.Add(ctx, tok(102), bson.Timestamp{}, time.Time{})
+	tr.SetResumePoint(tok(103))
+	if p, _ := tr.Position(); tokNum(t, p.Token) != 101 {
+		t.Fatalf("resume point applied before the event in flight was acked: %d", tokNum(t, p.Token))
+	}
+	tr.Ack(s0)
+	if p, _ := tr.Position(); tokNum(t, p.Token) != 103 {
+		t.Fatalf("resume point not applied after ack: %d", tokNum(t, p.Token))
+	}
+}
+
+func TestTrackerBackpressure(t *testing.T) {
+	tr := NewTracker(2, Position{})
+	ctx := context.Background()
+	tr.Add(ctx, tok(0), bson.Timestamp{}, time.Time{})
+	tr.Add(ctx, tok(1), bson.Timestamp{}, time.Time{})
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := tr.Add(short, tok(2), bson.Timestamp{}, time.Time{}); err == nil {
+		t.Fatal("Add beyond the cap did not block")
+	}
+	done := make(chan uint64)
+	go func() {
+		s, _ := tr.Add(ctx, tok(2), bson.Timestamp{}, time.Time{})
+		done <- s
+	}()
+	tr.Ack(1) // not contiguous: no room yet
+	select {
+	case <-done:
+		t.Fatal("Add proceeded while the oldest event was still in flight")
+	case <-time.After(20 * time.Millisecond):
+	}
+	tr.Ack(0)
+	select {
+	case s := <-done:
+		if s != 2 {
+			t.Fatalf("seq %d, want 2", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Add still blocked after acks")
+	}
+}
+
+func TestTrackerConcurrentAcksNeverSkip(t *testing.T) {
+	const n = 20000
+	tr := NewTracker(64, Position{})
+	ctx := context.Background()
+	acks := make(chan uint64, 64)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range acks {
+				if rand.Intn(4) == 0 {
+					time.Sleep(time.Microsecond)
+				}
+				tr.Ack(s)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		s, err := tr.Add(ctx, tok(i), bson.Timestamp{}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The watermark may never pass an event that is not acked yet.
+		p, _ := tr.Position()
+		if got := tokNum(t, p.Token); got >= i {
+			t.Fatalf("watermark %d passed the in-flight event %d", got, i)
+		}
+		acks <- s
+	}
+	close(acks)
+	wg.Wait()
+	<-tr.Drained()
+	if p, _ := tr.Position(); tokNum(t, p.Token) != n-1 {
+		t.Fatalf("final watermark %d, want %d", tokNum(t, p.Token), n-1)
+	}
+}
+
+func BenchmarkTrackerAddAck(b *testing.B) {
+	tr := NewTracker(1024, Position{})
+	ctx := context.Background()
+	t0 := tok(1)
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		s, _ := tr.Add(ctx, t0, bson.Timestamp{}, time.Time{})
+		tr.Ack(s)
+	}
+}
