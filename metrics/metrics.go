@@ -1,0 +1,99 @@
+// Package metrics defines changegate's Prometheus collectors. Every
+// component receives the *Metrics it reports to; nothing registers on the
+// global registry.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Delivery outcomes used as the "outcome" label of DeliveriesTotal.
+const (
+	OutcomeDelivered     = "delivered"
+	OutcomeRetried       = "retried"
+	OutcomeDeadLettered  = "dead_lettered"
+	OutcomeParked        = "parked"
+	OutcomeRedriven      = "redriven"
+	OutcomeDroppedOversz = "dropped_oversize"
+)
+
+// Metrics holds every collector. The zero value is not usable; use New.
+type Metrics struct {
+	EventsRead        *prometheus.CounterVec   // source
+	EventsMatched     *prometheus.CounterVec   // source, rule
+	EventsUnmatched   *prometheus.CounterVec   // source
+	Deliveries        *prometheus.CounterVec   // sink, outcome
+	Attempts          *prometheus.CounterVec   // sink
+	DeliveryDuration  *prometheus.HistogramVec // sink: one request, seconds
+	EndToEndLag       *prometheus.HistogramVec // sink: now - change wall time at delivery
+	InFlight          *prometheus.GaugeVec     // source
+	QueueDepth        *prometheus.GaugeVec     // sink
+	SinkParked        *prometheus.GaugeVec     // sink: 1 while the sink's backlog is parked
+	StreamReconnects  *prometheus.CounterVec   // source
+	StreamInvalidates *prometheus.CounterVec   // source
+	HistoryLost       *prometheus.CounterVec   // source
+	CheckpointSaves   *prometheus.CounterVec   // source
+	CheckpointLag     *prometheus.GaugeVec     // source: seconds between newest change seen and checkpoint
+}
+
+// New creates the collectors and registers them, with the Go runtime and
+// process collectors, on reg (which may be nil for tests that do not scrape).
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		EventsRead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_events_read_total", Help: "Change events read from the source's change stream.",
+		}, []string{"source"}),
+		EventsMatched: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_events_matched_total", Help: "Change events matched, by rule.",
+		}, []string{"source", "rule"}),
+		EventsUnmatched: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_events_unmatched_total", Help: "Change events that matched no rule and were acknowledged at once.",
+		}, []string{"source"}),
+		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_deliveries_total", Help: "Event deliveries to sinks, by outcome (delivered, retried, dead_lettered, parked, redriven, dropped_oversize).",
+		}, []string{"sink", "outcome"}),
+		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_delivery_attempts_total", Help: "Requests made to sinks (a batch counts once).",
+		}, []string{"sink"}),
+		DeliveryDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "changegate_delivery_duration_seconds", Help: "Duration of one delivery request to a sink.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"sink"}),
+		EndToEndLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "changegate_end_to_end_lag_seconds", Help: "Time from the change in MongoDB (wall time) to its successful delivery.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20),
+		}, []string{"sink"}),
+		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "changegate_events_in_flight", Help: "Events read but not yet acknowledged by every sink.",
+		}, []string{"source"}),
+		QueueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "changegate_sink_queue_depth", Help: "Events queued in memory for a sink.",
+		}, []string{"sink"}),
+		SinkParked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "changegate_sink_parked", Help: "1 while the sink's backlog is parked in MongoDB for a later ordered re-drive.",
+		}, []string{"sink"}),
+		StreamReconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_stream_reconnects_total", Help: "Change streams reopened after an error.",
+		}, []string{"source"}),
+		StreamInvalidates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_stream_invalidates_total", Help: "Invalidate events (drop, rename) seen.",
+		}, []string{"source"}),
+		HistoryLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_history_lost_total", Help: "Times a source's resume point had fallen off the oplog (ChangeStreamHistoryLost).",
+		}, []string{"source"}),
+		CheckpointSaves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_checkpoint_saves_total", Help: "Checkpoints persisted.",
+		}, []string{"source"}),
+		CheckpointLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "changegate_checkpoint_lag_seconds", Help: "Seconds between the newest change seen and the persisted checkpoint.",
+		}, []string{"source"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts,
+			m.DeliveryDuration, m.EndToEndLag, m.InFlight, m.QueueDepth, m.SinkParked,
+			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.CheckpointSaves, m.CheckpointLag,
+			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	return m
+}
