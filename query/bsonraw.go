@@ -1,0 +1,168 @@
+package query
+
+import (
+	"bytes"
+	"encoding/binary"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// valueLen returns the encoded length of a value of type t at the start of b,
+// or -1 when b is too short or malformed.
+func valueLen(t bson.Type, b []byte) int {
+	var n int
+	switch t {
+	case bson.TypeDouble, bson.TypeDateTime, bson.TypeTimestamp, bson.TypeInt64:
+		n = 8
+	case bson.TypeInt32:
+		n = 4
+	case bson.TypeDecimal128:
+		n = 16
+	case bson.TypeObjectID:
+		n = 12
+	case bson.TypeBoolean:
+		n = 1
+	case bson.TypeNull, bson.TypeUndefined, bson.TypeMinKey, bson.TypeMaxKey:
+		n = 0
+	case bson.TypeString, bson.TypeJavaScript, bson.TypeSymbol:
+		if len(b) < 4 {
+			return -1
+		}
+		n = 4 + int(int32(binary.LittleEndian.Uint32(b)))
+		if n < 5 {
+			return -1
+		}
+	case bson.TypeEmbeddedDocument, bson.TypeArray, bson.TypeCodeWithScope:
+		if len(b) < 4 {
+			return -1
+		}
+		n = int(int32(binary.LittleEndian.Uint32(b)))
+		if n < 5 {
+			return -1
+		}
+	case bson.TypeBinary:
+		if len(b) < 5 {
+			return -1
+		}
+		n = 5 + int(int32(binary.LittleEndian.Uint32(b)))
+		if n < 5 {
+			return -1
+		}
+	case bson.TypeRegex:
+		i := bytes.IndexByte(b, 0)
+		if i < 0 {
+			return -1
+		}
+		j := bytes.IndexByte(b[i+1:], 0)
+		if j < 0 {
+			return -1
+		}
+		n = i + 1 + j + 1
+	case bson.TypeDBPointer:
+		if len(b) < 4 {
+			return -1
+		}
+		n = 4 + int(int32(binary.LittleEndian.Uint32(b))) + 12
+		if n < 17 {
+			return -1
+		}
+	default:
+		return -1
+	}
+	if n > len(b) {
+		return -1
+	}
+	return n
+}
+
+// iter walks the elements of an encoded document or array without
+// allocating. Malformed input simply ends the iteration.
+type iter struct {
+	b []byte
+	i int
+}
+
+func newIter(doc []byte) iter {
+	if len(doc) < 5 {
+		return iter{}
+	}
+	n := int(int32(binary.LittleEndian.Uint32(doc)))
+	if n < 5 || n > len(doc) {
+		return iter{}
+	}
+	return iter{b: doc[:n-1], i: 4}
+}
+
+func (it *iter) next() (key []byte, t bson.Type, v []byte, ok bool) {
+	if it.i >= len(it.b) {
+		return nil, 0, nil, false
+	}
+	t = bson.Type(it.b[it.i])
+	rest := it.b[it.i+1:]
+	k := bytes.IndexByte(rest, 0)
+	if k < 0 {
+		it.i = len(it.b)
+		return nil, 0, nil, false
+	}
+	key = rest[:k]
+	rest = rest[k+1:]
+	n := valueLen(t, rest)
+	if n < 0 {
+		it.i = len(it.b)
+		return nil, 0, nil, false
+	}
+	it.i += 1 + k + 1 + n
+	return key, t, rest[:n], true
+}
+
+// lookup returns the value of the first field named key in doc.
+func lookup(doc []byte, key string) (bson.Type, []byte, bool) {
+	it := newIter(doc)
+	for {
+		k, t, v, ok := it.next()
+		if !ok {
+			return 0, nil, false
+		}
+		if string(k) == key {
+			return t, v, true
+		}
+	}
+}
+
+// strBytes returns the content of a string, symbol or JavaScript value
+// without its length prefix and terminating NUL.
+func strBytes(v []byte) []byte {
+	if len(v) < 5 {
+		return nil
+	}
+	return v[4 : len(v)-1]
+}
+
+// regexParts returns the pattern and options of an encoded regex value.
+func regexParts(v []byte) (pattern, options []byte) {
+	i := bytes.IndexByte(v, 0)
+	if i < 0 {
+		return nil, nil
+	}
+	pattern = v[:i]
+	rest := v[i+1:]
+	j := bytes.IndexByte(rest, 0)
+	if j < 0 {
+		return pattern, nil
+	}
+	return pattern, rest[:j]
+}
+
+func rv(t bson.Type, v []byte) bson.RawValue { return bson.RawValue{Type: t, Value: v} }
+
+// countElems returns the number of elements in an encoded array.
+func countElems(arr []byte) int {
+	n := 0
+	it := newIter(arr)
+	for {
+		if _, _, _, ok := it.next(); !ok {
+			return n
+		}
+		n++
+	}
+}
