@@ -1,0 +1,429 @@
+// Package config loads and validates changegate's TOML configuration.
+//
+// [Load] and [Parse] decode a file strictly: unknown keys, values of the
+// wrong type, missing required keys, invalid enum values, duplicate names,
+// references to unknown sources or sinks, invalid durations, filters and
+// pipelines are all reported together, each as an [*Error] naming the key
+// path and the file:line it comes from, joined with [errors.Join].
+//
+// String values may reference environment variables as ${VAR} (an error when
+// VAR is unset) or ${VAR:-default} (default when VAR is unset or empty);
+// "$${" stands for a literal "${". Secret-capable values (see [Secret]) may
+// also be written "file:/path" to read the secret from a file; a relative
+// path is resolved against the configuration file's directory.
+//
+// The returned [Config] is immutable by convention: every default is filled
+// in, durations are [time.Duration] values and secrets are [Secret] values
+// that never print.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Config is a validated changegate configuration with every default filled in.
+type Config struct {
+	// File is the file name the configuration was parsed from, as given to
+	// Load or Parse.
+	File string
+	// Mongo is the [mongo] table: the cluster to watch and where state lives.
+	Mongo Mongo
+	// Server is the [server] table: the admin/metrics HTTP listener and
+	// shutdown behaviour.
+	Server Server
+	// Sources are the [[sources]] entries in file order; names are unique.
+	Sources []Source
+	// Sinks are the [[sinks]] entries in file order; names are unique.
+	Sinks []Sink
+	// Rules are the [[rules]] entries in file order; names are unique and
+	// every referenced source and sink exists.
+	Rules []Rule
+}
+
+// Source returns the source named name, or nil.
+func (c *Config) Source(name string) *Source {
+	for i := range c.Sources {
+		if c.Sources[i].Name == name {
+			return &c.Sources[i]
+		}
+	}
+	return nil
+}
+
+// Sink returns the sink named name, or nil.
+func (c *Config) Sink(name string) *Sink {
+	for i := range c.Sinks {
+		if c.Sinks[i].Name == name {
+			return &c.Sinks[i]
+		}
+	}
+	return nil
+}
+
+// RulesFor returns the rules whose source is the named source, in file order.
+func (c *Config) RulesFor(source string) []*Rule {
+	var rules []*Rule
+	for i := range c.Rules {
+		if c.Rules[i].Source == source {
+			rules = append(rules, &c.Rules[i])
+		}
+	}
+	return rules
+}
+
+// Mongo is the [mongo] table.
+type Mongo struct {
+	// URI is the MongoDB connection string (required, secret-capable).
+	URI Secret
+	// StateDatabase holds the checkpoint and dead-letter collections
+	// (default "changegate").
+	StateDatabase string
+	// CheckpointCollection is the collection of persisted resume tokens
+	// (default "checkpoints").
+	CheckpointCollection string
+	// DeadLetterCollection is the collection of dead letters (default
+	// "deadletters").
+	DeadLetterCollection string
+}
+
+// Server is the [server] table.
+type Server struct {
+	// Listen is the address of the admin/metrics HTTP server (default
+	// ":9464"). Empty means the server is disabled.
+	Listen string
+	// ShutdownGrace is how long in-flight deliveries may drain after
+	// SIGINT/SIGTERM before they are abandoned (default 30s).
+	ShutdownGrace time.Duration
+	// AdminToken is the bearer token required by mutating admin API calls
+	// (optional, secret-capable). Empty disables those calls.
+	AdminToken Secret
+}
+
+// Full-document modes of [Source.FullDocument], as the MongoDB driver spells them.
+const (
+	FullDocumentDefault       = "default"
+	FullDocumentUpdateLookup  = "updateLookup"
+	FullDocumentWhenAvailable = "whenAvailable"
+	FullDocumentRequired      = "required"
+)
+
+// Pre-image modes of [Source.FullDocumentBeforeChange]. "off" means the
+// option is not sent.
+const (
+	FullDocumentBeforeChangeOff           = "off"
+	FullDocumentBeforeChangeWhenAvailable = "whenAvailable"
+	FullDocumentBeforeChangeRequired      = "required"
+)
+
+// OnHistoryLost says what a source does when its resume token has fallen off
+// the oplog (MongoDB error 286, ChangeStreamHistoryLost).
+type OnHistoryLost string
+
+const (
+	// HistoryLostFail makes the process exit non-zero with an explanation.
+	HistoryLostFail OnHistoryLost = "fail"
+	// HistoryLostResumeFromNow restarts the stream from the current time
+	// and records the gap in the dead-letter collection.
+	HistoryLostResumeFromNow OnHistoryLost = "resume_from_now"
+)
+
+// Source is one [[sources]] entry: one change stream.
+type Source struct {
+	// Name identifies the source in rules, checkpoints, event ids, logs and
+	// metrics; unique, matching [A-Za-z0-9_.-]+.
+	Name string
+	// Database is the watched database; empty watches the whole cluster.
+	Database string
+	// Collection is the watched collection; empty watches the whole
+	// database (or cluster). Non-empty only when Database is.
+	Collection string
+	// FullDocument is one of the FullDocument* constants (default "default").
+	FullDocument string
+	// FullDocumentBeforeChange is one of the FullDocumentBeforeChange*
+	// constants (default "off").
+	FullDocumentBeforeChange string
+	// Pipeline holds extra aggregation stages appended to the change stream
+	// pipeline, in order; nil when none. Assignable to mongo.Pipeline.
+	Pipeline []bson.D
+	// StartAt is where the stream begins on its very first start (no
+	// checkpoint); the zero time means "now".
+	StartAt time.Time
+	// OnHistoryLost is the reaction to lost history (default fail).
+	OnHistoryLost OnHistoryLost
+	// BatchSize is the change stream cursor batch size; 0 leaves it to the
+	// server.
+	BatchSize int32
+	// MaxAwait is the getMore maxAwaitTimeMS (default 1s); 0 leaves it to
+	// the server.
+	MaxAwait time.Duration
+	// MaxInFlightEvents caps the events read but not yet acknowledged; when
+	// reached the source stops reading (default 10000, always > 0).
+	MaxInFlightEvents int
+	// CheckpointInterval is the most often a checkpoint is persisted
+	// (default 1s, always > 0).
+	CheckpointInterval time.Duration
+}
+
+// Level says what the source watches: "collection", "database" or "cluster".
+func (s *Source) Level() string {
+	switch {
+	case s.Collection != "":
+		return "collection"
+	case s.Database != "":
+		return "database"
+	default:
+		return "cluster"
+	}
+}
+
+// Sink types.
+const (
+	// SinkWebhook posts events to an HTTP endpoint; see [WebhookSink].
+	SinkWebhook = "webhook"
+)
+
+// Ordering is a sink's delivery ordering guarantee.
+type Ordering string
+
+const (
+	// OrderingKey delivers events of one documentKey in change-stream
+	// order; different documents proceed in parallel.
+	OrderingKey Ordering = "key"
+	// OrderingNone delivers events in any order.
+	OrderingNone Ordering = "none"
+	// OrderingStrict delivers one batch at a time, in change-stream order.
+	OrderingStrict Ordering = "strict"
+)
+
+// JSONFormat is the Extended JSON flavour of the envelope.
+type JSONFormat string
+
+const (
+	// JSONRelaxed is relaxed Extended JSON (the default).
+	JSONRelaxed JSONFormat = "relaxed"
+	// JSONCanonical is canonical Extended JSON.
+	JSONCanonical JSONFormat = "canonical"
+)
+
+// Sink is one [[sinks]] entry. The options common to every type are fields
+// of Sink; the options of its type are in the pointer field for that type,
+// which is non-nil exactly when Type names it (other type fields are nil).
+type Sink struct {
+	// Name identifies the sink in rules, dead letters, logs and metrics;
+	// unique, matching [A-Za-z0-9_.-]+.
+	Name string
+	// Type is the sink type, e.g. SinkWebhook.
+	Type string
+	// MaxInFlight is the number of concurrent deliveries (workers)
+	// (default 16, >= 1).
+	MaxInFlight int
+	// Ordering is the ordering guarantee (default OrderingKey).
+	Ordering Ordering
+	// BatchSize is the maximum number of events per request (default 1;
+	// between 1 and the type's maximum).
+	BatchSize int
+	// BatchWait is how long to wait to fill a batch before sending a
+	// partial one (default 0: send what is there).
+	BatchWait time.Duration
+	// JSON is the Extended JSON flavour of the envelope (default relaxed).
+	JSON JSONFormat
+	// ParkAfter isolates a failing sink: once it has failed to deliver for
+	// this long, its backlog is parked in MongoDB and re-driven in order when
+	// it recovers (default 30s; 0 disables parking).
+	ParkAfter time.Duration
+	// Retry is the retry policy, defaults filled in.
+	Retry Retry
+
+	// Webhook holds the options of a webhook sink; nil for other types.
+	Webhook *WebhookSink
+}
+
+// Retry is a sink's retry policy: exponential backoff with jitter.
+type Retry struct {
+	// MaxAttempts is the total number of attempts including the first
+	// (default 8, >= 1).
+	MaxAttempts int
+	// InitialInterval is the delay before the first retry (default 500ms).
+	InitialInterval time.Duration
+	// MaxInterval caps the delay between attempts (default 1m,
+	// >= InitialInterval).
+	MaxInterval time.Duration
+	// MaxElapsed caps the time from the first attempt after which no retry
+	// is started (default 15m; 0 means no limit besides MaxAttempts).
+	MaxElapsed time.Duration
+	// Multiplier is the backoff growth factor (default 2, >= 1).
+	Multiplier float64
+	// Jitter is the relative randomisation of each delay, in [0, 1]
+	// (default 0.2).
+	Jitter float64
+}
+
+// WebhookSink holds the options of a webhook sink.
+type WebhookSink struct {
+	// URL is the http or https endpoint events are POSTed to.
+	URL string
+	// Secrets are the Standard Webhooks signing secrets ("whsec_" + base64,
+	// or raw); each request carries one signature per secret, which allows
+	// rotation. Empty: requests are not signed. Filled from either "secret"
+	// or "secrets".
+	Secrets []Secret
+	// Headers are extra request headers in file order; values are
+	// secret-capable.
+	Headers []Header
+	// BearerToken, when set, is sent as "Authorization: Bearer <token>".
+	BearerToken Secret
+	// BasicAuth, when non-nil, is sent as HTTP basic authentication.
+	// Exclusive with BearerToken.
+	BasicAuth *BasicAuth
+	// Timeout bounds one request, including reading the response (default
+	// 10s, > 0).
+	Timeout time.Duration
+	// AllowPrivateNetworks permits targets resolving to loopback, private,
+	// link-local or metadata addresses (default false: refused at dial time).
+	AllowPrivateNetworks bool
+	// TLSCAFile is a PEM file of extra CA certificates trusted besides the
+	// system pool (absolute path; empty: none).
+	TLSCAFile string
+	// TLSInsecureSkipVerify disables server certificate verification.
+	TLSInsecureSkipVerify bool
+}
+
+// Header is one extra HTTP request header of a webhook sink.
+type Header struct {
+	// Name is the canonical header name.
+	Name string
+	// Value is the header value (secret-capable).
+	Value Secret
+}
+
+// BasicAuth is HTTP basic authentication.
+type BasicAuth struct {
+	// Username is the user name.
+	Username string
+	// Password is the password (secret-capable).
+	Password Secret
+}
+
+// Operation types a rule may select in [Rule.Operations].
+var operationTypes = []string{"insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate"}
+
+// Rule is one [[rules]] entry: which events of a source go to which sinks.
+type Rule struct {
+	// Name identifies the rule in envelopes, logs and metrics; unique,
+	// matching [A-Za-z0-9_.-]+.
+	Name string
+	// Source is the name of an existing source.
+	Source string
+	// Operations are the operation types the rule matches (insert, update,
+	// replace, delete, drop, rename, dropDatabase, invalidate); nil matches
+	// every operation.
+	Operations []string
+	// Namespaces restrict a database or cluster source to some namespaces;
+	// nil matches every namespace.
+	Namespaces []Namespace
+	// Filter is a MongoDB query over the change event, keys in file order;
+	// nil when absent. It has been validated with query.Compile.
+	Filter bson.D
+	// Sinks are the names of existing sinks the matching events go to;
+	// non-empty, without duplicates.
+	Sinks []string
+}
+
+// Namespace is a rule namespace pattern, "db.coll" or "db.*".
+type Namespace struct {
+	// Database is the database name.
+	Database string
+	// Collection is the collection name; empty for "db.*", which matches
+	// every collection of Database and database-level events.
+	Collection string
+}
+
+// String returns the pattern as written ("db.coll" or "db.*").
+func (n Namespace) String() string {
+	if n.Collection == "" {
+		return n.Database + ".*"
+	}
+	return n.Database + "." + n.Collection
+}
+
+// Match reports whether an event's namespace matches the pattern. coll is
+// empty for database-level events such as dropDatabase.
+func (n Namespace) Match(db, coll string) bool {
+	if db != n.Database {
+		return false
+	}
+	return n.Collection == "" || n.Collection == coll
+}
+
+// Secret is a string that must not be printed or logged: a password, token,
+// signing secret or a connection string with credentials. It formats as
+// "[redacted]" (or "" when empty) with fmt, encoding.TextMarshaler (JSON,
+// TOML) and log/slog; use [Secret.Value] to get the real value.
+type Secret string
+
+const redacted = "[redacted]"
+
+// Value returns the secret itself.
+func (s Secret) Value() string { return string(s) }
+
+// String implements fmt.Stringer without revealing the secret.
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return redacted
+}
+
+// GoString implements fmt.GoStringer (%#v) without revealing the secret.
+func (s Secret) GoString() string { return `"` + s.String() + `"` }
+
+// Format implements fmt.Formatter so that no verb (%x, %q, %v, %#v, ...)
+// reveals the secret.
+func (s Secret) Format(f fmt.State, verb rune) {
+	switch verb {
+	case 'q':
+		_, _ = f.Write([]byte(`"` + s.String() + `"`))
+	case 'v':
+		if f.Flag('#') {
+			_, _ = f.Write([]byte(s.GoString()))
+			return
+		}
+		_, _ = f.Write([]byte(s.String()))
+	default:
+		_, _ = f.Write([]byte(s.String()))
+	}
+}
+
+// MarshalText implements encoding.TextMarshaler without revealing the secret.
+func (s Secret) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// LogValue implements slog.LogValuer without revealing the secret.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// Load reads and parses the configuration file at path, expanding ${VAR}
+// references from the process environment. See [Parse].
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data, os.LookupEnv)
+}
+
+// Parse decodes and validates a configuration. filename is used in error
+// messages exactly as given and to resolve relative file: secret paths and
+// tls_ca_file; lookupEnv resolves ${VAR} references (nil: no variable is
+// set). The error, if any, joins one [*Error] per problem found, sorted by
+// line.
+func Parse(filename string, data []byte, lookupEnv func(string) (string, bool)) (*Config, error) {
+	if lookupEnv == nil {
+		lookupEnv = func(string) (string, bool) { return "", false }
+	}
+	d := &decoder{file: filename, lookupEnv: lookupEnv, sinkTypes: builtinSinkTypes()}
+	return d.parse(data)
+}

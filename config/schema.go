@@ -1,0 +1,207 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"strings"
+	"time"
+)
+
+// Defaults of optional keys.
+const (
+	DefaultStateDatabase        = "changegate"
+	DefaultCheckpointCollection = "checkpoints"
+	DefaultDeadLetterCollection = "deadletters"
+	DefaultListen               = ":9464"
+	DefaultShutdownGrace        = 30 * time.Second
+
+	DefaultMaxAwait           = time.Second
+	DefaultMaxInFlightEvents  = 10000
+	DefaultCheckpointInterval = time.Second
+
+	DefaultSinkMaxInFlight = 16
+	DefaultParkAfter       = 30 * time.Second
+
+	DefaultRetryMaxAttempts     = 8
+	DefaultRetryInitialInterval = 500 * time.Millisecond
+	DefaultRetryMaxInterval     = time.Minute
+	DefaultRetryMaxElapsed      = 15 * time.Minute
+	DefaultRetryMultiplier      = 2.0
+	DefaultRetryJitter          = 0.2
+
+	DefaultWebhookTimeout = 10 * time.Second
+)
+
+const maxInt = math.MaxInt64
+
+func (d *decoder) parse(data []byte) (*Config, error) {
+	tree, se := parseTree(data)
+	if se != nil {
+		msg := "invalid TOML: " + se.msg
+		return nil, d.errFrom(&Error{Msg: msg, File: d.file, Line: se.line, Column: se.column})
+	}
+	cfg := &Config{File: d.file}
+	root := d.obj("", &value{kind: kindTable, tbl: tree, line: 1})
+
+	cfg.Mongo = d.mongo(root.section("mongo"))
+	cfg.Server = d.server(root.section("server"))
+	sources := map[string]*value{}
+	for _, o := range root.tables("sources") {
+		s, nameVal := d.source(o)
+		if nameVal != nil {
+			if first, dup := sources[s.Name]; dup {
+				d.errorf(o.keyPath("name"), nameVal.line, "duplicate source name %q (first defined at line %d)", s.Name, first.line)
+			} else {
+				sources[s.Name] = nameVal
+			}
+		}
+		cfg.Sources = append(cfg.Sources, s)
+	}
+	sinks := map[string]*value{}
+	for _, o := range root.tables("sinks") {
+		s, nameVal := d.sink(o)
+		if nameVal != nil {
+			if first, dup := sinks[s.Name]; dup {
+				d.errorf(o.keyPath("name"), nameVal.line, "duplicate sink name %q (first defined at line %d)", s.Name, first.line)
+			} else {
+				sinks[s.Name] = nameVal
+			}
+		}
+		cfg.Sinks = append(cfg.Sinks, s)
+	}
+	rules := map[string]*value{}
+	for _, o := range root.tables("rules") {
+		r, nameVal := d.rule(o, cfg)
+		if nameVal != nil {
+			if first, dup := rules[r.Name]; dup {
+				d.errorf(o.keyPath("name"), nameVal.line, "duplicate rule name %q (first defined at line %d)", r.Name, first.line)
+			} else {
+				rules[r.Name] = nameVal
+			}
+		}
+		cfg.Rules = append(cfg.Rules, r)
+	}
+	root.done()
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func (d *decoder) errFrom(e *Error) error {
+	d.errs = append(d.errs, e)
+	return d.err()
+}
+
+// section returns the table at k, or an empty table when it is absent, so
+// that its required keys are reported as missing.
+func (o *obj) section(k string) *obj {
+	if o.t.get(k) == nil {
+		o.lookup(k)
+		return o.d.obj(k, &value{kind: kindTable, tbl: newTable()})
+	}
+	if s := o.sub(k); s != nil {
+		return s
+	}
+	empty := o.d.obj(k, &value{kind: kindTable, tbl: newTable(), line: o.t.get(k).line})
+	empty.noMissing = true // the type error says it all
+	return empty
+}
+
+func (d *decoder) mongo(o *obj) Mongo {
+	m := Mongo{}
+	uri, v := o.secret("uri")
+	switch {
+	case v == nil:
+		o.missing("uri")
+	case o.bad["uri"]:
+	case uri == "":
+		d.errorf(o.keyPath("uri"), v.line, "must not be empty")
+	case !strings.HasPrefix(string(uri), "mongodb://") && !strings.HasPrefix(string(uri), "mongodb+srv://"):
+		d.errorf(o.keyPath("uri"), v.line, `must start with "mongodb://" or "mongodb+srv://"`)
+	default:
+		m.URI = uri
+	}
+	m.StateDatabase = o.dbName("state_database", DefaultStateDatabase)
+	m.CheckpointCollection = o.collName("checkpoint_collection", DefaultCheckpointCollection)
+	m.DeadLetterCollection = o.collName("deadletter_collection", DefaultDeadLetterCollection)
+	if m.CheckpointCollection == m.DeadLetterCollection {
+		d.errorf(o.keyPath("deadletter_collection"), o.lineOf("deadletter_collection"), "must differ from checkpoint_collection")
+	}
+	o.done()
+	return m
+}
+
+// lineOf returns the line of key k, or of the table when k is absent.
+func (o *obj) lineOf(k string) int {
+	if v := o.t.get(k); v != nil {
+		return v.line
+	}
+	return o.line
+}
+
+// dbName returns an optional database name at k.
+func (o *obj) dbName(k, def string) string {
+	s, v, ok := o.str(k)
+	if v == nil || !ok {
+		return def
+	}
+	if msg := checkDBName(s); msg != "" {
+		o.d.errorf(o.keyPath(k), v.line, "%s", msg)
+		return def
+	}
+	return s
+}
+
+func checkDBName(s string) string {
+	if s == "" {
+		return "must not be empty"
+	}
+	if i := strings.IndexAny(s, "/\\. \"$\x00"); i >= 0 {
+		return fmt.Sprintf("invalid database name %q: it must not contain %q", s, s[i])
+	}
+	if len(s) > 63 {
+		return fmt.Sprintf("invalid database name %q: longer than 63 bytes", s)
+	}
+	return ""
+}
+
+// collName returns an optional collection name at k.
+func (o *obj) collName(k, def string) string {
+	s, v, ok := o.str(k)
+	if v == nil || !ok {
+		return def
+	}
+	if msg := checkCollName(s); msg != "" {
+		o.d.errorf(o.keyPath(k), v.line, "%s", msg)
+		return def
+	}
+	return s
+}
+
+func checkCollName(s string) string {
+	if s == "" {
+		return "must not be empty"
+	}
+	if i := strings.IndexAny(s, "$\x00"); i >= 0 {
+		return fmt.Sprintf("invalid collection name %q: it must not contain %q", s, s[i])
+	}
+	return ""
+}
+
+func (d *decoder) server(o *obj) Server {
+	s := Server{Listen: DefaultListen}
+	if l, v, ok := o.str("listen"); v != nil && ok {
+		if l != "" {
+			if _, port, err := net.SplitHostPort(l); err != nil || port == "" {
+				d.errorf(o.keyPath("listen"), v.line, `invalid address %q: want "host:port" or ":port" (or "" to disable the server)`, l)
+			}
+		}
+		s.Listen = l
+	}
+	s.ShutdownGrace, _ = o.duration("shutdown_grace", DefaultShutdownGrace, 0)
+	s.AdminToken, _ = o.secret("admin_token")
+	o.done()
+	return s
+}

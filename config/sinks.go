@@ -1,0 +1,280 @@
+package config
+
+import (
+	"crypto/x509"
+	"encoding/base64"
+	"fmt"
+	"math"
+	"net/textproto"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// sinkType describes one sink type: its name, its largest batch and how to
+// decode its type-specific options into a Sink. Adding a sink type means
+// adding a field to Sink, an options struct and an entry here.
+type sinkType struct {
+	name         string
+	maxBatchSize int64
+	// decode reads the type-specific keys of o into s. It must ask o for
+	// every key of the type (even when others are invalid), because the
+	// keys it asks for are what the type accepts.
+	decode func(d *decoder, o *obj, s *Sink)
+}
+
+// builtinSinkTypes returns the sink types, in the order they are listed in
+// error messages.
+func builtinSinkTypes() []sinkType {
+	return []sinkType{
+		{name: SinkWebhook, maxBatchSize: 1000, decode: decodeWebhook},
+	}
+}
+
+var (
+	orderings   = []string{string(OrderingKey), string(OrderingNone), string(OrderingStrict)}
+	jsonFormats = []string{string(JSONRelaxed), string(JSONCanonical)}
+)
+
+// sinkTypeKeys returns the keys each sink type accepts, found by decoding an
+// empty table with a throw-away decoder.
+func (d *decoder) sinkTypeKeys() map[string][]string {
+	keys := map[string][]string{}
+	for _, t := range d.sinkTypes {
+		scratch := &decoder{file: d.file, lookupEnv: d.lookupEnv}
+		o := scratch.obj("", &value{kind: kindTable, tbl: newTable()})
+		t.decode(scratch, o, &Sink{})
+		keys[t.name] = o.known
+	}
+	return keys
+}
+
+// sink decodes one [[sinks]] entry; nameVal is nil when the name is missing
+// or invalid.
+func (d *decoder) sink(o *obj) (s Sink, nameVal *value) {
+	s.Name, nameVal = o.name()
+	var typeNames []string
+	for _, t := range d.sinkTypes {
+		typeNames = append(typeNames, t.name)
+	}
+	s.Type = o.enum("type", "", typeNames)
+	if o.t.get("type") == nil {
+		o.missing("type")
+	}
+	var typ *sinkType
+	for i := range d.sinkTypes {
+		if d.sinkTypes[i].name == s.Type {
+			typ = &d.sinkTypes[i]
+		}
+	}
+
+	s.MaxInFlight = int(o.integer("max_in_flight", DefaultSinkMaxInFlight, 1, math.MaxInt32))
+	s.Ordering = Ordering(o.enum("ordering", string(OrderingKey), orderings))
+	maxBatch := int64(math.MaxInt32)
+	if typ != nil {
+		maxBatch = typ.maxBatchSize
+	}
+	s.BatchSize = int(o.integer("batch_size", 1, 1, maxBatch))
+	s.BatchWait, _ = o.duration("batch_wait", 0, 0)
+	s.JSON = JSONFormat(o.enum("json", string(JSONRelaxed), jsonFormats))
+	s.ParkAfter, _ = o.duration("park_after", DefaultParkAfter, 0)
+	s.Retry = d.retry(o)
+
+	typeKeys := d.sinkTypeKeys()
+	if typ != nil {
+		typ.decode(d, o, &s)
+	} else {
+		// Unknown or missing type (reported): accept every type's keys
+		// silently rather than burying the real error.
+		for _, keys := range typeKeys {
+			for _, k := range keys {
+				o.lookup(k)
+			}
+		}
+	}
+	o.foreign = func(k string) string {
+		for _, t := range d.sinkTypes {
+			if t.name == s.Type {
+				continue
+			}
+			for _, tk := range typeKeys[t.name] {
+				if tk == k {
+					return fmt.Sprintf("not an option of %s sinks", s.Type)
+				}
+			}
+		}
+		return ""
+	}
+	o.done()
+	return s, nameVal
+}
+
+func (d *decoder) retry(sink *obj) Retry {
+	r := Retry{
+		MaxAttempts:     DefaultRetryMaxAttempts,
+		InitialInterval: DefaultRetryInitialInterval,
+		MaxInterval:     DefaultRetryMaxInterval,
+		MaxElapsed:      DefaultRetryMaxElapsed,
+		Multiplier:      DefaultRetryMultiplier,
+		Jitter:          DefaultRetryJitter,
+	}
+	o := sink.sub("retry")
+	if o == nil {
+		return r
+	}
+	r.MaxAttempts = int(o.integer("max_attempts", DefaultRetryMaxAttempts, 1, math.MaxInt32))
+	r.InitialInterval, _ = o.duration("initial_interval", DefaultRetryInitialInterval, time.Millisecond)
+	var maxSet bool
+	r.MaxInterval, maxSet = o.duration("max_interval", DefaultRetryMaxInterval, time.Millisecond)
+	r.MaxElapsed, _ = o.duration("max_elapsed", DefaultRetryMaxElapsed, 0)
+	r.Multiplier = o.float("multiplier", DefaultRetryMultiplier, 1, math.MaxFloat64)
+	r.Jitter = o.float("jitter", DefaultRetryJitter, 0, 1)
+	if r.InitialInterval > r.MaxInterval && !o.bad["initial_interval"] && !o.bad["max_interval"] {
+		if maxSet {
+			d.errorf(o.keyPath("max_interval"), o.lineOf("max_interval"), "must not be less than initial_interval (%s), got %s", r.InitialInterval, r.MaxInterval)
+		} else {
+			d.errorf(o.keyPath("initial_interval"), o.lineOf("initial_interval"), "must not be greater than max_interval (%s, the default), got %s", r.MaxInterval, r.InitialInterval)
+		}
+	}
+	o.done()
+	return r
+}
+
+// reservedHeaders are set by the webhook sink itself.
+var reservedHeaders = []string{"Content-Length", "Host", "Webhook-Id", "Webhook-Signature", "Webhook-Timestamp"}
+
+func decodeWebhook(d *decoder, o *obj, s *Sink) {
+	w := &WebhookSink{}
+	s.Webhook = w
+
+	if u, ok := o.reqString("url"); ok {
+		if msg := checkHTTPURL(u); msg != "" {
+			d.errorf(o.keyPath("url"), o.lineOf("url"), "%s", msg)
+		}
+		w.URL = u
+	}
+
+	secret, secretVal := o.secret("secret")
+	if secretVal != nil && !o.bad["secret"] {
+		if d.checkSigningSecret(o.keyPath("secret"), secretVal.line, secret) {
+			w.Secrets = []Secret{secret}
+		}
+	}
+	secrets, elems, secretsVal := o.strings("secrets")
+	if secretsVal != nil && secretVal != nil {
+		d.errorf(o.keyPath("secrets"), secretsVal.line, "cannot be combined with secret (use secrets alone during a rotation)")
+	} else if secretsVal != nil && !o.bad["secrets"] {
+		if len(secrets) == 0 {
+			d.errorf(o.keyPath("secrets"), secretsVal.line, "must not be empty (omit it to send unsigned requests)")
+		}
+		for i, raw := range secrets {
+			path := indexPath(o.keyPath("secrets"), i)
+			if sec, ok := d.readSecret(path, elems[i].line, raw); ok && d.checkSigningSecret(path, elems[i].line, sec) {
+				w.Secrets = append(w.Secrets, sec)
+			}
+		}
+	}
+
+	if h := o.sub("headers"); h != nil {
+		seen := map[string]bool{}
+		for _, k := range h.t.keys {
+			sec, v := h.secret(k)
+			path := h.keyPath(k)
+			name := textproto.CanonicalMIMEHeaderKey(k)
+			switch {
+			case !isHeaderToken(k):
+				d.errorf(path, v.line, "invalid header name %q", k)
+			case contains(reservedHeaders, name):
+				d.errorf(path, v.line, "header %s is set by changegate and cannot be overridden", name)
+			case seen[name]:
+				d.errorf(path, v.line, "header %s is set twice", name)
+			case h.bad[k]:
+			default:
+				if strings.ContainsAny(sec.Value(), "\r\n\x00") {
+					d.errorf(path, v.line, "header value must not contain line breaks")
+					continue
+				}
+				w.Headers = append(w.Headers, Header{Name: name, Value: sec})
+			}
+			seen[name] = true
+		}
+		h.done()
+	}
+
+	w.BearerToken, _ = o.secret("bearer_token")
+	if b := o.sub("basic_auth"); b != nil {
+		if o.t.get("bearer_token") != nil {
+			d.errorf(o.keyPath("basic_auth"), o.lineOf("basic_auth"), "cannot be combined with bearer_token")
+		}
+		user, _ := b.reqString("username")
+		pw, pv := b.secret("password")
+		if pv == nil {
+			b.missing("password")
+		}
+		w.BasicAuth = &BasicAuth{Username: user, Password: pw}
+		b.done()
+	}
+	w.Timeout, _ = o.duration("timeout", DefaultWebhookTimeout, time.Millisecond)
+	w.AllowPrivateNetworks = o.boolean("allow_private_networks", false)
+	if f, v, ok := o.str("tls_ca_file"); v != nil && ok {
+		w.TLSCAFile = d.resolvePath(f)
+		if pem, err := os.ReadFile(w.TLSCAFile); err != nil {
+			d.errorf(o.keyPath("tls_ca_file"), v.line, "cannot read CA file: %v", err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			d.errorf(o.keyPath("tls_ca_file"), v.line, "no PEM certificate found in %s", w.TLSCAFile)
+		}
+	}
+	w.TLSInsecureSkipVerify = o.boolean("tls_insecure_skip_verify", false)
+}
+
+func checkHTTPURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return `must be an absolute http:// or https:// URL`
+	}
+	if u.Fragment != "" {
+		return "must not have a #fragment"
+	}
+	return ""
+}
+
+// checkSigningSecret validates a Standard Webhooks secret: "whsec_" followed
+// by base64, or any other non-empty string used as raw key bytes.
+func (d *decoder) checkSigningSecret(path string, line int, s Secret) bool {
+	v := s.Value()
+	if v == "" {
+		d.errorf(path, line, "must not be empty")
+		return false
+	}
+	if b64, ok := strings.CutPrefix(v, "whsec_"); ok {
+		if _, err := base64.StdEncoding.DecodeString(b64); err != nil || b64 == "" {
+			d.errorf(path, line, `secret starting with "whsec_" must continue with standard base64`)
+			return false
+		}
+	}
+	return true
+}
+
+func isHeaderToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

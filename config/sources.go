@@ -1,0 +1,112 @@
+package config
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+var (
+	fullDocumentModes             = []string{FullDocumentDefault, FullDocumentUpdateLookup, FullDocumentWhenAvailable, FullDocumentRequired}
+	fullDocumentBeforeChangeModes = []string{FullDocumentBeforeChangeOff, FullDocumentBeforeChangeWhenAvailable, FullDocumentBeforeChangeRequired}
+	historyLostModes              = []string{string(HistoryLostFail), string(HistoryLostResumeFromNow)}
+	// changeStreamStages are the aggregation stages MongoDB allows in a
+	// change stream pipeline.
+	changeStreamStages = []string{"$addFields", "$match", "$project", "$replaceRoot", "$replaceWith", "$redact", "$set", "$unset", "$changeStreamSplitLargeEvent"}
+)
+
+// source decodes one [[sources]] entry; nameVal is nil when the name is
+// missing or invalid.
+func (d *decoder) source(o *obj) (s Source, nameVal *value) {
+	s.Name, nameVal = o.name()
+	s.Database = o.dbName("database", "")
+	if coll, v, ok := o.str("collection"); v != nil && ok {
+		if msg := checkCollName(coll); msg != "" {
+			d.errorf(o.keyPath("collection"), v.line, "%s", msg)
+		} else if o.t.get("database") == nil {
+			d.errorf(o.keyPath("collection"), v.line, "requires database (a collection is watched within a database)")
+		} else {
+			s.Collection = coll
+		}
+	}
+	s.FullDocument = o.enum("full_document", FullDocumentDefault, fullDocumentModes)
+	s.FullDocumentBeforeChange = o.enum("full_document_before_change", FullDocumentBeforeChangeOff, fullDocumentBeforeChangeModes)
+	if p, v, ok := o.str("pipeline"); v != nil && ok {
+		s.Pipeline = d.pipeline(o.keyPath("pipeline"), v.line, p)
+	}
+	s.StartAt = o.startAt("start_at")
+	s.OnHistoryLost = OnHistoryLost(o.enum("on_history_lost", string(HistoryLostFail), historyLostModes))
+	s.BatchSize = int32(o.integer("batch_size", 0, 0, math.MaxInt32))
+	s.MaxAwait, _ = o.duration("max_await", DefaultMaxAwait, 0)
+	s.MaxInFlightEvents = int(o.integer("max_in_flight_events", DefaultMaxInFlightEvents, 1, math.MaxInt32))
+	s.CheckpointInterval, _ = o.duration("checkpoint_interval", DefaultCheckpointInterval, time.Millisecond)
+	o.done()
+	return s, nameVal
+}
+
+// startAt accepts an RFC 3339 string or a TOML offset date-time.
+func (o *obj) startAt(k string) time.Time {
+	v := o.lookup(k)
+	if v == nil {
+		return time.Time{}
+	}
+	switch v.kind {
+	case kindDateTime:
+		return v.t
+	case kindLocalDateTime, kindLocalDate:
+		o.d.errorf(o.keyPath(k), v.line, "needs a time zone offset, e.g. 2026-11-22T10:00:00Z, got %s", v.typeName())
+	case kindString:
+		s, ok := o.d.expand(o.keyPath(k), v.line, v.str)
+		if !ok {
+			return time.Time{}
+		}
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			o.d.errorf(o.keyPath(k), v.line, `invalid time %q: want RFC 3339 with a time zone offset, e.g. "2026-11-22T10:00:00Z"`, s)
+			return time.Time{}
+		}
+		return t
+	default:
+		o.typeError(k, v, `an RFC 3339 date-time like "2026-11-22T10:00:00Z"`)
+	}
+	return time.Time{}
+}
+
+// pipeline parses extra change stream stages written as an Extended JSON
+// array; nil when invalid (reported).
+func (d *decoder) pipeline(path string, line int, s string) []bson.D {
+	if strings.TrimSpace(s) == "" {
+		d.errorf(path, line, `must be a JSON array of stages, e.g. '[{"$match": {...}}]'`)
+		return nil
+	}
+	var arr bson.A
+	if err := bson.UnmarshalExtJSON([]byte(s), false, &arr); err != nil {
+		d.errorf(path, line, "invalid Extended JSON array of stages: %v", err)
+		return nil
+	}
+	stages := make([]bson.D, 0, len(arr))
+	ok := true
+	for i, e := range arr {
+		stage, isDoc := e.(bson.D)
+		switch {
+		case !isDoc:
+			d.errorf(path, line, "stage %d: must be a document", i)
+			ok = false
+		case len(stage) != 1:
+			d.errorf(path, line, "stage %d: must have exactly one field, the stage name", i)
+			ok = false
+		case !slices.Contains(changeStreamStages, stage[0].Key):
+			d.errorf(path, line, "stage %d: %s is not allowed in a change stream%s; allowed stages: %s",
+				i, stage[0].Key, didYouMean(stage[0].Key, changeStreamStages), strings.Join(changeStreamStages, ", "))
+			ok = false
+		}
+		stages = append(stages, stage)
+	}
+	if !ok {
+		return nil
+	}
+	return stages
+}
