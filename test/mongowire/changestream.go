@@ -1,0 +1,543 @@
+package mongowire
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+)
+
+type streamScope uint8
+
+const (
+	scopeCollection streamScope = iota
+	scopeDatabase
+	scopeCluster
+)
+
+// streamStage is one pipeline stage after $changeStream.
+type streamStage struct {
+	match   matcher  // $match
+	project bson.Raw // $project / $unset as a projection
+}
+
+// streamCursor is a change stream's server-side state.
+type streamCursor struct {
+	mu       sync.Mutex
+	ns       string // cursor namespace reported to the client
+	scope    streamScope
+	db, coll string
+
+	fullDocument string // "default", "updateLookup", "whenAvailable", "required"
+	beforeChange string // "off", "whenAvailable", "required"
+	stages       []streamStage
+
+	pos     uint64         // seq of the last oplog entry processed
+	posTS   bson.Timestamp // cluster time of that position (for tokens)
+	startTS bson.Timestamp // entries before this time are skipped
+	// pendingInvalidate: the entry at pos invalidated the stream and the
+	// invalidate event is still to be returned.
+	pendingInvalidate bool
+	// lastEvent is the token of the last returned event if nothing was
+	// scanned after it, so the post-batch token equals that event's _id.
+	lastEvent *resumeToken
+	closed    bool
+}
+
+func (c *streamCursor) namespace() string { return c.ns }
+
+func (c *streamCursor) defaultShape() bool {
+	return (c.fullDocument == "default" || c.fullDocument == "") && c.beforeChange == "off"
+}
+
+// relevant reports whether entry e belongs to this stream, and whether it
+// invalidates the stream.
+func (c *streamCursor) relevant(e *oplogEntry) (match, invalidates bool) {
+	switch c.scope {
+	case scopeCollection:
+		if e.db != c.db || e.coll != c.coll || e.op == opDropDatabase {
+			return false, false
+		}
+		return true, e.op == opDrop || e.op == opRename
+	case scopeDatabase:
+		if e.db != c.db || strings.HasPrefix(e.coll, "system.") {
+			return false, false
+		}
+		return true, e.op == opDropDatabase
+	default:
+		switch e.db {
+		case "admin", "config", "local":
+			return false, false
+		}
+		return !strings.HasPrefix(e.coll, "system."), false
+	}
+}
+
+var changeStreamOptions = map[string]bool{
+	"fullDocument": true, "fullDocumentBeforeChange": true, "resumeAfter": true, "startAfter": true,
+	"startAtOperationTime": true, "showExpandedEvents": true, "allChangesForCluster": true,
+	"allowToRunOnConfigDB": true, "allowToRunOnSystemNS": true, "showMigrationEvents": true,
+	"showSystemEvents": true, "showRawUpdateDescription": true,
+}
+
+func (s *Server) openChangeStream(cmd *command, dst []byte, stages []bson.Raw) ([]byte, error) {
+	spec, ok := stages[0].Index(0).Value().DocumentOK()
+	if !ok {
+		return nil, cmdErr(50808, "$changeStream stage expects a document as argument")
+	}
+	c := &streamCursor{db: cmd.db, fullDocument: "default", beforeChange: "off"}
+	target := cmd.body.Lookup("aggregate")
+	allCluster, _ := spec.Lookup("allChangesForCluster").BooleanOK()
+	switch {
+	case target.Type == bson.TypeString:
+		c.scope, c.coll = scopeCollection, target.StringValue()
+		if !validCollName(c.coll) {
+			return nil, cmdErr(codeInvalidNamespace, "Invalid namespace specified '%s.%s'", cmd.db, c.coll)
+		}
+		c.ns = cmd.db + "." + c.coll
+	case target.IsNumber() && num(target) == 1:
+		c.ns = cmd.db + ".$cmd.aggregate"
+		switch {
+		case cmd.db == "admin" && allCluster:
+			c.scope = scopeCluster
+		case cmd.db == "admin":
+			return nil, cmdErr(codeInvalidNamespace, "$changeStream may not be opened on the internal admin database")
+		case allCluster:
+			return nil, cmdErr(codeInvalidOptions, "$changeStream must be run against the 'admin' database with {aggregate: 1} if 'allChangesForCluster' is true")
+		default:
+			c.scope = scopeDatabase
+		}
+	default:
+		return nil, cmdErr(codeFailedToParse, "Invalid aggregate target %v", target)
+	}
+	if c.scope != scopeCluster && (cmd.db == "admin" || cmd.db == "config" || cmd.db == "local") {
+		return nil, cmdErr(codeInvalidNamespace, "$changeStream may not be opened on the internal %s database", cmd.db)
+	}
+	elems, _ := spec.Elements()
+	nResume := 0
+	for _, e := range elems {
+		if !changeStreamOptions[e.Key()] {
+			return nil, cmdErr(40415, "BSON field '$changeStream.%s' is an unknown field.", e.Key())
+		}
+		switch e.Key() {
+		case "resumeAfter", "startAfter", "startAtOperationTime":
+			nResume++
+		}
+	}
+	if nResume > 1 {
+		return nil, cmdErr(40674, "Only one type of resume option is allowed, but multiple were found.")
+	}
+	if v, ok := spec.Lookup("fullDocument").StringValueOK(); ok {
+		switch v {
+		case "default", "updateLookup", "whenAvailable", "required":
+			c.fullDocument = v
+		default:
+			return nil, cmdErr(codeBadValue, "Enumeration value '%s' for field '$changeStream.fullDocument' is not a valid value.", v)
+		}
+	}
+	if v, ok := spec.Lookup("fullDocumentBeforeChange").StringValueOK(); ok {
+		switch v {
+		case "off", "whenAvailable", "required":
+			c.beforeChange = v
+		default:
+			return nil, cmdErr(codeBadValue, "Enumeration value '%s' for field '$changeStream.fullDocumentBeforeChange' is not a valid value.", v)
+		}
+	}
+	for _, st := range stages[1:] {
+		e := st.Index(0)
+		switch e.Key() {
+		case "$match":
+			f, ok := e.Value().DocumentOK()
+			if !ok {
+				return nil, cmdErr(15959, "the match filter must be an expression in an object")
+			}
+			m, err := compileFilter(f)
+			if err != nil {
+				return nil, cmdErr(codeBadValue, "%v", err)
+			}
+			c.stages = append(c.stages, streamStage{match: m})
+		case "$project":
+			p, ok := e.Value().DocumentOK()
+			if !ok {
+				return nil, cmdErr(15969, "$project specification must be an object")
+			}
+			c.stages = append(c.stages, streamStage{project: p})
+		case "$unset":
+			b := bsoncore.NewDocumentBuilder()
+			if s, ok := e.Value().StringValueOK(); ok {
+				b.AppendInt32(s, 0)
+			} else if arr, ok := e.Value().ArrayOK(); ok {
+				vals, _ := arr.Values()
+				for _, v := range vals {
+					b.AppendInt32(v.StringValue(), 0)
+				}
+			}
+			c.stages = append(c.stages, streamStage{project: bson.Raw(b.Build())})
+		default:
+			return nil, cmdErr(codeLocation40324, "mongowire change streams support only $match, $project and $unset after $changeStream, not %s", e.Key())
+		}
+	}
+	batchSize := 101
+	if cur, ok := cmd.body.Lookup("cursor").DocumentOK(); ok {
+		if v, err := cur.LookupErr("batchSize"); err == nil {
+			batchSize = int(num(v))
+		}
+	} else {
+		return nil, cmdErr(codeFailedToParse, "The 'cursor' option is required, except for aggregate with the explain argument")
+	}
+
+	d := s.data
+	d.mu.Lock()
+	opTime := d.clock
+	o := &d.oplog
+	switch {
+	case spec.Lookup("resumeAfter").Type != 0 || spec.Lookup("startAfter").Type != 0:
+		key := "resumeAfter"
+		if spec.Lookup("startAfter").Type != 0 {
+			key = "startAfter"
+		}
+		tdoc, ok := spec.Lookup(key).DocumentOK()
+		tok, ok2 := decodeToken(tdoc)
+		if !ok || !ok2 {
+			d.mu.Unlock()
+			return nil, cmdErr(codeInvalidResumeToken, "Bad resume token: _data of missing or of wrong type. Expected string, got %s", tdoc)
+		}
+		if tok.kind == tokInvalidate && key == "resumeAfter" {
+			d.mu.Unlock()
+			return nil, cmdErr(codeInvalidResumeToken, "Attempting to resume a change stream using 'resumeAfter' is not allowed from an invalidate notification.")
+		}
+		if tok.seq > o.lastSeq() {
+			d.mu.Unlock()
+			return nil, cmdErr(codeChangeStreamFatalError, "cannot resume stream; the resume token was not found. %s", tdoc)
+		}
+		if tsLess(tok.ts, o.lostBefore) || tok.seq+1 < o.firstSeq() {
+			d.mu.Unlock()
+			return nil, cmdErr(codeChangeStreamHistory, "Resume of change stream was not possible, as the resume point may no longer be in the oplog.")
+		}
+		c.pos, c.posTS = tok.seq, tok.ts
+		if tok.kind == tokEvent {
+			if e := o.get(tok.seq); e != nil {
+				if _, inv := c.relevant(e); inv {
+					c.pendingInvalidate = true
+				}
+			}
+		}
+	case spec.Lookup("startAtOperationTime").Type != 0:
+		t, i, ok := spec.Lookup("startAtOperationTime").TimestampOK()
+		if !ok {
+			d.mu.Unlock()
+			return nil, cmdErr(codeTypeMismatch, "BSON field '$changeStream.startAtOperationTime' is the wrong type, expected type 'timestamp'")
+		}
+		start := bson.Timestamp{T: t, I: i}
+		if tsLess(start, o.lostBefore) {
+			d.mu.Unlock()
+			return nil, cmdErr(codeChangeStreamHistory, "Resume of change stream was not possible, as the resume point may no longer be in the oplog.")
+		}
+		c.pos = o.lastSeq()
+		for j, e := range o.entries {
+			if !tsLess(e.ts, start) {
+				c.pos = o.entries[j].seq - 1
+				break
+			}
+		}
+		c.posTS, c.startTS = start, start
+	default:
+		// Start after everything so far; reserve a cluster time so that
+		// resuming from this operationTime excludes earlier writes.
+		c.pos = o.lastSeq()
+		c.posTS = d.tick()
+		c.startTS = c.posTS
+		opTime = c.posTS
+	}
+	d.mu.Unlock()
+
+	id := s.registerCursor(c)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d.mu.RLock()
+	out, n, err := s.appendStreamReply(dst, "firstBatch", id, c, batchSize, opTime)
+	d.mu.RUnlock()
+	_ = n
+	if err != nil {
+		s.dropCursor(id)
+		return nil, err
+	}
+	if c.closed {
+		s.dropCursor(id)
+	}
+	return out, nil
+}
+
+// streamGetMore serves a getMore on a change stream: it returns as soon as
+// events are available, or after maxWait with an empty batch and an advanced
+// post-batch resume token.
+func (s *Server) streamGetMore(cmd *command, dst []byte, id int64, c *streamCursor, batchSize int, maxWait time.Duration) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, cmdErr(codeCursorNotFound, "cursor id %d not found", id)
+	}
+	deadline := time.Now().Add(maxWait)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	d := s.data
+	for {
+		d.mu.RLock()
+		out, n, err := s.appendStreamReply(dst, "nextBatch", id, c, batchSize, d.clock)
+		notify := d.notify
+		d.mu.RUnlock()
+		if err != nil {
+			s.dropCursor(id)
+			return nil, err
+		}
+		if c.closed {
+			s.dropCursor(id)
+		}
+		wait := time.Until(deadline)
+		if n > 0 || c.closed || wait <= 0 {
+			return out, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-notify:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+			deadline = time.Now() // reply with what we have
+		case <-cmd.ctx.Done():
+			return nil, cmdErr(11600, "connection closed")
+		}
+	}
+}
+
+// appendStreamReply appends a cursor reply with the next batch of events.
+// The caller holds c.mu and data.mu (shared).
+func (s *Server) appendStreamReply(dst []byte, batchKey string, id int64, c *streamCursor, batchSize int, opTime bson.Timestamp) ([]byte, int, error) {
+	idx, dst := bsoncore.AppendDocumentStart(dst)
+	cidx, dst := bsoncore.AppendDocumentElementStart(dst, "cursor")
+	aidx, dst := bsoncore.AppendArrayElementStart(dst, batchKey)
+	dst, n, pbrt, err := s.scanEvents(dst, c, batchSize)
+	if err != nil {
+		return nil, 0, err
+	}
+	dst, _ = bsoncore.AppendArrayEnd(dst, aidx)
+	dst = appendToken(dst, "postBatchResumeToken", pbrt)
+	if c.closed {
+		id = 0
+	}
+	dst = bsoncore.AppendInt64Element(dst, "id", id)
+	dst = bsoncore.AppendStringElement(dst, "ns", c.ns)
+	dst, _ = bsoncore.AppendDocumentEnd(dst, cidx)
+	return s.appendOKAt(dst, idx, opTime), n, nil
+}
+
+// maxScan bounds the oplog entries examined per scan so one filtered stream
+// cannot hold the data lock for long.
+const maxScan = 1 << 18
+
+// scanEvents appends up to batchSize events (batchSize <= 0: no count limit)
+// after the cursor position as array elements and advances the cursor. It
+// returns the post-batch resume token.
+func (s *Server) scanEvents(dst []byte, c *streamCursor, batchSize int) ([]byte, int, resumeToken, error) {
+	o := &s.data.oplog
+	n := 0
+	budget := maxBatchBytes
+	full := func() bool { return batchSize > 0 && n >= batchSize }
+	emitInvalidate := func() {
+		e := o.get(c.pos)
+		tok := resumeToken{ts: c.posTS, seq: c.pos, kind: tokInvalidate}
+		var wall int64
+		if e != nil {
+			tok.ts, wall = e.ts, e.wall
+		}
+		eidx, d := bsoncore.AppendDocumentElementStart(dst, arrayKey(n))
+		d = appendToken(d, "_id", tok)
+		d = bsoncore.AppendStringElement(d, "operationType", "invalidate")
+		d = bsoncore.AppendTimestampElement(d, "clusterTime", tok.ts.T, tok.ts.I)
+		d = bsoncore.AppendDateTimeElement(d, "wallTime", wall)
+		dst, _ = bsoncore.AppendDocumentEnd(d, eidx)
+		n++
+		c.pendingInvalidate, c.closed = false, true
+		c.lastEvent = &tok
+	}
+	if c.pendingInvalidate {
+		if full() {
+			return dst, n, c.positionToken(), nil
+		}
+		emitInvalidate()
+		return dst, n, *c.lastEvent, nil
+	}
+	if c.closed {
+		return dst, n, c.positionToken(), nil
+	}
+	if c.pos+1 < o.firstSeq() {
+		return nil, 0, resumeToken{}, cmdErr(codeChangeStreamHistory, "Resume of change stream was not possible, as the resume point may no longer be in the oplog.")
+	}
+	scanned := 0
+	for seq := c.pos + 1; seq < o.next && !full() && scanned < maxScan; seq++ {
+		scanned++
+		e := o.get(seq)
+		match, invalidates := c.relevant(e)
+		if !match || tsLess(e.ts, c.startTS) {
+			c.pos, c.posTS, c.lastEvent = seq, e.ts, nil
+			continue
+		}
+		ev, err := s.eventFor(c, e)
+		if err != nil {
+			return nil, 0, resumeToken{}, err
+		}
+		if ev != nil {
+			if n > 0 && len(ev)+len(arrayKey(n))+2 > budget {
+				break // batch full by size; resume here next time
+			}
+			budget -= len(ev) + len(arrayKey(n)) + 2
+			dst = bsoncore.AppendDocumentElement(dst, arrayKey(n), ev)
+			n++
+			tok := resumeToken{ts: e.ts, seq: seq, kind: tokEvent}
+			c.lastEvent = &tok
+		} else {
+			c.lastEvent = nil
+		}
+		c.pos, c.posTS = seq, e.ts
+		if invalidates {
+			c.pendingInvalidate = true
+			if !full() {
+				emitInvalidate()
+			}
+			break
+		}
+	}
+	return dst, n, c.positionToken(), nil
+}
+
+// positionToken is the resume token for the cursor's current position.
+func (c *streamCursor) positionToken() resumeToken {
+	if c.lastEvent != nil {
+		return *c.lastEvent
+	}
+	return resumeToken{ts: c.posTS, seq: c.pos, kind: tokHighWater}
+}
+
+// eventFor builds the event for entry e as stream c sees it, after the
+// stream's pipeline; nil when a $match filters it out.
+func (s *Server) eventFor(c *streamCursor, e *oplogEntry) (bson.Raw, error) {
+	var ev bson.Raw
+	if c.defaultShape() {
+		if p := e.event.Load(); p != nil {
+			ev = *p
+		} else {
+			b, _ := s.buildEvent(nil, c, e)
+			raw := []byte(b)
+			e.event.Store(&raw)
+			ev = b
+		}
+	} else {
+		b, err := s.buildEvent(nil, c, e)
+		if err != nil {
+			return nil, err
+		}
+		ev = b
+	}
+	if len(c.stages) == 0 {
+		return ev, nil
+	}
+	id := ev.Lookup("_id")
+	for _, st := range c.stages {
+		if st.match != nil {
+			if !st.match.Match(ev) {
+				return nil, nil
+			}
+			continue
+		}
+		p, err := project(ev, st.project)
+		if err != nil {
+			return nil, cmdErr(codeBadValue, "%v", err)
+		}
+		ev = p
+	}
+	if nid := ev.Lookup("_id"); nid.Type != id.Type || !bytes.Equal(nid.Value, id.Value) {
+		return nil, cmdErr(codeChangeStreamFatalError, "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.")
+	}
+	return ev, nil
+}
+
+// buildEvent encodes the change event for e with c's options.
+func (s *Server) buildEvent(dst []byte, c *streamCursor, e *oplogEntry) (bson.Raw, error) {
+	idx, dst := bsoncore.AppendDocumentStart(dst)
+	dst = appendToken(dst, "_id", resumeToken{ts: e.ts, seq: e.seq, kind: tokEvent})
+	dst = bsoncore.AppendStringElement(dst, "operationType", e.op.String())
+	dst = bsoncore.AppendTimestampElement(dst, "clusterTime", e.ts.T, e.ts.I)
+	dst = bsoncore.AppendDateTimeElement(dst, "wallTime", e.wall)
+	switch e.op {
+	case opInsert, opReplace:
+		dst = bsoncore.AppendDocumentElement(dst, "fullDocument", e.post)
+	case opUpdate:
+		switch c.fullDocument {
+		case "updateLookup":
+			var cur bson.Raw
+			if coll := s.data.coll(e.db, e.coll); coll != nil {
+				if k, _, ok := idKey(e.docKey); ok {
+					if de := coll.byID[k]; de != nil {
+						cur = de.doc
+					}
+				}
+			}
+			if cur != nil {
+				dst = bsoncore.AppendDocumentElement(dst, "fullDocument", cur)
+			} else {
+				dst = bsoncore.AppendNullElement(dst, "fullDocument")
+			}
+		case "whenAvailable", "required":
+			switch {
+			case e.prePost:
+				dst = bsoncore.AppendDocumentElement(dst, "fullDocument", e.post)
+			case c.fullDocument == "required":
+				return nil, cmdErr(codeNoMatchingDocument, "Change stream was configured to require a post-image for all update, delete and replace events, but the post-image was not available for event: %s", e.docKey)
+			default:
+				dst = bsoncore.AppendNullElement(dst, "fullDocument")
+			}
+		}
+	}
+	nidx, dst := bsoncore.AppendDocumentElementStart(dst, "ns")
+	dst = bsoncore.AppendStringElement(dst, "db", e.db)
+	if e.op != opDropDatabase {
+		dst = bsoncore.AppendStringElement(dst, "coll", e.coll)
+	}
+	dst, _ = bsoncore.AppendDocumentEnd(dst, nidx)
+	switch e.op {
+	case opInsert, opUpdate, opReplace, opDelete:
+		dst = bsoncore.AppendDocumentElement(dst, "documentKey", e.docKey)
+	case opRename:
+		tidx, d := bsoncore.AppendDocumentElementStart(dst, "to")
+		d = bsoncore.AppendStringElement(d, "db", e.toDB)
+		d = bsoncore.AppendStringElement(d, "coll", e.toColl)
+		dst, _ = bsoncore.AppendDocumentEnd(d, tidx)
+	}
+	if e.op == opUpdate {
+		dst = bsoncore.AppendDocumentElement(dst, "updateDescription", e.upd)
+	}
+	if c.beforeChange != "off" && (e.op == opUpdate || e.op == opReplace || e.op == opDelete) {
+		switch {
+		case e.prePost:
+			dst = bsoncore.AppendDocumentElement(dst, "fullDocumentBeforeChange", e.pre)
+		case c.beforeChange == "required":
+			return nil, cmdErr(codeNoMatchingDocument, "Change stream was configured to require a pre-image for all update, delete and replace events, but the pre-image was not available for event: %s", e.docKey)
+		default:
+			dst = bsoncore.AppendNullElement(dst, "fullDocumentBeforeChange")
+		}
+	}
+	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
+	return bson.Raw(dst), nil
+}

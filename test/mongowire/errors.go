@@ -1,0 +1,100 @@
+package mongowire
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Server error codes used by mongowire (src/mongo/base/error_codes.yml).
+const (
+	codeInternalError          = 1
+	codeBadValue               = 2
+	codeFailedToParse          = 9
+	codeTypeMismatch           = 14
+	codeIllegalOperation       = 20
+	codeNamespaceNotFound      = 26
+	codeCursorNotFound         = 43
+	codeNoMatchingDocument     = 47
+	codeNamespaceExists        = 48
+	codeCommandNotFound        = 59
+	codeImmutableField         = 66
+	codeInvalidOptions         = 72
+	codeInvalidNamespace       = 73
+	codeIndexOptionsConflict   = 85
+	codeIndexKeySpecsConflict  = 86
+	codeIndexNotFound          = 27
+	codeInvalidResumeToken     = 260
+	codeChangeStreamFatalError = 280
+	codeChangeStreamHistory    = 286
+	codeUnsupportedOpQuery     = 352
+	codeLocation40324          = 40324 // unrecognized pipeline stage
+	codeDuplicateKey           = 11000
+)
+
+var codeNames = map[int32]string{
+	codeInternalError:          "InternalError",
+	codeBadValue:               "BadValue",
+	codeFailedToParse:          "FailedToParse",
+	codeTypeMismatch:           "TypeMismatch",
+	codeIllegalOperation:       "IllegalOperation",
+	codeNamespaceNotFound:      "NamespaceNotFound",
+	codeIndexNotFound:          "IndexNotFound",
+	codeCursorNotFound:         "CursorNotFound",
+	codeNoMatchingDocument:     "NoMatchingDocument",
+	codeNamespaceExists:        "NamespaceExists",
+	codeCommandNotFound:        "CommandNotFound",
+	codeImmutableField:         "ImmutableField",
+	codeInvalidOptions:         "InvalidOptions",
+	codeInvalidNamespace:       "InvalidNamespace",
+	codeIndexOptionsConflict:   "IndexOptionsConflict",
+	codeIndexKeySpecsConflict:  "IndexKeySpecsConflict",
+	codeInvalidResumeToken:     "InvalidResumeToken",
+	codeChangeStreamFatalError: "ChangeStreamFatalError",
+	codeChangeStreamHistory:    "ChangeStreamHistoryLost",
+	codeUnsupportedOpQuery:     "UnsupportedOpQueryCommand",
+	codeDuplicateKey:           "DuplicateKey",
+	// Codes a fail point may inject, for realistic codeName values.
+	6:     "HostUnreachable",
+	7:     "HostNotFound",
+	50:    "MaxTimeMSExpired",
+	89:    "NetworkTimeout",
+	91:    "ShutdownInProgress",
+	112:   "WriteConflict",
+	189:   "PrimarySteppedDown",
+	234:   "RetryChangeStream",
+	262:   "ExceededTimeLimit",
+	9001:  "SocketException",
+	10107: "NotWritablePrimary",
+	11600: "InterruptedAtShutdown",
+	11602: "InterruptedDueToReplStateChange",
+	13435: "NotPrimaryNoSecondaryOk",
+	13436: "NotPrimaryOrSecondary",
+	63:    "StaleShardVersion",
+	133:   "FailedToSatisfyReadPreference",
+	150:   "StaleEpoch",
+	13388: "StaleConfig",
+}
+
+func codeName(code int32) string {
+	if n, ok := codeNames[code]; ok {
+		return n
+	}
+	return "Location" + strconv.Itoa(int(code))
+}
+
+// CommandError is a command failure as the server reports it:
+// {ok: 0, errmsg, code, codeName, errorLabels}.
+type CommandError struct {
+	Code    int32
+	Message string
+	Labels  []string
+}
+
+// Error implements error.
+func (e *CommandError) Error() string {
+	return fmt.Sprintf("(%s) %s", codeName(e.Code), e.Message)
+}
+
+func cmdErr(code int32, format string, args ...any) *CommandError {
+	return &CommandError{Code: code, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,612 @@
+// Package mongowire is an in-process MongoDB server for tests: it speaks the
+// MongoDB wire protocol over TCP and behaves, for the real Go driver, like a
+// one-node replica set (CRUD, indexes, sessions and retryable writes, change
+// streams with resume tokens, bounded history, and failCommand-style fault
+// injection). Data lives in memory.
+//
+// A Server is safe for concurrent use. Start one per test:
+//
+//	srv, err := mongowire.Start(mongowire.Options{})
+//	defer srv.Close()
+//	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
+package mongowire
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
+)
+
+// Options configures a Server. The zero value is usable.
+type Options struct {
+	// Addr is the TCP address to listen on; default "127.0.0.1:0" (a free port).
+	Addr string
+	// ReplicaSetName is the set name reported by hello; default "rs0".
+	ReplicaSetName string
+	// OplogMaxEntries bounds the change history by count; 0 means unbounded.
+	OplogMaxEntries int
+	// OplogMaxAge bounds the change history by age; 0 means unbounded.
+	OplogMaxAge time.Duration
+	// CommandLogLimit bounds the command log (oldest records are dropped);
+	// default 100000, negative disables the log.
+	CommandLogLimit int
+	// Logger receives connection and protocol diagnostics; default discards.
+	Logger *slog.Logger
+}
+
+// Server is a running (or stopped) mongowire server. Its data and history
+// survive Stop/Restart and are lost on Close.
+type Server struct {
+	opts   Options
+	logger *slog.Logger
+	data   *store
+
+	mu      sync.Mutex // guards the fields below
+	ln      net.Listener
+	addr    string
+	conns   map[*conn]struct{}
+	gate    chan struct{} // closed while not paused
+	running bool
+	closed  bool
+	wg      sync.WaitGroup
+
+	connSeq atomic.Int32
+	reqSeq  atomic.Int32
+
+	curMu   sync.Mutex
+	cursors map[int64]cursor
+
+	fpMu       sync.Mutex
+	failPoints []*failPoint
+
+	logMu  sync.Mutex
+	cmdLog []CommandRecord
+
+	retryMu    sync.Mutex
+	retryCache map[retryKey][]byte
+	retryOrder []retryKey
+}
+
+// Start listens on opts.Addr (default a free loopback port) and serves until
+// Close. The caller must Close the returned Server.
+func Start(opts Options) (*Server, error) {
+	if opts.Addr == "" {
+		opts.Addr = "127.0.0.1:0"
+	}
+	if opts.ReplicaSetName == "" {
+		opts.ReplicaSetName = "rs0"
+	}
+	if opts.CommandLogLimit == 0 {
+		opts.CommandLogLimit = 100000
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	gate := make(chan struct{})
+	close(gate)
+	s := &Server{
+		opts:       opts,
+		logger:     logger,
+		data:       newStore(opts.OplogMaxEntries, opts.OplogMaxAge),
+		conns:      map[*conn]struct{}{},
+		gate:       gate,
+		cursors:    map[int64]cursor{},
+		retryCache: map[retryKey][]byte{},
+	}
+	if err := s.listen(opts.Addr); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("mongowire: listen %s: %w", addr, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ln = ln
+	s.addr = ln.Addr().String()
+	s.running = true
+	s.wg.Add(1)
+	go s.acceptLoop(ln)
+	s.logger.Info("mongowire listening", "addr", s.addr)
+	return nil
+}
+
+// Addr returns the host:port the server listens (or last listened) on.
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// URI returns a connection string for the replica set, e.g.
+// "mongodb://127.0.0.1:PORT/?replicaSet=rs0".
+func (s *Server) URI() string {
+	return "mongodb://" + s.Addr() + "/?replicaSet=" + s.opts.ReplicaSetName
+}
+
+// Stop simulates a server shutdown: it closes the listener and every
+// connection and forgets all cursors, keeping data and change history.
+// Restart serves again on the same address. Stop on a stopped server is a no-op.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	if !s.running {
+		s.mu.Unlock()
+		return nil
+	}
+	s.running = false
+	err := s.ln.Close()
+	for c := range s.conns {
+		c.close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.curMu.Lock()
+	s.cursors = map[int64]cursor{}
+	s.curMu.Unlock()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Restart listens again on the address of the previous listener, with the
+// same data and change history, after Stop. It fails if the port was taken
+// meanwhile or the server is closed; on a running server it is a no-op.
+func (s *Server) Restart() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("mongowire: restart after close")
+	}
+	if s.running {
+		s.mu.Unlock()
+		return nil
+	}
+	addr := s.addr
+	s.mu.Unlock()
+	return s.listen(addr)
+}
+
+// Pause makes the server stop answering without closing anything: requests
+// on open connections and new connections are held (unread replies, as a hung
+// or partitioned server) until Resume. Stop and Close still work while paused.
+func (s *Server) Pause() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.gate:
+		s.gate = make(chan struct{})
+	default:
+	}
+}
+
+// Resume ends a Pause; held requests are then served in order.
+func (s *Server) Resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.gate:
+	default:
+		close(s.gate)
+	}
+}
+
+// Close stops the server for good and releases its memory. It is safe to
+// call more than once.
+func (s *Server) Close() error {
+	s.Resume()
+	err := s.Stop()
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	return err
+}
+
+func (s *Server) currentGate() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gate
+}
+
+func (s *Server) acceptLoop(ln net.Listener) {
+	defer s.wg.Done()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.logger.Warn("mongowire accept", "err", err)
+			}
+			return
+		}
+		c := &conn{
+			srv:  s,
+			nc:   nc,
+			id:   s.connSeq.Add(1),
+			done: make(chan struct{}),
+		}
+		c.ctx, c.cancel = context.WithCancel(context.Background())
+		s.mu.Lock()
+		if !s.running {
+			s.mu.Unlock()
+			_ = nc.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// conn is one client connection. Requests are served one at a time.
+type conn struct {
+	srv     *Server
+	nc      net.Conn
+	id      int32
+	appName string
+	w       msgWriter
+
+	closeOnce sync.Once
+	done      chan struct{}
+	ctx       context.Context // cancelled by close
+	cancel    context.CancelFunc
+}
+
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		c.cancel()
+		close(c.done)
+		_ = c.nc.Close()
+	})
+}
+
+func (c *conn) serve() {
+	defer c.close()
+	br := bufio.NewReaderSize(c.nc, 64*1024)
+	bw := bufio.NewWriterSize(c.nc, 64*1024)
+	log := c.srv.logger.With("conn", c.id)
+	for {
+		m, err := readMessage(br)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				log.Debug("mongowire read", "err", err)
+			}
+			return
+		}
+		select {
+		case <-c.srv.currentGate():
+		case <-c.done:
+			return
+		}
+		out, keep := c.handle(m)
+		if !keep {
+			return
+		}
+		if out == nil {
+			continue
+		}
+		if _, err := bw.Write(out); err != nil {
+			return
+		}
+		if err := bw.Flush(); err != nil {
+			return
+		}
+		if cap(c.w.buf) > 4*maxBSONSize {
+			c.w.buf = nil // don't pin a huge batch buffer
+		}
+	}
+}
+
+// command is one decoded command.
+type command struct {
+	name string
+	db   string
+	body bson.Raw
+	seqs []docSequence
+	conn *conn
+	ctx  context.Context // cancelled when the connection closes
+}
+
+// docs returns the documents of a kind-1 sequence or, failing that, of the
+// same-named array field of the body.
+func (cmd *command) docs(field string) ([]bson.Raw, error) {
+	for _, s := range cmd.seqs {
+		if s.id == field {
+			return s.docs, nil
+		}
+	}
+	v, err := cmd.body.LookupErr(field)
+	if err != nil {
+		return nil, nil
+	}
+	arr, ok := v.ArrayOK()
+	if !ok {
+		return nil, cmdErr(codeTypeMismatch, "BSON field '%s.%s' is the wrong type '%s', expected type 'array'", cmd.name, field, v.Type)
+	}
+	vals, err := arr.Values()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bson.Raw, 0, len(vals))
+	for _, v := range vals {
+		d, ok := v.DocumentOK()
+		if !ok {
+			return nil, cmdErr(codeTypeMismatch, "BSON field '%s.%s' items must be objects", cmd.name, field)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// handle serves one message and returns the reply frame (nil for none) and
+// whether to keep the connection open.
+func (c *conn) handle(m *message) ([]byte, bool) {
+	s := c.srv
+	isLegacy := m.opCode == opQuery
+	cmd := &command{body: m.body, seqs: m.seqs, conn: c}
+	if first, err := m.body.IndexErr(0); err == nil {
+		cmd.name = first.Key()
+	}
+	if isLegacy {
+		cmd.db, _, _ = cutDot(m.fullCollectionName)
+	} else {
+		cmd.db, _ = m.body.Lookup("$db").StringValueOK()
+	}
+	cmd.ctx = c.ctx
+	s.record(cmd)
+
+	if isLegacy {
+		c.w.startReply(m.requestID)
+	} else {
+		c.w.startMsg(m.requestID)
+	}
+	start := len(c.w.buf)
+
+	var (
+		out []byte
+		err error
+	)
+	fp := s.matchFailPoint(cmd.name, c.appName)
+	if fp != nil && fp.BlockFor > 0 {
+		t := time.NewTimer(fp.BlockFor)
+		select {
+		case <-t.C:
+		case <-c.done:
+			t.Stop()
+			return nil, false
+		}
+	}
+	switch {
+	case fp != nil && fp.CloseConnection:
+		return nil, false
+	case fp != nil && fp.ErrorCode != 0:
+		err = &CommandError{Code: fp.ErrorCode, Message: "Failing command via 'failCommand' failpoint", Labels: fp.ErrorLabels}
+	case isLegacy && !isHello(cmd.name):
+		err = cmdErr(codeUnsupportedOpQuery, "Unsupported OP_QUERY command: %s. The client driver may require an upgrade.", cmd.name)
+	case cmd.db == "" && !isLegacy:
+		err = cmdErr(codeFailedToParse, "OP_MSG requests require a $db argument")
+	default:
+		out, err = s.dispatch(cmd, c.w.buf)
+	}
+	if err != nil {
+		out = s.appendError(c.w.buf[:start], err)
+	}
+	c.w.buf = out
+	if fp != nil && fp.DropReply {
+		return nil, false
+	}
+	if m.flags&flagMoreToCome != 0 {
+		return nil, true
+	}
+	return c.w.finish(s.reqSeq.Add(1)), true
+}
+
+func isHello(name string) bool {
+	return name == "hello" || name == "isMaster" || name == "ismaster"
+}
+
+func cutDot(ns string) (string, string, bool) {
+	for i := 0; i < len(ns); i++ {
+		if ns[i] == '.' {
+			return ns[:i], ns[i+1:], true
+		}
+	}
+	return ns, "", false
+}
+
+// appendOK ends a reply document begun at idx with ok:1, $clusterTime and
+// operationTime.
+func (s *Server) appendOK(dst []byte, idx int32) []byte {
+	dst = bsoncore.AppendDoubleElement(dst, "ok", 1)
+	dst = s.appendTimes(dst, s.data.clusterTime())
+	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
+	return dst
+}
+
+// appendOKAt is appendOK with an explicit operationTime (a write's own time).
+func (s *Server) appendOKAt(dst []byte, idx int32, opTime bson.Timestamp) []byte {
+	dst = bsoncore.AppendDoubleElement(dst, "ok", 1)
+	dst = s.appendTimes(dst, opTime)
+	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
+	return dst
+}
+
+func (s *Server) appendTimes(dst []byte, opTime bson.Timestamp) []byte {
+	ct := s.data.clusterTime()
+	if tsLess(ct, opTime) {
+		ct = opTime
+	}
+	idx, dst := bsoncore.AppendDocumentElementStart(dst, "$clusterTime")
+	dst = bsoncore.AppendTimestampElement(dst, "clusterTime", ct.T, ct.I)
+	sidx, dst := bsoncore.AppendDocumentElementStart(dst, "signature")
+	dst = bsoncore.AppendBinaryElement(dst, "hash", 0, make([]byte, 20))
+	dst = bsoncore.AppendInt64Element(dst, "keyId", 0)
+	dst, _ = bsoncore.AppendDocumentEnd(dst, sidx)
+	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
+	return bsoncore.AppendTimestampElement(dst, "operationTime", opTime.T, opTime.I)
+}
+
+func (s *Server) appendError(dst []byte, err error) []byte {
+	var ce *CommandError
+	if !errors.As(err, &ce) {
+		ce = &CommandError{Code: codeInternalError, Message: err.Error()}
+	}
+	idx, dst := bsoncore.AppendDocumentStart(dst)
+	dst = bsoncore.AppendDoubleElement(dst, "ok", 0)
+	dst = bsoncore.AppendStringElement(dst, "errmsg", ce.Message)
+	dst = bsoncore.AppendInt32Element(dst, "code", ce.Code)
+	dst = bsoncore.AppendStringElement(dst, "codeName", codeName(ce.Code))
+	if len(ce.Labels) > 0 {
+		aidx, d := bsoncore.AppendArrayElementStart(dst, "errorLabels")
+		dst = d
+		for i, l := range ce.Labels {
+			dst = bsoncore.AppendStringElement(dst, arrayKey(i), l)
+		}
+		dst, _ = bsoncore.AppendArrayEnd(dst, aidx)
+	}
+	dst = s.appendTimes(dst, s.data.clusterTime())
+	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
+	return dst
+}
+
+var smallKeys = func() [1024]string {
+	var k [1024]string
+	for i := range k {
+		k[i] = fmt.Sprint(i)
+	}
+	return k
+}()
+
+// arrayKey returns the BSON array key for index i.
+func arrayKey(i int) string {
+	if i < len(smallKeys) {
+		return smallKeys[i]
+	}
+	return fmt.Sprint(i)
+}
+
+// CommandRecord is one command as the server received it.
+type CommandRecord struct {
+	// Name is the command name (the body's first key), e.g. "aggregate".
+	Name string
+	// DB is the target database ($db).
+	DB string
+	// Body is the command document, with any OP_MSG document sequences
+	// (documents, updates, deletes) merged in as arrays.
+	Body bson.Raw
+	// ConnectionID identifies the client connection (hello's connectionId).
+	ConnectionID int32
+	// Time is when the server received the command.
+	Time time.Time
+}
+
+func (s *Server) record(cmd *command) {
+	if s.opts.CommandLogLimit < 0 {
+		return
+	}
+	body := cmd.body
+	if len(cmd.seqs) > 0 {
+		b := append([]byte(nil), body[:len(body)-1]...)
+		for _, seq := range cmd.seqs {
+			idx, d := bsoncore.AppendArrayElementStart(b, seq.id)
+			b = d
+			for i, doc := range seq.docs {
+				b = bsoncore.AppendDocumentElement(b, arrayKey(i), doc)
+			}
+			b, _ = bsoncore.AppendArrayEnd(b, idx)
+		}
+		b = append(b, 0)
+		b[0], b[1], b[2], b[3] = byte(len(b)), byte(len(b)>>8), byte(len(b)>>16), byte(len(b)>>24)
+		body = b
+	}
+	rec := CommandRecord{Name: cmd.name, DB: cmd.db, Body: body, ConnectionID: cmd.conn.id, Time: time.Now()}
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	if len(s.cmdLog) >= s.opts.CommandLogLimit {
+		n := copy(s.cmdLog, s.cmdLog[len(s.cmdLog)/2:])
+		s.cmdLog = s.cmdLog[:n]
+	}
+	s.cmdLog = append(s.cmdLog, rec)
+}
+
+// Commands returns a copy of the command log, oldest first. Bodies must not
+// be modified.
+func (s *Server) Commands() []CommandRecord {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	return append([]CommandRecord(nil), s.cmdLog...)
+}
+
+// CommandsNamed returns the logged commands with the given name, oldest first.
+func (s *Server) CommandsNamed(name string) []CommandRecord {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	var out []CommandRecord
+	for _, r := range s.cmdLog {
+		if r.Name == name {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ResetCommands empties the command log.
+func (s *Server) ResetCommands() {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	s.cmdLog = nil
+}
+
+// ClusterTime returns the latest cluster time the server has handed out
+// (the operationTime of the most recent write).
+func (s *Server) ClusterTime() bson.Timestamp {
+	return s.data.clusterTime()
+}
+
+// TruncateHistory discards change history recorded before the cluster time
+// before. Afterwards, opening or resuming a change stream from a token or
+// operation time earlier than before fails with code 286
+// (ChangeStreamHistoryLost).
+func (s *Server) TruncateHistory(before bson.Timestamp) {
+	s.data.mu.Lock()
+	defer s.data.mu.Unlock()
+	o := &s.data.oplog
+	n := 0
+	for n < len(o.entries) && tsLess(o.entries[n].ts, before) {
+		n++
+	}
+	s.data.dropEntries(n)
+	if tsLess(o.lostBefore, before) {
+		o.lostBefore = before
+	}
+}
+
+// DiscardHistory discards all change history recorded so far: every resume
+// token and operation time handed out before the call fails with code 286.
+func (s *Server) DiscardHistory() {
+	s.data.mu.Lock()
+	ts := s.data.tick()
+	s.data.mu.Unlock()
+	s.TruncateHistory(ts)
+}
