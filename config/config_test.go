@@ -1,11 +1,19 @@
 package config
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // envOf returns a lookupEnv function backed by m.
@@ -142,5 +150,234 @@ sinks = ["hook"]
 	}
 	if got := cfg.Sources[0].Level(); got != "cluster" {
 		t.Errorf("Level() = %q, want cluster", got)
+	}
+}
+
+func TestExpansionAndSecrets(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cr3t-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pw.txt"), []byte("pa55\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"MONGO_HOST": "db.internal",
+		"MONGO_PW":   "mongopw",
+		"EMPTY":      "",
+		"HOOK_KEY":   "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+	}
+	cfgFile := filepath.Join(dir, "config.toml")
+	cfg, err := Parse(cfgFile, src(`
+[mongo]
+uri = "mongodb://app:${MONGO_PW}@${MONGO_HOST}:${MONGO_PORT:-27017}/?replicaSet=rs0"
+state_database = "${STATE_DB:-cg}"
+[server]
+admin_token = "file:`+tokenFile+`"
+listen = "${EMPTY:-127.0.0.1:9000}"
+
+[[sinks]]
+name = "a"
+type = "webhook"
+url = "https://example.com/$${literal}"
+secrets = ["${HOOK_KEY}", "file:pw.txt"]
+headers = { "x-api-key" = "${MONGO_PW}", "X-Team" = "billing" }
+basic_auth = { username = "u", password = "file:pw.txt" }
+`), envOf(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct{ name, got, want string }{
+		{"mongo.uri", cfg.Mongo.URI.Value(), "mongodb://app:mongopw@db.internal:27017/?replicaSet=rs0"},
+		{"mongo.state_database", cfg.Mongo.StateDatabase, "cg"},
+		{"server.admin_token", cfg.Server.AdminToken.Value(), "s3cr3t-token"},
+		{"server.listen", cfg.Server.Listen, "127.0.0.1:9000"},
+		{"url", cfg.Sinks[0].Webhook.URL, "https://example.com/${literal}"},
+		{"secrets[0]", cfg.Sinks[0].Webhook.Secrets[0].Value(), env["HOOK_KEY"]},
+		{"secrets[1]", cfg.Sinks[0].Webhook.Secrets[1].Value(), "pa55"},
+		{"headers[0].name", cfg.Sinks[0].Webhook.Headers[0].Name, "X-Api-Key"},
+		{"headers[0].value", cfg.Sinks[0].Webhook.Headers[0].Value.Value(), "mongopw"},
+		{"headers[1].name", cfg.Sinks[0].Webhook.Headers[1].Name, "X-Team"},
+		{"basic_auth.password", cfg.Sinks[0].Webhook.BasicAuth.Password.Value(), "pa55"},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %q, want %q", c.name, c.got, c.want)
+		}
+	}
+
+	// No secret shows up when the configuration is printed or logged.
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "%v %+v %#v %s %q %x\n", cfg, *cfg, cfg.Sinks[0].Webhook, cfg.Mongo.URI, cfg.Mongo.URI, cfg.Mongo.URI)
+	js, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Write(js)
+	slog.New(slog.NewJSONHandler(&out, nil)).Info("config", "uri", cfg.Mongo.URI, "sink", cfg.Sinks[0].Webhook)
+	slog.New(slog.NewTextHandler(&out, nil)).Info("config", "token", cfg.Server.AdminToken)
+	for _, secret := range []string{"mongopw", "s3cr3t-token", "pa55", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"} {
+		if strings.Contains(out.String(), secret) {
+			t.Errorf("secret %q printed:\n%s", secret, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "[redacted]") {
+		t.Errorf("no [redacted] in output:\n%s", out.String())
+	}
+	if got := fmt.Sprint(Secret("")); got != "" {
+		t.Errorf("empty secret prints %q", got)
+	}
+}
+
+func TestFilterAndPipeline(t *testing.T) {
+	cfg, err := Parse("config.toml", src(`
+[mongo]
+uri = "mongodb://localhost"
+[[sources]]
+name = "shop"
+database = "shop"
+start_at = 2026-11-22T10:00:00+01:00
+pipeline = '''
+[
+  {"$match": {"ns.coll": {"$ne": "tmp"}}},
+  {"$set": {"at": {"$date": "2026-01-01T00:00:00Z"}, "n": {"$numberLong": "7"}}}
+]
+'''
+[[sources]]
+name = "cluster"
+start_at = "2026-11-22T10:00:00.5Z"
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+[[rules]]
+name = "r"
+source = "shop"
+operations = ["update", "insert"]
+namespaces = ["shop.orders", "shop.*"]
+filter = { "fullDocument.z" = "paid", "fullDocument.a" = { "$gte" = 100, "$lt" = 1.5e3 }, "$or" = [ { "b" = true }, { "c" = { "$in" = [1, "x"] } } ], "d" = 2026-01-02T03:04:05Z, "e" = 2026-01-02 }
+sinks = ["hook"]
+[[rules]]
+name = "s"
+source = "shop"
+sinks = ["hook"]
+  [rules.filter]
+  z = 1
+  a = 2
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Rules[0]
+	want := bson.D{
+		{Key: "fullDocument.z", Value: "paid"},
+		{Key: "fullDocument.a", Value: bson.D{{Key: "$gte", Value: int64(100)}, {Key: "$lt", Value: 1500.0}}},
+		{Key: "$or", Value: bson.A{bson.D{{Key: "b", Value: true}}, bson.D{{Key: "c", Value: bson.D{{Key: "$in", Value: bson.A{int64(1), "x"}}}}}}},
+		{Key: "d", Value: bson.NewDateTimeFromTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))},
+		{Key: "e", Value: bson.NewDateTimeFromTime(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC))},
+	}
+	if !reflect.DeepEqual(r.Filter, want) {
+		t.Errorf("filter =\n%#v\nwant\n%#v", r.Filter, want)
+	}
+	if want := (bson.D{{Key: "z", Value: int64(1)}, {Key: "a", Value: int64(2)}}); !reflect.DeepEqual(cfg.Rules[1].Filter, want) {
+		t.Errorf("[rules.filter] = %#v, want %#v", cfg.Rules[1].Filter, want)
+	}
+	if !reflect.DeepEqual(r.Operations, []string{"update", "insert"}) {
+		t.Errorf("operations = %v", r.Operations)
+	}
+	if want := []Namespace{{Database: "shop", Collection: "orders"}, {Database: "shop"}}; !reflect.DeepEqual(r.Namespaces, want) {
+		t.Errorf("namespaces = %v", r.Namespaces)
+	}
+	if !r.Namespaces[1].Match("shop", "anything") || !r.Namespaces[1].Match("shop", "") || r.Namespaces[0].Match("shop", "other") || r.Namespaces[0].Match("x", "orders") {
+		t.Errorf("Namespace.Match is wrong")
+	}
+	if got := r.Namespaces[1].String(); got != "shop.*" {
+		t.Errorf("Namespace.String() = %q", got)
+	}
+
+	s := cfg.Sources[0]
+	if !s.StartAt.Equal(time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)) {
+		t.Errorf("start_at = %v", s.StartAt)
+	}
+	if !cfg.Sources[1].StartAt.Equal(time.Date(2026, 11, 22, 10, 0, 0, 5e8, time.UTC)) {
+		t.Errorf("start_at string = %v", cfg.Sources[1].StartAt)
+	}
+	wantPipeline := []bson.D{
+		{{Key: "$match", Value: bson.D{{Key: "ns.coll", Value: bson.D{{Key: "$ne", Value: "tmp"}}}}}},
+		{{Key: "$set", Value: bson.D{
+			{Key: "at", Value: bson.NewDateTimeFromTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))},
+			{Key: "n", Value: int64(7)},
+		}}},
+	}
+	if !reflect.DeepEqual(s.Pipeline, wantPipeline) {
+		t.Errorf("pipeline =\n%#v\nwant\n%#v", s.Pipeline, wantPipeline)
+	}
+	if s.Level() != "database" || cfg.Sources[1].Level() != "cluster" {
+		t.Errorf("levels: %s %s", s.Level(), cfg.Sources[1].Level())
+	}
+	if got := cfg.RulesFor("shop"); len(got) != 2 {
+		t.Errorf("RulesFor(shop) = %d rules", len(got))
+	}
+}
+
+func TestLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "changegate.toml")
+	if err := os.WriteFile(path, []byte("[mongo]\nuri = \"mongodb://localhost\"\nfoo = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("Load error %v is not an *Error", err)
+	}
+	want := Error{Key: "mongo.foo", Msg: "unknown key", File: path, Line: 3}
+	if *e != want {
+		t.Errorf("got %#v, want %#v", *e, want)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.toml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load of a missing file: %v", err)
+	}
+}
+
+func TestErrorsAreJoined(t *testing.T) {
+	_, err := Parse("c.toml", src(`
+[mongo]
+uri = 1
+bogus = true
+`), nil)
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("%T does not unwrap to []error", err)
+	}
+	var got []Error
+	for _, e := range joined.Unwrap() {
+		got = append(got, *e.(*Error))
+	}
+	want := []Error{
+		{Key: "mongo.uri", Msg: "expected a string, got integer", File: "c.toml", Line: 2},
+		{Key: "mongo.bogus", Msg: "unknown key", File: "c.toml", Line: 3},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %#v, want %#v", got, want)
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	tests := []struct {
+		in         string
+		candidates []string
+		want       string
+	}{
+		{"colection", []string{"collection", "database"}, "collection"},
+		{"audit-q", []string{"audit", "billing"}, "audit"},
+		{"URL", []string{"url"}, "url"},
+		{"xyz", []string{"url", "name"}, ""},
+		{"timeoutt", []string{"timeout", "batch_wait"}, "timeout"},
+	}
+	for _, tt := range tests {
+		if got := suggest(tt.in, tt.candidates); got != tt.want {
+			t.Errorf("suggest(%q, %q) = %q, want %q", tt.in, tt.candidates, got, tt.want)
+		}
 	}
 }

@@ -1,0 +1,400 @@
+package config
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+)
+
+// testBusType is a second sink type, standing in for the AWS sinks of a
+// later issue, to test options that belong to another type.
+var testBusType = sinkType{
+	name:         "testbus",
+	maxBatchSize: 10,
+	decode: func(d *decoder, o *obj, s *Sink) {
+		o.reqString("event_bus")
+		o.optString("region", "")
+	},
+}
+
+// parseWith parses like Parse, with the test sink type registered too.
+func parseWith(filename string, data []byte, env map[string]string) (*Config, error) {
+	d := &decoder{file: filename, lookupEnv: envOf(env), sinkTypes: append(builtinSinkTypes(), testBusType)}
+	return d.parse(data)
+}
+
+// head is a valid start of a config, two lines long.
+const head = `
+[mongo]
+uri = "mongodb://localhost"
+`
+
+func TestBadConfigs(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nope.txt")
+	tests := []struct {
+		name string
+		toml string
+		env  map[string]string
+		want string // every error, one per line
+	}{
+		// head is lines 1-2 and line 3 is empty: a case's own lines start at 4.
+		{"unknown key with did-you-mean", head + `
+[[sources]]
+name = "orders"
+database = "shop"
+colection = "orders"
+`, nil, `sources[0].colection: unknown key (did you mean "collection"?) at config.toml:7`},
+
+		{"unknown table and missing mongo", `
+[mongodb]
+uri = "mongodb://localhost"
+`, nil, `mongo.uri: required key is missing at config.toml
+mongodb: unknown key (did you mean "mongo"?) at config.toml:1`},
+
+		{"wrong type for a duration", head + `
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+timeout = 10
+`, nil, `sinks[0].timeout: expected a duration string like "10s", got integer at config.toml:8`},
+
+		{"wrong types", head + `
+[server]
+listen = 9464
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+max_in_flight = "16"
+allow_private_networks = "yes"
+headers = ["X-A: b"]
+`, nil, `server.listen: expected a string, got integer at config.toml:5
+sinks[0].max_in_flight: expected an integer, got string at config.toml:10
+sinks[0].allow_private_networks: expected a boolean (true or false), got string at config.toml:11
+sinks[0].headers: expected a table, got array at config.toml:12`},
+
+		{"missing required keys", head + `
+[[sources]]
+database = "shop"
+
+[[sinks]]
+name = "hook"
+
+[[rules]]
+name = "r"
+`, nil, `sources[0].name: required key is missing at config.toml:4
+sinks[0].type: required key is missing at config.toml:7
+rules[0].source: required key is missing at config.toml:10
+rules[0].sinks: required key is missing at config.toml:10`},
+
+		{"bad enum values", head + `
+[[sources]]
+name = "orders"
+full_document = "updatelookup"
+on_history_lost = "ignore"
+[[sinks]]
+name = "hook"
+type = "webhok"
+url = "https://example.com/"
+`, nil, `sources[0].full_document: invalid value "updatelookup" (did you mean "updateLookup"?); allowed values: "default", "updateLookup", "whenAvailable", "required" at config.toml:6
+sources[0].on_history_lost: invalid value "ignore"; allowed values: "fail", "resume_from_now" at config.toml:7
+sinks[0].type: invalid value "webhok" (did you mean "webhook"?); allowed values: "webhook", "testbus" at config.toml:10`},
+
+		{"bad durations", head + `
+[server]
+shutdown_grace = "30 seconds"
+[[sources]]
+name = "orders"
+max_await = "-1s"
+checkpoint_interval = "0s"
+`, nil, `server.shutdown_grace: invalid duration "30 seconds": use a number and a unit (ms, s, m, h), e.g. "10s" at config.toml:5
+sources[0].max_await: must not be negative, got -1s at config.toml:8
+sources[0].checkpoint_interval: must be at least 1ms, got 0s at config.toml:9`},
+
+		{"duplicate names", head + `
+[[sources]]
+name = "orders"
+[[sources]]
+name = "orders"
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.org/"
+[[rules]]
+name = "r"
+source = "orders"
+sinks = ["hook"]
+[[rules]]
+name = "r"
+source = "orders"
+sinks = ["hook"]
+`, nil, `sources[1].name: duplicate source name "orders" (first defined at line 5) at config.toml:7
+sinks[1].name: duplicate sink name "hook" (first defined at line 9) at config.toml:13
+rules[1].name: duplicate rule name "r" (first defined at line 17) at config.toml:21`},
+
+		{"unknown sink and source references", head + `
+[[sources]]
+name = "orders"
+[[sinks]]
+name = "audit"
+type = "webhook"
+url = "https://example.com/"
+[[rules]]
+name = "r"
+source = "order"
+sinks = [
+  "audit",
+  "audit-q",
+  "billing",
+]
+`, nil, `rules[0].source: unknown source "order" (did you mean "orders"?) at config.toml:12
+rules[0].sinks: unknown sink "audit-q" (did you mean "audit"?) at config.toml:15
+rules[0].sinks: unknown sink "billing" at config.toml:16`},
+
+		{"bad filter operator", head + `
+[[sources]]
+name = "orders"
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+[[rules]]
+name = "r"
+source = "orders"
+filter = { "fullDocument.total" = { "$gtx" = 5 } }
+sinks = ["hook"]
+`, nil, `rules[0].filter: invalid filter: unknown operator $gtx at fullDocument.total at config.toml:13`},
+
+		{"bad pipeline JSON", head + `
+[[sources]]
+name = "orders"
+pipeline = '[{"$match": }]'
+[[sources]]
+name = "more"
+pipeline = '[{"$lookup": {}}, 3]'
+`, nil, `sources[0].pipeline: invalid Extended JSON array of stages: error decoding key 0: invalid JSON input; unexpected } at position 12 at config.toml:6
+sources[1].pipeline: stage 0: $lookup is not allowed in a change stream; allowed stages: $addFields, $match, $project, $replaceRoot, $replaceWith, $redact, $set, $unset, $changeStreamSplitLargeEvent at config.toml:9
+sources[1].pipeline: stage 1: must be a document at config.toml:9`},
+
+		{"unset environment variables", `
+[mongo]
+uri = "${MONGODB_URI}"
+[server]
+admin_token = "${TOKEN:-}"
+listen = "${ADDR"
+`, nil, `mongo.uri: environment variable MONGODB_URI is not set at config.toml:2
+server.listen: unterminated "${" (write "$${" for a literal "${") at config.toml:5`},
+
+		{"missing secret file", head + `
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+secret = "file:` + missing + `"
+`, nil, `sinks[0].secret: cannot read secret file: open ` + missing + `: no such file or directory at config.toml:8`},
+
+		{"collection without database", head + `
+[[sources]]
+name = "orders"
+collection = "orders"
+`, nil, `sources[0].collection: requires database (a collection is watched within a database) at config.toml:6`},
+
+		{"key of another sink type", head + `
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+event_bus = "orders"
+[[sinks]]
+name = "bus"
+type = "testbus"
+event_bus = "orders"
+url = "https://example.com/"
+`, nil, `sinks[0].event_bus: not an option of webhook sinks at config.toml:8
+sinks[1].url: not an option of testbus sinks at config.toml:13`},
+
+		{"syntax error", head + `
+[[sources]]
+name = "orders
+`, nil, `invalid TOML: basic strings cannot have new lines at config.toml:5:15`},
+
+		{"duplicate key", head + `
+[server]
+listen = ":1"
+listen = ":2"
+`, nil, `invalid TOML: key listen is already defined at config.toml:6:1`},
+
+		{"table instead of array of tables", head + `
+[sources]
+name = "orders"
+`, nil, `sources: expected an array of tables ([[sources]]), got table at config.toml:4`},
+
+		{"retry policy", head + `
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+  [sinks.retry]
+  max_attempts = 0
+  jitter = 1.5
+  multiplier = 0.5
+  initial_interval = "2m"
+  max_interval = "1m"
+  max_elapsd = "1h"
+`, nil, `sinks[0].retry.max_attempts: must be at least 1, got 0 at config.toml:9
+sinks[0].retry.jitter: must be between 0 and 1, got 1.5 at config.toml:10
+sinks[0].retry.multiplier: must be at least 1, got 0.5 at config.toml:11
+sinks[0].retry.max_interval: must not be less than initial_interval (2m0s), got 1m0s at config.toml:13
+sinks[0].retry.max_elapsd: unknown key (did you mean "max_elapsed"?) at config.toml:14`},
+
+		{"webhook options", head + `
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "ftp://example.com/"
+secret = "whsec_!!!"
+secrets = ["a"]
+bearer_token = "t"
+basic_auth = { username = "u", pasword = "p" }
+headers = { "Webhook-Id" = "x", "X Bad" = "y" }
+batch_size = 5000
+max_in_flight = 0
+`, nil, `sinks[0].url: must be an absolute http:// or https:// URL at config.toml:7
+sinks[0].secret: secret starting with "whsec_" must continue with standard base64 at config.toml:8
+sinks[0].secrets: cannot be combined with secret (use secrets alone during a rotation) at config.toml:9
+sinks[0].basic_auth: cannot be combined with bearer_token at config.toml:11
+sinks[0].basic_auth.password: required key is missing at config.toml:11
+sinks[0].basic_auth.pasword: unknown key (did you mean "password"?) at config.toml:11
+sinks[0].headers.Webhook-Id: header Webhook-Id is set by changegate and cannot be overridden at config.toml:12
+sinks[0].headers."X Bad": invalid header name "X Bad" at config.toml:12
+sinks[0].batch_size: must be between 1 and 1000, got 5000 at config.toml:13
+sinks[0].max_in_flight: must be at least 1, got 0 at config.toml:14`},
+
+		{"rule operations and namespaces", head + `
+[[sources]]
+name = "orders"
+database = "shop"
+collection = "orders"
+[[sources]]
+name = "shop"
+database = "shop"
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+[[rules]]
+name = "a"
+source = "orders"
+operations = ["insert", "inserts", "insert"]
+namespaces = ["shop.orders"]
+sinks = ["hook", "hook"]
+[[rules]]
+name = "b"
+source = "shop"
+namespaces = ["shop", "other.things", "shop.*", "shop.a*"]
+operations = []
+sinks = []
+`, nil, `rules[0].operations: invalid value "inserts" (did you mean "insert"?); allowed values: "insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate" at config.toml:18
+rules[0].operations: operation "insert" is listed twice at config.toml:18
+rules[0].namespaces: source "orders" watches the single collection shop.orders; namespaces apply only to database and cluster sources at config.toml:19
+rules[0].sinks: sink "hook" is listed twice at config.toml:20
+rules[1].namespaces: invalid namespace "shop": want "db.coll" or "db.*" at config.toml:24
+rules[1].namespaces: namespace "other.things" is outside database "shop" watched by source "shop" at config.toml:24
+rules[1].namespaces: invalid namespace "shop.a*": want "db.coll" or "db.*" at config.toml:24
+rules[1].operations: must not be empty (omit it to match every operation) at config.toml:25
+rules[1].sinks: must list at least one sink at config.toml:26`},
+
+		{"mongo and server values", `
+[mongo]
+uri = "localhost:27017"
+state_database = "my.db"
+checkpoint_collection = "x"
+deadletter_collection = "x"
+[server]
+listen = "localhost"
+`, nil, `mongo.uri: must start with "mongodb://" or "mongodb+srv://" at config.toml:2
+mongo.state_database: invalid database name "my.db": it must not contain '.' at config.toml:3
+mongo.deadletter_collection: must differ from checkpoint_collection at config.toml:5
+server.listen: invalid address "localhost": want "host:port" or ":port" (or "" to disable the server) at config.toml:7`},
+
+		{"source values", head + `
+[[sources]]
+name = "my orders"
+start_at = "yesterday"
+batch_size = -1
+max_in_flight_events = 0
+[[sources]]
+name = "b"
+start_at = 2026-11-22T10:00:00
+database = ""
+`, nil, `sources[0].name: invalid name "my orders": use only letters, digits, "_", "." and "-" at config.toml:5
+sources[0].start_at: invalid time "yesterday": want RFC 3339 with a time zone offset, e.g. "2026-11-22T10:00:00Z" at config.toml:6
+sources[0].batch_size: must be at least 0, got -1 at config.toml:7
+sources[0].max_in_flight_events: must be at least 1, got 0 at config.toml:8
+sources[1].start_at: needs a time zone offset, e.g. 2026-11-22T10:00:00Z, got local datetime at config.toml:11
+sources[1].database: must not be empty at config.toml:12`},
+
+		{"filter values", head + `
+[[sources]]
+name = "orders"
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+[[rules]]
+name = "r"
+source = "orders"
+filter = { "clusterTime" = { "$gt" = 10:00:00 }, "x" = "${NOPE}" }
+sinks = ["hook", 3]
+[[rules]]
+name = "s"
+source = "orders"
+filter = "{}"
+sinks = ["hook"]
+`, nil, `rules[0].filter.clusterTime."$gt": local times are not supported in filters; use a date-time at config.toml:13
+rules[0].filter.x: environment variable NOPE is not set at config.toml:13
+rules[0].sinks[1]: expected a string, got integer at config.toml:14
+rules[1].filter: expected a table (an inline table in MongoDB query syntax), got string at config.toml:18`},
+
+		{"many problems reported together, in line order", `
+[mongo]
+uri = "${MONGO_URI}"
+[[sources]]
+name = "orders"
+colection = "orders"
+[[sinks]]
+name = "hook"
+type = "webhook"
+timeout = "soon"
+[[rules]]
+name = "r"
+source = "orders"
+sinks = ["hooks"]
+`, nil, `mongo.uri: environment variable MONGO_URI is not set at config.toml:2
+sources[0].colection: unknown key (did you mean "collection"?) at config.toml:5
+sinks[0].url: required key is missing at config.toml:6
+sinks[0].timeout: invalid duration "soon": use a number and a unit (ms, s, m, h), e.g. "10s" at config.toml:9
+rules[0].sinks: unknown sink "hooks" (did you mean "hook"?) at config.toml:13`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseWith("config.toml", src(tt.toml), tt.env)
+			if err == nil {
+				t.Fatalf("no error, want:\n%s", tt.want)
+			}
+			if got := err.Error(); got != tt.want {
+				t.Errorf("got:\n%s\nwant:\n%s", got, tt.want)
+			}
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Errorf("error does not wrap *Error")
+			}
+		})
+	}
+}
