@@ -115,18 +115,37 @@ func (it *iter) next() (key []byte, t bson.Type, v []byte, ok bool) {
 	return key, t, rest[:n], true
 }
 
-// lookup returns the value of the first field named key in doc.
+// lookup returns the value of the first field named key in doc. It is the
+// innermost loop of Filter.Match, hence written out by hand.
 func lookup(doc []byte, key string) (bson.Type, []byte, bool) {
-	it := newIter(doc)
-	for {
-		k, t, v, ok := it.next()
-		if !ok {
+	if len(doc) < 5 {
+		return 0, nil, false
+	}
+	n := int(int32(binary.LittleEndian.Uint32(doc)))
+	if n < 5 || n > len(doc) {
+		return 0, nil, false
+	}
+	b := doc[:n-1]
+	kl := len(key)
+	for i := 4; i < len(b); {
+		t := bson.Type(b[i])
+		rest := b[i+1:]
+		var k int
+		if len(rest) > kl && rest[kl] == 0 && string(rest[:kl]) == key {
+			k = kl
+		} else if k = bytes.IndexByte(rest, 0); k < 0 {
 			return 0, nil, false
 		}
-		if string(k) == key {
-			return t, v, true
+		vl := valueLen(t, rest[k+1:])
+		if vl < 0 {
+			return 0, nil, false
 		}
+		if k == kl && string(rest[:k]) == key {
+			return t, rest[k+1 : k+1+vl], true
+		}
+		i += 1 + k + 1 + vl
 	}
+	return 0, nil, false
 }
 
 // strBytes returns the content of a string, symbol or JavaScript value

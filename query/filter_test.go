@@ -644,3 +644,23 @@ func TestFilterConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// FuzzMatch checks that matching arbitrary bytes never panics.
+func FuzzMatch(f *testing.F) {
+	f.Add([]byte(doc(f, benchEvent)))
+	f.Add([]byte(doc(f, `{"a": [1, {"b": [2, {"c": 3}]}], "s": "x"}`)))
+	filters := []*Filter{
+		MustCompile(doc(f, `{"fullDocument.status": "paid", "fullDocument.total": {"$gte": 100}}`)),
+		MustCompile(doc(f, `{"a.b.c": {"$in": [3, null]}, "s": {"$regex": "x"}, "a": {"$elemMatch": {"b": {"$size": 2}}}}`)),
+		MustCompile(doc(f, `{"a.1.b": {"$not": {"$type": "string"}}, "$or": [{"a": {"$all": [1]}}, {"s": {"$exists": false}}]}`)),
+	}
+	sorts, _ := CompileSort(doc(f, `{"a.b": 1, "s": -1}`))
+	proj, _ := CompileProjection(doc(f, `{"a.b": 1, "s": 1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, flt := range filters {
+			flt.Match(b)
+		}
+		sorts.Compare(b, b)
+		proj.Apply(b)
+	})
+}
