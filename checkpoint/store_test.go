@@ -1,0 +1,171 @@
+package checkpoint_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/changegate/changegate/checkpoint"
+	"github.com/changegate/changegate/test/mongowire"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// testDB returns a fresh database for one test: on the MongoDB deployment
+// named by CHANGEGATE_TEST_MONGODB_URI when it is set (a uniquely named
+// database, dropped at the end of the test), otherwise on a test/mongowire
+// server started for the test.
+func testDB(t *testing.T) *mongo.Database {
+	t.Helper()
+	uri := os.Getenv("CHANGEGATE_TEST_MONGODB_URI")
+	if uri == "" {
+		srv, err := mongowire.Start(mongowire.Options{})
+		if err != nil {
+			t.Fatalf("start mongowire: %v", err)
+		}
+		t.Cleanup(func() { _ = srv.Close() })
+		uri = srv.URI()
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetServerSelectionTimeout(10 * time.Second))
+	if err != nil {
+		t.Fatalf("connect %s: %v", uri, err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	db := client.Database("cgtest_checkpoint_" + hex.EncodeToString(b[:]))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := db.Drop(ctx); err != nil {
+			t.Errorf("drop test database: %v", err)
+		}
+		_ = client.Disconnect(ctx)
+	})
+	return db
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func token(t *testing.T, data string) bson.Raw {
+	t.Helper()
+	b, err := bson.Marshal(bson.D{{Key: "_data", Value: data}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestStoreSaveLoad(t *testing.T) {
+	ctx := testCtx(t)
+	s := checkpoint.NewStore(testDB(t), "checkpoints")
+
+	if _, ok, err := s.Load(ctx, "orders"); err != nil || ok {
+		t.Fatalf("Load before Save = %v, %v; want false, nil", ok, err)
+	}
+
+	wall := time.Date(2026, 11, 22, 10, 0, 0, 123_000_000, time.FixedZone("x", 3600))
+	want := checkpoint.Checkpoint{
+		Source:      "orders",
+		Token:       token(t, "8264F1A2B3000000012B022C0100296E5A1004"),
+		ClusterTime: bson.Timestamp{T: 1795000000, I: 7},
+		WallTime:    wall,
+		UpdatedAt:   wall.Add(time.Second),
+	}
+	if err := s.Save(ctx, want); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	got, ok, err := s.Load(ctx, "orders")
+	if err != nil || !ok {
+		t.Fatalf("Load = %v, %v; want true, nil", ok, err)
+	}
+	if !bytes.Equal(got.Token, want.Token) {
+		t.Errorf("Token = %s, want %s", got.Token, want.Token)
+	}
+	if got.Source != "orders" || got.ClusterTime != want.ClusterTime {
+		t.Errorf("Load = %+v, want %+v", got, want)
+	}
+	if !got.WallTime.Equal(wall) || got.WallTime.Location() != time.UTC {
+		t.Errorf("WallTime = %v, want %v in UTC", got.WallTime, wall)
+	}
+	if !got.UpdatedAt.Equal(want.UpdatedAt) || got.UpdatedAt.Location() != time.UTC {
+		t.Errorf("UpdatedAt = %v, want %v in UTC", got.UpdatedAt, want.UpdatedAt)
+	}
+
+	// A second Save replaces the first; a post-batch token has no times.
+	pbrt := token(t, "8264F1A2C4000000012B0429296E1404")
+	before := time.Now().Add(-time.Second)
+	if err := s.Save(ctx, checkpoint.Checkpoint{Source: "orders", Token: pbrt}); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	got, _, err = s.Load(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Token, pbrt) || !got.ClusterTime.IsZero() || !got.WallTime.IsZero() {
+		t.Errorf("after second Save: %+v", got)
+	}
+	if got.UpdatedAt.Before(before) {
+		t.Errorf("UpdatedAt = %v, want filled with now", got.UpdatedAt)
+	}
+}
+
+func TestStoreSaveNoToken(t *testing.T) {
+	s := checkpoint.NewStore(testDB(t), "checkpoints")
+	err := s.Save(testCtx(t), checkpoint.Checkpoint{Source: "orders"})
+	if !errors.Is(err, checkpoint.ErrNoToken) {
+		t.Fatalf("Save without token = %v, want ErrNoToken", err)
+	}
+}
+
+func TestStoreListReset(t *testing.T) {
+	ctx := testCtx(t)
+	s := checkpoint.NewStore(testDB(t), "checkpoints")
+	if l, err := s.List(ctx); err != nil || len(l) != 0 {
+		t.Fatalf("List on empty = %v, %v", l, err)
+	}
+	for _, src := range []string{"users", "audit", "orders"} {
+		if err := s.Save(ctx, checkpoint.Checkpoint{Source: src, Token: token(t, src)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, cp := range l {
+		names = append(names, cp.Source)
+		if !bytes.Equal(cp.Token, token(t, cp.Source)) {
+			t.Errorf("%s: token %s", cp.Source, cp.Token)
+		}
+	}
+	if got, want := names, []string{"audit", "orders", "users"}; !slices.Equal(got, want) {
+		t.Errorf("List = %v, want %v", got, want)
+	}
+
+	ok, err := s.Reset(ctx, "orders")
+	if err != nil || !ok {
+		t.Fatalf("Reset = %v, %v; want true, nil", ok, err)
+	}
+	if ok, err := s.Reset(ctx, "orders"); err != nil || ok {
+		t.Fatalf("second Reset = %v, %v; want false, nil", ok, err)
+	}
+	if _, ok, err := s.Load(ctx, "orders"); err != nil || ok {
+		t.Fatalf("Load after Reset = %v, %v; want false, nil", ok, err)
+	}
+	l, err = s.List(ctx)
+	if err != nil || len(l) != 2 {
+		t.Fatalf("List after Reset = %v, %v", l, err)
+	}
+}
