@@ -265,6 +265,12 @@ sinks = ["hook"]
   [rules.filter]
   z = 1
   a = 2
+[[rules]]
+name = "t"
+source = "shop"
+sinks = ["hook"]
+filter."fullDocument.status" = "paid"
+filter.operationType = { "$in" = ["insert"] }
 `), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -282,6 +288,9 @@ sinks = ["hook"]
 	}
 	if want := (bson.D{{Key: "z", Value: int64(1)}, {Key: "a", Value: int64(2)}}); !reflect.DeepEqual(cfg.Rules[1].Filter, want) {
 		t.Errorf("[rules.filter] = %#v, want %#v", cfg.Rules[1].Filter, want)
+	}
+	if want := (bson.D{{Key: "fullDocument.status", Value: "paid"}, {Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"insert"}}}}}); !reflect.DeepEqual(cfg.Rules[2].Filter, want) {
+		t.Errorf("dotted filter keys = %#v, want %#v", cfg.Rules[2].Filter, want)
 	}
 	if !reflect.DeepEqual(r.Operations, []string{"update", "insert"}) {
 		t.Errorf("operations = %v", r.Operations)
@@ -316,7 +325,7 @@ sinks = ["hook"]
 	if s.Level() != "database" || cfg.Sources[1].Level() != "cluster" {
 		t.Errorf("levels: %s %s", s.Level(), cfg.Sources[1].Level())
 	}
-	if got := cfg.RulesFor("shop"); len(got) != 2 {
+	if got := cfg.RulesFor("shop"); len(got) != 3 {
 		t.Errorf("RulesFor(shop) = %d rules", len(got))
 	}
 }

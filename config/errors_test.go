@@ -338,7 +338,7 @@ sources[0].start_at: invalid time "yesterday": want RFC 3339 with a time zone of
 sources[0].batch_size: must be at least 0, got -1 at config.toml:7
 sources[0].max_in_flight_events: must be at least 1, got 0 at config.toml:8
 sources[1].start_at: needs a time zone offset, e.g. 2026-11-22T10:00:00Z, got local datetime at config.toml:11
-sources[1].database: must not be empty at config.toml:12`},
+sources[1].database: must not be empty (omit it to watch the whole cluster) at config.toml:12`},
 
 		{"filter values", head + `
 [[sources]]
@@ -361,6 +361,20 @@ sinks = ["hook"]
 rules[0].filter.x: environment variable NOPE is not set at config.toml:13
 rules[0].sinks[1]: expected a string, got integer at config.toml:14
 rules[1].filter: expected a table (an inline table in MongoDB query syntax), got string at config.toml:18`},
+
+		{"unquoted dotted key in a filter", head + `
+[[sources]]
+name = "orders"
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+[[rules]]
+name = "r"
+source = "orders"
+filter = { fullDocument.status = "paid", "fullDocument.total" = { "$gt" = 1 } }
+sinks = ["hook"]
+`, nil, `rules[0].filter.fullDocument: an unquoted dotted key makes a nested document, which matches the whole field exactly; quote the field path instead: "fullDocument.status" = ... at config.toml:13`},
 
 		{"many problems reported together, in line order", `
 [mongo]

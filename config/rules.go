@@ -123,7 +123,9 @@ func parseNamespace(s string) (Namespace, string) {
 // filter converts a TOML table to a BSON document (keys in file order) and
 // validates it as a MongoDB query; nil when invalid (reported).
 func (d *decoder) filter(path string, v *value) bson.D {
-	doc, ok := d.toBSON(path, v).(bson.D)
+	top := *v
+	top.dotted = false // filter."a.b" = 1 in a [[rules]] table is fine
+	doc, ok := d.toBSON(path, &top).(bson.D)
 	if !ok {
 		return nil
 	}
@@ -177,6 +179,21 @@ func (d *decoder) toBSON(path string, v *value) any {
 		}
 		return a
 	case kindTable:
+		if v.dotted {
+			// { fullDocument.status = "x" } is { fullDocument = { status = "x" } }
+			// in TOML: an exact match on the whole sub-document, which is
+			// almost never what was meant.
+			example := path[strings.LastIndex(path, ".")+1:]
+			for w := v; w.kind == kindTable && len(w.tbl.keys) > 0; {
+				k := w.tbl.keys[0]
+				example += "." + k
+				if w = w.tbl.m[k]; !w.dotted {
+					break
+				}
+			}
+			d.errorf(path, v.line, "an unquoted dotted key makes a nested document, which matches the whole field exactly; quote the field path instead: %q = ...", example)
+			return nil
+		}
 		doc := make(bson.D, 0, len(v.tbl.keys))
 		ok := true
 		for _, k := range v.tbl.keys {

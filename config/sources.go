@@ -22,7 +22,15 @@ var (
 // missing or invalid.
 func (d *decoder) source(o *obj) (s Source, nameVal *value) {
 	s.Name, nameVal = o.name()
-	s.Database = o.dbName("database", "")
+	if db, v, ok := o.str("database"); v != nil && ok {
+		if db == "" {
+			d.errorf(o.keyPath("database"), v.line, "must not be empty (omit it to watch the whole cluster)")
+		} else if msg := checkDBName(db); msg != "" {
+			d.errorf(o.keyPath("database"), v.line, "%s", msg)
+		} else {
+			s.Database = db
+		}
+	}
 	if coll, v, ok := o.str("collection"); v != nil && ok {
 		if msg := checkCollName(coll); msg != "" {
 			d.errorf(o.keyPath("collection"), v.line, "%s", msg)

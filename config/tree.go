@@ -42,6 +42,9 @@ type value struct {
 	line int
 	// aot is set on the array created by [[array tables]].
 	aot bool
+	// dotted is set on a table created implicitly by a dotted key
+	// (a.b = 1 creates table a).
+	dotted bool
 
 	str  string // string; raw text for local date/time kinds
 	i    int64
@@ -199,10 +202,10 @@ func (b *treeBuilder) keyParts(n *unstable.Node) ([]string, []int) {
 
 // descend returns the table at key k of t, creating it when absent; for an
 // array of tables it returns the last element.
-func descend(t *table, k string, line int) (*table, error) {
+func descend(t *table, k string, line int, dotted bool) (*table, error) {
 	v := t.get(k)
 	if v == nil {
-		v = &value{kind: kindTable, tbl: newTable(), line: line}
+		v = &value{kind: kindTable, tbl: newTable(), line: line, dotted: dotted}
 		t.set(k, v)
 	}
 	switch v.kind {
@@ -222,7 +225,7 @@ func (b *treeBuilder) header(root *table, n *unstable.Node, array bool) (*table,
 	t := root
 	for _, k := range parts[:len(parts)-1] {
 		var err error
-		if t, err = descend(t, k, line); err != nil {
+		if t, err = descend(t, k, line, false); err != nil {
 			return nil, err
 		}
 	}
@@ -232,7 +235,10 @@ func (b *treeBuilder) header(root *table, n *unstable.Node, array bool) (*table,
 		if v != nil && v.kind == kindTable {
 			v.line = line // implicitly created earlier, now defined
 		}
-		return descend(t, last, line)
+		if v != nil {
+			v.dotted = false
+		}
+		return descend(t, last, line, false)
 	}
 	v := t.get(last)
 	if v == nil {
@@ -251,7 +257,7 @@ func (b *treeBuilder) keyValue(t *table, n *unstable.Node) error {
 	parts, lines := b.keyParts(n)
 	for i, k := range parts[:len(parts)-1] {
 		var err error
-		if t, err = descend(t, k, lines[i]); err != nil {
+		if t, err = descend(t, k, lines[i], true); err != nil {
 			return err
 		}
 	}
