@@ -37,8 +37,10 @@ type Checkpoint struct {
 type record struct {
 	Source      string         `bson:"_id"`
 	Token       bson.Raw       `bson:"token"`
-	ClusterTime bson.Timestamp `bson:"clusterTime"`
-	WallTime    *time.Time     `bson:"wallTime,omitempty"`
+	// ClusterTime is omitted when zero: MongoDB replaces an empty timestamp
+	// in a top-level field of an inserted document with the current time.
+	ClusterTime bson.Timestamp `bson:"clusterTime,omitempty"`
+	WallTime    time.Time      `bson:"wallTime,omitempty"`
 	UpdatedAt   time.Time      `bson:"updatedAt"`
 }
 
@@ -49,7 +51,7 @@ func (r record) checkpoint() Checkpoint {
 		ClusterTime: r.ClusterTime,
 		UpdatedAt:   r.UpdatedAt.UTC(),
 	}
-	if r.WallTime != nil {
+	if !r.WallTime.IsZero() {
 		cp.WallTime = r.WallTime.UTC()
 	}
 	return cp
@@ -108,11 +110,8 @@ func (s *Store) Save(ctx context.Context, cp Checkpoint) error {
 		Source:      cp.Source,
 		Token:       cp.Token,
 		ClusterTime: cp.ClusterTime,
+		WallTime:    cp.WallTime.UTC(),
 		UpdatedAt:   cp.UpdatedAt.UTC(),
-	}
-	if !cp.WallTime.IsZero() {
-		w := cp.WallTime.UTC()
-		r.WallTime = &w
 	}
 	_, err := s.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: cp.Source}}, r, options.Replace().SetUpsert(true))
 	if err != nil {
