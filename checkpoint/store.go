@@ -35,8 +35,8 @@ type Checkpoint struct {
 
 // record is the stored form of a Checkpoint.
 type record struct {
-	Source      string         `bson:"_id"`
-	Token       bson.Raw       `bson:"token"`
+	Source string   `bson:"_id"`
+	Token  bson.Raw `bson:"token"`
 	// ClusterTime is omitted when zero: MongoDB replaces an empty timestamp
 	// in a top-level field of an inserted document with the current time.
 	ClusterTime bson.Timestamp `bson:"clusterTime,omitempty"`
