@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/changegate/changegate/query"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
@@ -277,7 +278,7 @@ func (s *Server) applyOne(c *collection, e *docEntry, u bson.Raw, replacement bo
 	old := e.doc
 	var (
 		newDoc bson.Raw
-		desc   *updateDesc
+		desc   *query.UpdateDescription
 	)
 	if replacement {
 		nd, err := prepareReplacement(old, u)
@@ -288,10 +289,7 @@ func (s *Server) applyOne(c *collection, e *docEntry, u bson.Raw, replacement bo
 	} else {
 		nd, d, err := applyUpdate(old, u, false, time.Now())
 		if err != nil {
-			if errors.Is(err, errImmutableID) {
-				return nil, false, cmdErr(codeImmutableField, "Performing an update on the path '_id' would modify the immutable field '_id'")
-			}
-			return nil, false, cmdErr(codeFailedToParse, "%v", err)
+			return nil, false, queryErr(err)
 		}
 		newDoc, desc = nd, d
 	}
@@ -317,9 +315,9 @@ func (s *Server) applyOne(c *collection, e *docEntry, u bson.Raw, replacement bo
 	return newDoc, true, nil
 }
 
-func encodeUpdateDesc(d *updateDesc) bson.Raw {
+func encodeUpdateDesc(d *query.UpdateDescription) bson.Raw {
 	if d == nil {
-		d = &updateDesc{}
+		d = &query.UpdateDescription{}
 	}
 	upd := d.UpdatedFields
 	if upd == nil {
@@ -365,7 +363,7 @@ func prepareReplacement(old, repl bson.Raw) (bson.Raw, *CommandError) {
 func upsertDoc(q, u bson.Raw, replacement bool) (bson.Raw, *CommandError) {
 	seed, err := upsertSeed(q)
 	if err != nil {
-		return nil, cmdErr(codeBadValue, "%v", err)
+		return nil, queryErr(err)
 	}
 	if replacement {
 		if _, err := u.LookupErr("_id"); err != nil {
@@ -389,7 +387,7 @@ func upsertDoc(q, u bson.Raw, replacement bool) (bson.Raw, *CommandError) {
 	}
 	nd, _, err := applyUpdate(base, u, true, time.Now())
 	if err != nil {
-		return nil, cmdErr(codeFailedToParse, "%v", err)
+		return nil, queryErr(err)
 	}
 	d, err := prepareInsert(nd)
 	if err != nil {
