@@ -2,6 +2,7 @@ package mongowire
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -325,6 +326,15 @@ func (s *Server) streamGetMore(cmd *command, dst []byte, id int64, c *streamCurs
 // appendStreamReply appends a cursor reply with the next batch of events.
 // The caller holds c.mu and data.mu (shared).
 func (s *Server) appendStreamReply(dst []byte, batchKey string, id int64, c *streamCursor, batchSize int, opTime bson.Timestamp) ([]byte, int, error) {
+	// Size the reply once for the pending events rather than growing it
+	// (large appends trigger copying and GC assists).
+	if pending := s.data.oplog.next - 1 - c.pos; pending > 0 {
+		want := int(min(pending, maxScan)) * 256
+		if batchSize > 0 {
+			want = min(want, batchSize*256)
+		}
+		dst = slices.Grow(dst, min(want, maxBatchBytes+64*1024))
+	}
 	idx, dst := bsoncore.AppendDocumentStart(dst)
 	cidx, dst := bsoncore.AppendDocumentElementStart(dst, "cursor")
 	aidx, dst := bsoncore.AppendArrayElementStart(dst, batchKey)
@@ -475,6 +485,9 @@ func (s *Server) eventFor(c *streamCursor, e *oplogEntry) (bson.Raw, error) {
 
 // buildEvent encodes the change event for e with c's options.
 func (s *Server) buildEvent(dst []byte, c *streamCursor, e *oplogEntry) (bson.Raw, error) {
+	if dst == nil {
+		dst = make([]byte, 0, 200+len(e.db)+len(e.coll)+len(e.post)+len(e.docKey)+len(e.upd)+len(e.pre))
+	}
 	idx, dst := bsoncore.AppendDocumentStart(dst)
 	dst = appendToken(dst, "_id", resumeToken{ts: e.ts, seq: e.seq, kind: tokEvent})
 	dst = bsoncore.AppendStringElement(dst, "operationType", e.op.String())

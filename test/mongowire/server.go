@@ -401,7 +401,11 @@ func (c *conn) handle(m *message) ([]byte, bool) {
 	case fp != nil && fp.CloseConnection:
 		return nil, false
 	case fp != nil && fp.ErrorCode != 0:
-		err = &CommandError{Code: fp.ErrorCode, Message: "Failing command via 'failCommand' failpoint", Labels: fp.ErrorLabels}
+		labels := fp.ErrorLabels
+		if labels == nil {
+			labels = s.defaultLabels(cmd, fp.ErrorCode)
+		}
+		err = &CommandError{Code: fp.ErrorCode, Message: "Failing command via 'failCommand' failpoint", Labels: labels}
 	case isLegacy && !isHello(cmd.name):
 		err = cmdErr(codeUnsupportedOpQuery, "Unsupported OP_QUERY command: %s. The client driver may require an upgrade.", cmd.name)
 	case cmd.db == "" && !isLegacy:
@@ -609,4 +613,33 @@ func (s *Server) DiscardHistory() {
 	ts := s.data.tick()
 	s.data.mu.Unlock()
 	s.TruncateHistory(ts)
+}
+
+// retryableCodes are the errors after which the server labels a retryable
+// write RetryableWriteError and a change stream getMore
+// ResumableChangeStreamError.
+var retryableCodes = map[int32]bool{6: true, 7: true, 89: true, 91: true, 189: true, 262: true, 9001: true,
+	10107: true, 11600: true, 11602: true, 13435: true, 13436: true}
+
+// resumableOnlyCodes are further codes resumable for change streams.
+var resumableOnlyCodes = map[int32]bool{63: true, 133: true, 150: true, 234: true, 13388: true}
+
+// defaultLabels returns the error labels the server attaches by itself to
+// an error with code on cmd (a fail point without errorLabels).
+func (s *Server) defaultLabels(cmd *command, code int32) []string {
+	switch cmd.name {
+	case "getMore":
+		id, _ := cmd.body.Lookup("getMore").Int64OK()
+		s.curMu.Lock()
+		_, isStream := s.cursors[id].(*streamCursor)
+		s.curMu.Unlock()
+		if isStream && (retryableCodes[code] || resumableOnlyCodes[code]) {
+			return []string{"ResumableChangeStreamError"}
+		}
+	case "insert", "update", "delete", "findAndModify", "findandmodify":
+		if _, ok := retryKeyOf(cmd); ok && retryableCodes[code] {
+			return []string{"RetryableWriteError"}
+		}
+	}
+	return nil
 }
