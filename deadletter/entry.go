@@ -1,0 +1,261 @@
+// Package deadletter stores the (event, sink) deliveries that did not
+// succeed, and the history gaps of sources, in a MongoDB collection, and
+// lists, counts, purges and replays them.
+//
+// One collection holds three kinds of entries:
+//
+//   - failed: a delivery failed permanently or exhausted its retries. It stays
+//     until an operator replays (Store.Replay) or purges it.
+//   - parked: an event set aside for a lagging sink (sink isolation). The
+//     router re-drives parked entries automatically, in Order, and deletes
+//     them once delivered, or converts them to failed (Store.Convert).
+//   - gap: a time range of changes that were never read because the change
+//     stream history was lost. A gap cannot be replayed; it is a record for
+//     the operator.
+//
+// Failed and parked entries of one event and sink share an _id
+// (EventID + "/" + Sink), so writing an entry again after a crash updates it
+// instead of duplicating it.
+package deadletter
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/changegate/changegate/event"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Kind is the kind of a dead-letter entry.
+type Kind string
+
+// The kinds of entries.
+const (
+	// KindFailed is a delivery that failed permanently or exhausted its retries.
+	KindFailed Kind = "failed"
+	// KindParked is an event parked for a lagging sink (sink isolation),
+	// re-driven automatically in order.
+	KindParked Kind = "parked"
+	// KindGap is a time range of changes that were never read (history lost).
+	KindGap Kind = "gap"
+)
+
+// Valid reports whether k is one of the defined kinds.
+func (k Kind) Valid() bool {
+	return k == KindFailed || k == KindParked || k == KindGap
+}
+
+// Entry is one dead-letter entry. The bson names of its fields (used in the
+// collection and its indexes) are the json names of MarshalJSON.
+type Entry struct {
+	// ID is the document _id: EntryID(EventID, Sink) for failed and parked
+	// entries; for gaps it is chosen by the writer, e.g. GapID.
+	ID   string
+	Kind Kind
+	// EventID is the stable event id (event.Event.ID); empty for gaps.
+	EventID string
+	// Source and Sink name the [[sources]] and [[sinks]] entries; Sink is
+	// empty for gaps.
+	Source, Sink string
+	// Rules are the names of the rules that routed the event to the sink.
+	Rules []string
+	// Operation is the change's operationType.
+	Operation string
+	// Namespace is "db.coll" (just "db" for database-level events).
+	Namespace string
+	// DocumentKey is the change's documentKey, nil when it has none.
+	DocumentKey bson.Raw
+	// Change is the original change stream document; replay rebuilds the
+	// event from it with event.FromChange. It is nil for gaps, and for an
+	// entry whose change was too large to be stored (ChangeDropped).
+	Change bson.Raw
+	// Envelope is the relaxed JSON envelope of the event as a BSON document,
+	// for people and queries. It is left out when storing it next to Change
+	// would exceed MongoDB's document size limit.
+	Envelope bson.Raw
+	// ChangeDropped is set by Put when Change alone was too large to be
+	// stored with the entry; such an entry cannot be replayed.
+	ChangeDropped bool
+	// ClusterTime is the change's cluster time.
+	ClusterTime bson.Timestamp
+	// Attempts is the number of delivery attempts. Put adds the Attempts of
+	// the entry it writes to those already stored.
+	Attempts int
+	// Reason is a short cause, e.g. "http_400", "oversize", "exhausted",
+	// "history_lost", "parked".
+	Reason string
+	// FirstError and LastError are the first and the latest error messages.
+	FirstError, LastError string
+	// FirstFailedAt, LastFailedAt and CreatedAt are UTC times (millisecond
+	// precision once stored).
+	FirstFailedAt, LastFailedAt, CreatedAt time.Time
+	// Order orders parked entries: assigned by the writer, increasing in
+	// stream order within a sink, and stable across restarts (for example
+	// derived from the cluster time).
+	Order int64
+	// GapFrom and GapTo bound the lost time range of a gap; LastToken is the
+	// last persisted resume token of the source before the gap.
+	GapFrom, GapTo time.Time
+	LastToken      bson.Raw
+}
+
+// EntryID returns the _id of the failed or parked entry of an event and sink.
+func EntryID(eventID, sink string) string {
+	return eventID + "/" + sink
+}
+
+// GapID returns an _id for the gap of source that starts at from:
+// "gap/<source>/<from as RFC 3339 in UTC>".
+func GapID(source string, from time.Time) string {
+	return "gap/" + source + "/" + from.UTC().Format(time.RFC3339Nano)
+}
+
+// EntryFor returns the entry of kind (failed or parked) for the delivery of e
+// to sink, with the event fields filled in: ID, Kind, EventID, Source, Sink,
+// Rules, Operation, Namespace, DocumentKey, Change, Envelope (parsed from
+// e.Envelope(false)) and ClusterTime. The caller sets Attempts, Reason, the
+// errors, the times and, for parked entries, Order.
+func EntryFor(e *event.Event, sink string, kind Kind) (Entry, error) {
+	if kind != KindFailed && kind != KindParked {
+		return Entry{}, fmt.Errorf("dead letter for event %s: kind %q is not failed or parked", e.ID, kind)
+	}
+	env, err := e.Envelope(false)
+	if err != nil {
+		return Entry{}, fmt.Errorf("dead letter for event %s: %w", e.ID, err)
+	}
+	var envDoc bson.Raw
+	if err := bson.UnmarshalExtJSON(env, false, &envDoc); err != nil {
+		return Entry{}, fmt.Errorf("dead letter for event %s: parse envelope: %w", e.ID, err)
+	}
+	ns := e.DB
+	if e.Coll != "" {
+		ns += "." + e.Coll
+	}
+	var rules []string
+	if len(e.Rules) > 0 {
+		rules = append(rules, e.Rules...)
+	}
+	return Entry{
+		ID:          EntryID(e.ID, sink),
+		Kind:        kind,
+		EventID:     e.ID,
+		Source:      e.Source,
+		Sink:        sink,
+		Rules:       rules,
+		Operation:   e.OperationType,
+		Namespace:   ns,
+		DocumentKey: e.DocumentKey,
+		Change:      e.Raw,
+		Envelope:    envDoc,
+		ClusterTime: e.ClusterTime,
+	}, nil
+}
+
+// ErrNotReplayable is reported (wrapped, in ReplayResult.Errors) for an
+// entry that cannot be replayed: a gap, or an entry stored without its
+// change.
+var ErrNotReplayable = errors.New("entry cannot be replayed")
+
+// Event rebuilds the event of a failed or parked entry from its change
+// document, with the entry's rules. Its Seq is 0.
+func (e Entry) Event() (*event.Event, error) {
+	if e.Kind == KindGap || len(e.Change) == 0 {
+		return nil, fmt.Errorf("dead letter %s: %w", e.ID, ErrNotReplayable)
+	}
+	ev, err := event.FromChange(e.Source, 0, e.Change)
+	if err != nil {
+		return nil, fmt.Errorf("dead letter %s: rebuild event: %w", e.ID, err)
+	}
+	if len(e.Rules) > 0 {
+		ev.Rules = append([]string(nil), e.Rules...)
+	}
+	return ev, nil
+}
+
+// jsonTimestamp is a bson.Timestamp rendered as relaxed Extended JSON.
+type jsonTimestamp struct {
+	T uint32 `json:"t"`
+	I uint32 `json:"i"`
+}
+
+type entryJSON struct {
+	ID          string          `json:"id"`
+	Kind        Kind            `json:"kind"`
+	EventID     string          `json:"eventId,omitempty"`
+	Source      string          `json:"source,omitempty"`
+	Sink        string          `json:"sink,omitempty"`
+	Rules       []string        `json:"rules,omitempty"`
+	Operation   string          `json:"operation,omitempty"`
+	Namespace   string          `json:"namespace,omitempty"`
+	DocumentKey json.RawMessage `json:"documentKey,omitempty"`
+	ClusterTime *struct {
+		Timestamp jsonTimestamp `json:"$timestamp"`
+	} `json:"clusterTime,omitempty"`
+	Attempts      int             `json:"attempts"`
+	Reason        string          `json:"reason,omitempty"`
+	FirstError    string          `json:"firstError,omitempty"`
+	LastError     string          `json:"lastError,omitempty"`
+	FirstFailedAt time.Time       `json:"firstFailedAt,omitzero"`
+	LastFailedAt  time.Time       `json:"lastFailedAt,omitzero"`
+	CreatedAt     time.Time       `json:"createdAt,omitzero"`
+	Order         int64           `json:"order,omitempty"`
+	GapFrom       time.Time       `json:"gapFrom,omitzero"`
+	GapTo         time.Time       `json:"gapTo,omitzero"`
+	LastToken     json.RawMessage `json:"lastToken,omitempty"`
+	ChangeDropped bool            `json:"changeDropped,omitempty"`
+	Envelope      json.RawMessage `json:"envelope,omitempty"`
+	Change        json.RawMessage `json:"change,omitempty"`
+}
+
+// MarshalJSON renders the entry for the CLI and the admin API: camelCase
+// names (as stored), times in UTC (RFC 3339), and DocumentKey, Change,
+// Envelope, LastToken and ClusterTime as relaxed Extended JSON.
+func (e Entry) MarshalJSON() ([]byte, error) {
+	j := entryJSON{
+		ID: e.ID, Kind: e.Kind, EventID: e.EventID, Source: e.Source, Sink: e.Sink,
+		Rules: e.Rules, Operation: e.Operation, Namespace: e.Namespace,
+		Attempts: e.Attempts, Reason: e.Reason, FirstError: e.FirstError, LastError: e.LastError,
+		FirstFailedAt: utc(e.FirstFailedAt), LastFailedAt: utc(e.LastFailedAt), CreatedAt: utc(e.CreatedAt),
+		Order: e.Order, GapFrom: utc(e.GapFrom), GapTo: utc(e.GapTo), ChangeDropped: e.ChangeDropped,
+	}
+	if !e.ClusterTime.IsZero() {
+		j.ClusterTime = &struct {
+			Timestamp jsonTimestamp `json:"$timestamp"`
+		}{jsonTimestamp{T: e.ClusterTime.T, I: e.ClusterTime.I}}
+	}
+	var err error
+	for _, f := range []struct {
+		name string
+		src  bson.Raw
+		dst  *json.RawMessage
+	}{
+		{"documentKey", e.DocumentKey, &j.DocumentKey},
+		{"lastToken", e.LastToken, &j.LastToken},
+		{"envelope", e.Envelope, &j.Envelope},
+		{"change", e.Change, &j.Change},
+	} {
+		if len(f.src) == 0 {
+			continue
+		}
+		if *f.dst, err = bson.MarshalExtJSON(f.src, false, false); err != nil {
+			return nil, fmt.Errorf("dead letter %s: %s: %w", e.ID, f.name, err)
+		}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(j); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC()
+}

@@ -1,0 +1,524 @@
+package deadletter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+)
+
+// ErrNotFound is returned (wrapped) when an entry named by id does not exist.
+var ErrNotFound = errors.New("dead letter not found")
+
+// maxStoredSize bounds the size of the parts of an entry that can be large
+// (change, envelope, keys), leaving room below MongoDB's 16 MiB document
+// limit for the other fields.
+const maxStoredSize = 16*1024*1024 - 64*1024
+
+// Filter selects entries. Zero fields do not filter.
+type Filter struct {
+	// Kind selects one kind of entry. Replay treats an empty Kind as
+	// "failed" (counting matching gaps as skipped).
+	Kind Kind
+	// Sink and Source select entries by sink and source name.
+	Sink, Source string
+	// Since (inclusive) and Until (exclusive) bound CreatedAt.
+	Since, Until time.Time
+	// DocumentKey selects entries whose documentKey has these fields with
+	// these values (a subset match, so {_id: X} also finds the events of a
+	// sharded collection whose key holds more fields).
+	DocumentKey bson.Raw
+	// IDs selects entries by _id; a non-nil empty IDs selects nothing.
+	IDs []string
+	// Limit caps the number of entries listed, counted, purged or replayed;
+	// 0 means no limit.
+	Limit int
+	// AfterID pages: only entries after the entry with this id in List order.
+	// That entry must still exist (an error wrapping ErrNotFound otherwise).
+	// Replay ignores AfterID.
+	AfterID string
+}
+
+// Store is the dead-letter collection. Writes use majority write concern:
+// an event counts as durably dead-lettered once Put returned. A Store is
+// safe for concurrent use.
+type Store struct {
+	coll *mongo.Collection
+}
+
+// NewStore returns a Store on db.collection. Call EnsureIndexes once at
+// startup.
+func NewStore(db *mongo.Database, collection string) *Store {
+	return &Store{
+		coll: db.Collection(collection, options.Collection().SetWriteConcern(writeconcern.Majority())),
+	}
+}
+
+// EnsureIndexes creates the indexes used by listing, re-drive and replay. It
+// is idempotent.
+func (s *Store) EnsureIndexes(ctx context.Context) error {
+	idx := func(name string, keys bson.D) mongo.IndexModel {
+		return mongo.IndexModel{Keys: keys, Options: options.Index().SetName(name)}
+	}
+	models := []mongo.IndexModel{
+		idx("kind_sink_createdAt", bson.D{{Key: "kind", Value: 1}, {Key: "sink", Value: 1}, {Key: "createdAt", Value: -1}}),
+		idx("kind_source_createdAt", bson.D{{Key: "kind", Value: 1}, {Key: "source", Value: 1}, {Key: "createdAt", Value: -1}}),
+		idx("kind_sink_order", bson.D{{Key: "kind", Value: 1}, {Key: "sink", Value: 1}, {Key: "order", Value: 1}}),
+		idx("kind_clusterTime_order", bson.D{{Key: "kind", Value: 1}, {Key: "clusterTime", Value: 1}, {Key: "order", Value: 1}}),
+		idx("createdAt", bson.D{{Key: "createdAt", Value: -1}}),
+		idx("documentKey_id", bson.D{{Key: "documentKey._id", Value: 1}}),
+	}
+	if _, err := s.coll.Indexes().CreateMany(ctx, models); err != nil {
+		return fmt.Errorf("dead letters: create indexes: %w", err)
+	}
+	return nil
+}
+
+// record is the stored form of an Entry.
+type record struct {
+	ID            string         `bson:"_id"`
+	Kind          Kind           `bson:"kind"`
+	EventID       string         `bson:"eventId,omitempty"`
+	Source        string         `bson:"source,omitempty"`
+	Sink          string         `bson:"sink,omitempty"`
+	Rules         []string       `bson:"rules,omitempty"`
+	Operation     string         `bson:"operation,omitempty"`
+	Namespace     string         `bson:"namespace,omitempty"`
+	DocumentKey   bson.Raw       `bson:"documentKey,omitempty"`
+	Change        bson.Raw       `bson:"change,omitempty"`
+	Envelope      bson.Raw       `bson:"envelope,omitempty"`
+	ChangeDropped bool           `bson:"changeDropped,omitempty"`
+	ClusterTime   bson.Timestamp `bson:"clusterTime,omitempty"`
+	Attempts      int64          `bson:"attempts"`
+	Reason        string         `bson:"reason,omitempty"`
+	FirstError    string         `bson:"firstError,omitempty"`
+	LastError     string         `bson:"lastError,omitempty"`
+	FirstFailedAt time.Time      `bson:"firstFailedAt,omitempty"`
+	LastFailedAt  time.Time      `bson:"lastFailedAt,omitempty"`
+	CreatedAt     time.Time      `bson:"createdAt,omitempty"`
+	Order         int64          `bson:"order"`
+	GapFrom       time.Time      `bson:"gapFrom,omitempty"`
+	GapTo         time.Time      `bson:"gapTo,omitempty"`
+	LastToken     bson.Raw       `bson:"lastToken,omitempty"`
+}
+
+func (r *record) entry() Entry {
+	return Entry{
+		ID: r.ID, Kind: r.Kind, EventID: r.EventID, Source: r.Source, Sink: r.Sink,
+		Rules: r.Rules, Operation: r.Operation, Namespace: r.Namespace,
+		DocumentKey: r.DocumentKey, Change: r.Change, Envelope: r.Envelope, ChangeDropped: r.ChangeDropped,
+		ClusterTime: r.ClusterTime, Attempts: int(r.Attempts), Reason: r.Reason,
+		FirstError: r.FirstError, LastError: r.LastError,
+		FirstFailedAt: utc(r.FirstFailedAt), LastFailedAt: utc(r.LastFailedAt), CreatedAt: utc(r.CreatedAt),
+		Order: r.Order, GapFrom: utc(r.GapFrom), GapTo: utc(r.GapTo), LastToken: r.LastToken,
+	}
+}
+
+// upsert returns the filter and update that write e idempotently.
+func upsert(e Entry, now time.Time) (bson.D, bson.D, error) {
+	if e.ID == "" {
+		switch {
+		case e.Kind == KindGap && e.Source != "":
+			e.ID = GapID(e.Source, e.GapFrom)
+		case e.Kind != KindGap && e.EventID != "" && e.Sink != "":
+			e.ID = EntryID(e.EventID, e.Sink)
+		default:
+			return nil, nil, errors.New("dead letter has no id")
+		}
+	}
+	if !e.Kind.Valid() {
+		return nil, nil, fmt.Errorf("dead letter %s: invalid kind %q", e.ID, e.Kind)
+	}
+	if e.LastFailedAt.IsZero() {
+		e.LastFailedAt = now
+	}
+	if e.FirstFailedAt.IsZero() {
+		e.FirstFailedAt = e.LastFailedAt
+	}
+	if e.CreatedAt.IsZero() {
+		e.CreatedAt = now
+	}
+	if e.FirstError == "" {
+		e.FirstError = e.LastError
+	}
+	others := len(e.DocumentKey) + len(e.LastToken)
+	if len(e.Change)+others > maxStoredSize {
+		e.Change = nil
+		e.ChangeDropped = true
+	}
+	if len(e.Change)+len(e.Envelope)+others > maxStoredSize {
+		e.Envelope = nil
+	}
+
+	// $setOnInsert, $set and $inc must not name the same field.
+	onInsert := bson.D{
+		{Key: "createdAt", Value: e.CreatedAt.UTC()},
+		{Key: "firstFailedAt", Value: e.FirstFailedAt.UTC()},
+	}
+	if e.FirstError != "" {
+		onInsert = append(onInsert, bson.E{Key: "firstError", Value: e.FirstError})
+	}
+	set := bson.D{
+		{Key: "kind", Value: e.Kind},
+		{Key: "lastFailedAt", Value: e.LastFailedAt.UTC()},
+		{Key: "changeDropped", Value: e.ChangeDropped},
+	}
+	str := func(k, v string) {
+		if v != "" {
+			set = append(set, bson.E{Key: k, Value: v})
+		}
+	}
+	raw := func(k string, v bson.Raw) {
+		if len(v) > 0 {
+			set = append(set, bson.E{Key: k, Value: v})
+		}
+	}
+	tm := func(k string, v time.Time) {
+		if !v.IsZero() {
+			set = append(set, bson.E{Key: k, Value: v.UTC()})
+		}
+	}
+	str("eventId", e.EventID)
+	str("source", e.Source)
+	str("sink", e.Sink)
+	if len(e.Rules) > 0 {
+		set = append(set, bson.E{Key: "rules", Value: e.Rules})
+	}
+	str("operation", e.Operation)
+	str("namespace", e.Namespace)
+	raw("documentKey", e.DocumentKey)
+	raw("change", e.Change)
+	raw("envelope", e.Envelope)
+	if !e.ClusterTime.IsZero() {
+		set = append(set, bson.E{Key: "clusterTime", Value: e.ClusterTime})
+	}
+	str("reason", e.Reason)
+	str("lastError", e.LastError)
+	set = append(set, bson.E{Key: "order", Value: e.Order})
+	tm("gapFrom", e.GapFrom)
+	tm("gapTo", e.GapTo)
+	raw("lastToken", e.LastToken)
+
+	update := bson.D{
+		{Key: "$setOnInsert", Value: onInsert},
+		{Key: "$set", Value: set},
+		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int64(e.Attempts)}}},
+	}
+	return bson.D{{Key: "_id", Value: e.ID}}, update, nil
+}
+
+// Put writes e, idempotently on its _id (derived from EventID and Sink, or
+// for a gap from Source and GapFrom, when ID is empty). Writing an entry that
+// already exists (the same event and sink again after a crash, or a parked
+// entry that failed) adds e.Attempts to the stored attempts, replaces kind,
+// reason, lastError, lastFailedAt and the event fields, and keeps createdAt,
+// firstFailedAt and firstError. Zero times default to now; an empty
+// FirstError to LastError.
+//
+// When the change alone is too large for a MongoDB document it is left out
+// and the entry is marked ChangeDropped (it cannot be replayed, but the
+// failure is durably recorded); when the change and the envelope together
+// are too large the envelope is left out.
+func (s *Store) Put(ctx context.Context, e Entry) error {
+	q, u, err := upsert(e, time.Now())
+	if err != nil {
+		return err
+	}
+	if _, err := s.coll.UpdateOne(ctx, q, u, options.UpdateOne().SetUpsert(true)); err != nil {
+		return fmt.Errorf("dead letter %s: put: %w", e.ID, err)
+	}
+	return nil
+}
+
+// PutMany writes es like Put, as one ordered bulk write: on an error the
+// entries before the failing one are written and the rest are not.
+func (s *Store) PutMany(ctx context.Context, es []Entry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	now := time.Now()
+	models := make([]mongo.WriteModel, 0, len(es))
+	for _, e := range es {
+		q, u, err := upsert(e, now)
+		if err != nil {
+			return err
+		}
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(q).SetUpdate(u).SetUpsert(true))
+	}
+	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(true)); err != nil {
+		return fmt.Errorf("dead letters: put %d entries: %w", len(es), err)
+	}
+	return nil
+}
+
+// Get returns the entry with id, and false (with no error) when there is none.
+func (s *Store) Get(ctx context.Context, id string) (Entry, bool, error) {
+	var r record
+	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&r)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("dead letter %s: get: %w", id, err)
+	}
+	return r.entry(), true, nil
+}
+
+// query translates f, without Limit and AfterID, into a MongoDB filter.
+func (f Filter) query() bson.D {
+	q := bson.D{}
+	if f.Kind != "" {
+		q = append(q, bson.E{Key: "kind", Value: f.Kind})
+	}
+	if f.Sink != "" {
+		q = append(q, bson.E{Key: "sink", Value: f.Sink})
+	}
+	if f.Source != "" {
+		q = append(q, bson.E{Key: "source", Value: f.Source})
+	}
+	if !f.Since.IsZero() || !f.Until.IsZero() {
+		r := bson.D{}
+		if !f.Since.IsZero() {
+			r = append(r, bson.E{Key: "$gte", Value: f.Since.UTC()})
+		}
+		if !f.Until.IsZero() {
+			r = append(r, bson.E{Key: "$lt", Value: f.Until.UTC()})
+		}
+		q = append(q, bson.E{Key: "createdAt", Value: r})
+	}
+	if len(f.DocumentKey) > 0 {
+		if elems, err := f.DocumentKey.Elements(); err == nil {
+			for _, el := range elems {
+				q = append(q, bson.E{Key: "documentKey." + el.Key(), Value: el.Value()})
+			}
+		}
+	}
+	if f.IDs != nil {
+		q = append(q, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: f.IDs}}})
+	}
+	return q
+}
+
+// byOrder reports whether entries matching f are listed in Order.
+func (f Filter) byOrder() bool { return f.Kind == KindParked }
+
+// sort returns the List order of f.
+func (f Filter) sort() bson.D {
+	if f.byOrder() {
+		return bson.D{{Key: "order", Value: 1}, {Key: "_id", Value: 1}}
+	}
+	return bson.D{{Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}
+}
+
+// pageQuery returns f's filter restricted to the entries after f.AfterID in
+// List order.
+func (s *Store) pageQuery(ctx context.Context, f Filter) (bson.D, error) {
+	q := f.query()
+	if f.AfterID == "" {
+		return q, nil
+	}
+	var after record
+	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: f.AfterID}},
+		options.FindOne().SetProjection(bson.D{{Key: "createdAt", Value: 1}, {Key: "order", Value: 1}})).Decode(&after)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, fmt.Errorf("page after %q: %w", f.AfterID, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("page after %q: %w", f.AfterID, err)
+	}
+	var or bson.A
+	if f.byOrder() {
+		or = bson.A{
+			bson.D{{Key: "order", Value: bson.D{{Key: "$gt", Value: after.Order}}}},
+			bson.D{{Key: "order", Value: after.Order}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: f.AfterID}}}},
+		}
+	} else {
+		or = bson.A{
+			bson.D{{Key: "createdAt", Value: bson.D{{Key: "$lt", Value: after.CreatedAt}}}},
+			bson.D{{Key: "createdAt", Value: after.CreatedAt}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: f.AfterID}}}},
+		}
+	}
+	return append(q, bson.E{Key: "$or", Value: or}), nil
+}
+
+// List returns the entries matching f, at most f.Limit of them. Parked
+// entries (Kind == KindParked) are listed in re-drive order: Order
+// ascending, then _id. Every other filter lists newest first: CreatedAt
+// descending, then _id descending. Page with f.AfterID set to the ID of the
+// last entry of the previous page.
+func (s *Store) List(ctx context.Context, f Filter) ([]Entry, error) {
+	q, err := s.pageQuery(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("dead letters: list: %w", err)
+	}
+	opts := options.Find().SetSort(f.sort())
+	if f.Limit > 0 {
+		opts.SetLimit(int64(f.Limit))
+	}
+	cur, err := s.coll.Find(ctx, q, opts)
+	if err != nil {
+		return nil, fmt.Errorf("dead letters: list: %w", err)
+	}
+	defer cur.Close(ctx)
+	var out []Entry
+	for cur.Next(ctx) {
+		var r record
+		if err := cur.Decode(&r); err != nil {
+			return nil, fmt.Errorf("dead letters: list: decode: %w", err)
+		}
+		out = append(out, r.entry())
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("dead letters: list: %w", err)
+	}
+	return out, nil
+}
+
+// ids returns the _ids of the entries List(f) would return.
+func (s *Store) ids(ctx context.Context, f Filter) ([]string, error) {
+	q, err := s.pageQuery(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	opts := options.Find().SetSort(f.sort()).SetProjection(bson.D{{Key: "_id", Value: 1}})
+	if f.Limit > 0 {
+		opts.SetLimit(int64(f.Limit))
+	}
+	cur, err := s.coll.Find(ctx, q, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer cur.Close(ctx)
+	var out []string
+	for cur.Next(ctx) {
+		id, ok := cur.Current.Lookup("_id").StringValueOK()
+		if !ok {
+			continue // not ours
+		}
+		out = append(out, id)
+	}
+	return out, cur.Err()
+}
+
+// Count returns the number of entries matching f; with f.Limit (or
+// f.AfterID), the number List(f) would return.
+func (s *Store) Count(ctx context.Context, f Filter) (int64, error) {
+	q, err := s.pageQuery(ctx, f)
+	if err != nil {
+		return 0, fmt.Errorf("dead letters: count: %w", err)
+	}
+	opts := options.Count()
+	if f.Limit > 0 {
+		opts.SetLimit(int64(f.Limit))
+	}
+	n, err := s.coll.CountDocuments(ctx, q, opts)
+	if err != nil {
+		return 0, fmt.Errorf("dead letters: count: %w", err)
+	}
+	return n, nil
+}
+
+// CountBySink returns the number of entries of kind (every kind when empty)
+// per sink. Gaps have no sink: they are counted under "".
+func (s *Store) CountBySink(ctx context.Context, kind Kind) (map[string]int64, error) {
+	pipeline := bson.A{}
+	if kind != "" {
+		pipeline = append(pipeline, bson.D{{Key: "$match", Value: bson.D{{Key: "kind", Value: kind}}}})
+	}
+	pipeline = append(pipeline, bson.D{{Key: "$group", Value: bson.D{
+		{Key: "_id", Value: "$sink"},
+		{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
+	}}})
+	cur, err := s.coll.Aggregate(ctx, pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("dead letters: count by sink: %w", err)
+	}
+	defer cur.Close(ctx)
+	out := map[string]int64{}
+	for cur.Next(ctx) {
+		var row struct {
+			Sink *string `bson:"_id"`
+			N    int64   `bson:"n"`
+		}
+		if err := cur.Decode(&row); err != nil {
+			return nil, fmt.Errorf("dead letters: count by sink: decode: %w", err)
+		}
+		sink := ""
+		if row.Sink != nil {
+			sink = *row.Sink
+		}
+		out[sink] += row.N
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("dead letters: count by sink: %w", err)
+	}
+	return out, nil
+}
+
+// Delete removes the entry with id and reports whether it existed.
+func (s *Store) Delete(ctx context.Context, id string) (bool, error) {
+	res, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
+	if err != nil {
+		return false, fmt.Errorf("dead letter %s: delete: %w", id, err)
+	}
+	return res.DeletedCount > 0, nil
+}
+
+// Purge deletes the entries matching f (with f.Limit or f.AfterID, those
+// List(f) would return) and returns how many it deleted. An empty Filter
+// purges everything: callers exposing Purge to people should ask for
+// confirmation.
+func (s *Store) Purge(ctx context.Context, f Filter) (int64, error) {
+	q := f.query()
+	if f.Limit > 0 || f.AfterID != "" {
+		ids, err := s.ids(ctx, f)
+		if err != nil {
+			return 0, fmt.Errorf("dead letters: purge: %w", err)
+		}
+		if len(ids) == 0 {
+			return 0, nil
+		}
+		q = bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}
+	}
+	res, err := s.coll.DeleteMany(ctx, q)
+	if err != nil {
+		return 0, fmt.Errorf("dead letters: purge: %w", err)
+	}
+	return res.DeletedCount, nil
+}
+
+// Convert changes the kind of the failed or parked entry id to to (failed or
+// parked), e.g. parked → failed when its re-drive exhausted its retries. A
+// non-empty reason or lastErr replaces the stored one; lastFailedAt becomes
+// now. It returns an error wrapping ErrNotFound when there is no such
+// failed or parked entry.
+func (s *Store) Convert(ctx context.Context, id string, to Kind, reason, lastErr string) error {
+	if to != KindFailed && to != KindParked {
+		return fmt.Errorf("dead letter %s: convert: cannot convert to %q", id, to)
+	}
+	set := bson.D{
+		{Key: "kind", Value: to},
+		{Key: "lastFailedAt", Value: time.Now().UTC()},
+	}
+	if reason != "" {
+		set = append(set, bson.E{Key: "reason", Value: reason})
+	}
+	if lastErr != "" {
+		set = append(set, bson.E{Key: "lastError", Value: lastErr})
+	}
+	res, err := s.coll.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: id}, {Key: "kind", Value: bson.D{{Key: "$in", Value: bson.A{KindFailed, KindParked}}}}},
+		bson.D{{Key: "$set", Value: set}})
+	if err != nil {
+		return fmt.Errorf("dead letter %s: convert to %s: %w", id, to, err)
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("dead letter %s: convert to %s: %w", id, to, ErrNotFound)
+	}
+	return nil
+}
