@@ -1,0 +1,209 @@
+package webhook
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Standard Webhooks header names, in canonical MIME form (HTTP header names
+// are case-insensitive; the spec writes them in lower case).
+const (
+	HeaderID        = "Webhook-Id"
+	HeaderTimestamp = "Webhook-Timestamp"
+	HeaderSignature = "Webhook-Signature"
+)
+
+// secretPrefix marks a base64-encoded Standard Webhooks secret.
+const secretPrefix = "whsec_"
+
+// Errors returned by Verify, for errors.Is.
+var (
+	// ErrMissingHeaders means a Standard Webhooks header is absent.
+	ErrMissingHeaders = errors.New("missing webhook-id, webhook-timestamp or webhook-signature header")
+	// ErrInvalidTimestamp means webhook-timestamp is not unix seconds.
+	ErrInvalidTimestamp = errors.New("invalid webhook-timestamp")
+	// ErrTimestampOutOfTolerance means the message is too old or too new.
+	ErrTimestampOutOfTolerance = errors.New("webhook-timestamp outside the tolerance")
+	// ErrNoMatchingSignature means no v1 signature matches any secret.
+	ErrNoMatchingSignature = errors.New("no matching webhook signature")
+	// ErrNoSecrets means Verify was given no secret to check against.
+	ErrNoSecrets = errors.New("no webhook secrets to verify with")
+)
+
+// DecodeSecret returns the HMAC key of a Standard Webhooks secret:
+// "whsec_<base64>" is base64-decoded (standard alphabet, padded or not);
+// any other string is used as raw bytes.
+func DecodeSecret(secret string) ([]byte, error) {
+	if secret == "" {
+		return nil, errors.New("empty secret")
+	}
+	b64, ok := strings.CutPrefix(secret, secretPrefix)
+	if !ok {
+		return []byte(secret), nil
+	}
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		key, err = base64.RawStdEncoding.DecodeString(b64)
+	}
+	if err != nil {
+		// Do not echo the secret (or the decoder's offset into it).
+		return nil, errors.New(`secret starts with "whsec_" but the rest is not valid base64`)
+	}
+	if len(key) == 0 {
+		return nil, errors.New(`secret "whsec_" has no key after the prefix`)
+	}
+	return key, nil
+}
+
+// signer computes Standard Webhooks v1 signatures with a fixed set of keys.
+// It is safe for concurrent use; HMAC states are pooled so that signing does
+// not allocate.
+type signer struct {
+	keys [][]byte
+	pool sync.Pool // of *macSet
+}
+
+// macSet is one HMAC-SHA256 state per key plus scratch space.
+type macSet struct {
+	macs   []hash.Hash
+	prefix []byte
+	sum    [sha256.Size]byte
+}
+
+func newSigner(secrets []string) (*signer, error) {
+	if len(secrets) == 0 {
+		return nil, nil
+	}
+	s := &signer{keys: make([][]byte, len(secrets))}
+	for i, sec := range secrets {
+		k, err := DecodeSecret(sec)
+		if err != nil {
+			return nil, fmt.Errorf("secrets[%d]: %w", i, err)
+		}
+		s.keys[i] = k
+	}
+	s.pool.New = func() any {
+		m := &macSet{macs: make([]hash.Hash, len(s.keys)), prefix: make([]byte, 0, 128)}
+		for i, k := range s.keys {
+			m.macs[i] = hmac.New(sha256.New, k)
+		}
+		return m
+	}
+	return s, nil
+}
+
+// appendSignatures appends the webhook-signature header value for the
+// message id, timestamp ts (decimal unix seconds) and body to dst: one
+// "v1,<base64>" per key, separated by spaces.
+func (s *signer) appendSignatures(dst []byte, id, ts string, body []byte) []byte {
+	m := s.pool.Get().(*macSet)
+	m.prefix = append(m.prefix[:0], id...)
+	m.prefix = append(m.prefix, '.')
+	m.prefix = append(m.prefix, ts...)
+	m.prefix = append(m.prefix, '.')
+	for i, h := range m.macs {
+		if i > 0 {
+			dst = append(dst, ' ')
+		}
+		h.Reset()
+		h.Write(m.prefix)
+		h.Write(body)
+		dst = append(dst, "v1,"...)
+		dst = base64.StdEncoding.AppendEncode(dst, h.Sum(m.sum[:0]))
+	}
+	if cap(m.prefix) <= 4096 { // do not keep a huge id's buffer alive
+		s.pool.Put(m)
+	}
+	return dst
+}
+
+// Sign returns the webhook-signature header value for a message: one
+// "v1,<base64 HMAC-SHA256(key, id.timestamp.body)>" per secret, separated by
+// spaces. Secrets are decoded as by DecodeSecret. It is meant for tests and
+// tools; the sink keeps its decoded keys and does not call it.
+func Sign(secrets []string, id string, timestamp time.Time, body []byte) (string, error) {
+	s, err := newSigner(secrets)
+	if err != nil {
+		return "", err
+	}
+	if s == nil {
+		return "", ErrNoSecrets
+	}
+	return string(s.appendSignatures(nil, id, strconv.FormatInt(timestamp.Unix(), 10), body)), nil
+}
+
+// Verify checks a Standard Webhooks message as a receiver would: the
+// webhook-id, webhook-timestamp and webhook-signature headers must be
+// present, the timestamp must be within tolerance of now (tolerance <= 0
+// disables that check; receivers should use a few minutes to limit replays),
+// and at least one v1 signature in the header must match the HMAC of
+// "id.timestamp.body" under at least one of secrets (each "whsec_<base64>"
+// or raw). Comparisons are constant-time. The error wraps one of the Err…
+// values of this package, or describes a malformed secret.
+func Verify(secrets []string, headers http.Header, body []byte, tolerance time.Duration, now time.Time) error {
+	if len(secrets) == 0 {
+		return ErrNoSecrets
+	}
+	id := headers.Get(HeaderID)
+	tsStr := headers.Get(HeaderTimestamp)
+	sigs := headers.Values(HeaderSignature)
+	if id == "" || tsStr == "" || len(sigs) == 0 {
+		return ErrMissingHeaders
+	}
+	ts, err := strconv.ParseInt(tsStr, 10, 64)
+	if err != nil {
+		return fmt.Errorf("%w: %q", ErrInvalidTimestamp, tsStr)
+	}
+	if tolerance > 0 {
+		d := now.Sub(time.Unix(ts, 0))
+		if d > tolerance || d < -tolerance {
+			return fmt.Errorf("%w: %s is %s from now, tolerance %s", ErrTimestampOutOfTolerance, tsStr, d.Round(time.Second), tolerance)
+		}
+	}
+	keys := make([][]byte, len(secrets))
+	for i, sec := range secrets {
+		if keys[i], err = DecodeSecret(sec); err != nil {
+			return fmt.Errorf("secrets[%d]: %w", i, err)
+		}
+	}
+	var candidates [][]byte
+	for _, v := range sigs {
+		for _, part := range strings.Fields(v) {
+			b64, ok := strings.CutPrefix(part, "v1,")
+			if !ok {
+				continue // other versions (v1a, ...) are not ours to check
+			}
+			if sig, err := base64.StdEncoding.DecodeString(b64); err == nil && len(sig) == sha256.Size {
+				candidates = append(candidates, sig)
+			}
+		}
+	}
+	if len(candidates) == 0 {
+		return fmt.Errorf("%w: no v1 signature in header", ErrNoMatchingSignature)
+	}
+	var sum [sha256.Size]byte
+	for _, k := range keys {
+		mac := hmac.New(sha256.New, k)
+		mac.Write([]byte(id))
+		mac.Write([]byte{'.'})
+		mac.Write([]byte(tsStr))
+		mac.Write([]byte{'.'})
+		mac.Write(body)
+		expected := mac.Sum(sum[:0])
+		for _, c := range candidates {
+			if hmac.Equal(expected, c) {
+				return nil
+			}
+		}
+	}
+	return ErrNoMatchingSignature
+}

@@ -1,0 +1,727 @@
+// Package webhook is the sink that POSTs events to an HTTP endpoint, signed
+// per the Standard Webhooks specification
+// (https://github.com/standard-webhooks/standard-webhooks).
+//
+// Each request carries the event's cached JSON envelope (or, when batching,
+// a JSON array of envelopes) and the headers webhook-id, webhook-timestamp
+// and webhook-signature. The sink makes one delivery attempt per Send:
+// go-retryablehttp retries only connection-level failures of that attempt,
+// a couple of times with short waits; every HTTP status is classified into a
+// *sinks.Error and handed back to the delivery engine, which owns backoff
+// and dead-lettering.
+//
+// Security defaults: TLS certificates are verified; redirects are not
+// followed; proxies from the environment (HTTP_PROXY, HTTPS_PROXY) are not
+// used, because the private-network guard checks the address actually
+// dialled and behind a proxy that would be the proxy's; targets resolving to
+// loopback, private, link-local, CGNAT, multicast or cloud metadata
+// addresses are refused at dial time unless Config.AllowPrivateNetworks.
+package webhook
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks"
+)
+
+// Defaults and limits.
+const (
+	// DefaultTimeout bounds one request when Config.Timeout is 0.
+	DefaultTimeout = 10 * time.Second
+	// DefaultMaxConns is the connection pool size when Config.MaxConns is 0.
+	DefaultMaxConns = 64
+	// DefaultUserAgent is sent when Config.UserAgent is empty.
+	DefaultUserAgent = "changegate-webhook"
+
+	// respSnippetCap is how much of an error response body is read and
+	// quoted (at most snippetMax bytes of it) in the error message.
+	respSnippetCap = 4 << 10
+	snippetMax     = 512
+	// respDrainCap is how much of a response body is read, then discarded,
+	// so that the connection can be reused; a body longer than that is
+	// abandoned and its connection closed.
+	respDrainCap = 64 << 10
+
+	// Transport-level retries of one attempt (connection failures only).
+	transportRetries = 2
+	transportWaitMin = 50 * time.Millisecond
+	transportWaitMax = 500 * time.Millisecond
+)
+
+// Config configures a webhook sink.
+type Config struct {
+	// Name is the sink name, used in errors and logs.
+	Name string
+	// URL is the http or https endpoint events are POSTed to.
+	URL string
+	// Secrets are the Standard Webhooks signing secrets: "whsec_<base64>"
+	// (the key is the decoded base64) or any other string (the key is its
+	// bytes). Every secret signs every request, which allows rotation.
+	// Empty: requests carry no webhook-signature header.
+	Secrets []string
+	// Headers are extra request headers. They cannot replace Content-Type,
+	// Content-Length, Host or the webhook-* headers; an Authorization
+	// header conflicts with BearerToken and BasicUser.
+	Headers map[string]string
+	// BearerToken, when set, is sent as "Authorization: Bearer <token>".
+	BearerToken string
+	// BasicUser and BasicPassword, when BasicUser is set, are sent as HTTP
+	// basic authentication. Exclusive with BearerToken.
+	BasicUser, BasicPassword string
+	// Timeout bounds one request attempt, from dialling to reading the
+	// response body (default 10s).
+	Timeout time.Duration
+	// Canonical selects canonical instead of relaxed Extended JSON.
+	Canonical bool
+	// BatchSize is the maximum number of events per request. 1 (or 0)
+	// sends each envelope as a JSON object; > 1 sends a JSON array of
+	// envelopes, also for a batch of one.
+	BatchSize int
+	// AllowPrivateNetworks permits targets that resolve to loopback,
+	// private, link-local, CGNAT, multicast or cloud metadata addresses.
+	AllowPrivateNetworks bool
+	// TLSCAFile is a PEM file of CA certificates trusted in addition to the
+	// system pool.
+	TLSCAFile string
+	// TLSInsecureSkipVerify disables server certificate verification.
+	TLSInsecureSkipVerify bool
+	// MaxConns sizes the connection pool: the number of idle connections
+	// kept to the endpoint (default 64). It should be at least the sink's
+	// concurrency (max_in_flight); more concurrent requests than that
+	// still proceed but their connections are not kept.
+	MaxConns int
+	// UserAgent is the User-Agent header (default "changegate-webhook").
+	UserAgent string
+}
+
+// Webhook is a sinks.Sink that POSTs envelopes to one URL. It is safe for
+// concurrent use by several workers.
+type Webhook struct {
+	name      string
+	canonical bool
+	maxBatch  int
+	batching  bool
+
+	reqTemplate *http.Request // Method, URL, Host; shallow-copied per request
+	target      string        // scheme://host/path, for messages (no query or credentials)
+	static      http.Header   // precomputed headers, copied into each request
+	signer      *signer       // nil: unsigned
+
+	transport *http.Transport
+	client    *retryablehttp.Client
+	log       *slog.Logger
+
+	now     func() time.Time
+	tsCache atomic.Pointer[tsEntry]
+	closed  atomic.Bool
+}
+
+var _ sinks.Sink = (*Webhook)(nil)
+
+// tsEntry caches the header value of one unix second.
+type tsEntry struct {
+	sec int64
+	s   string
+	hv  []string
+}
+
+// New returns a webhook sink for cfg. It validates the configuration and
+// builds the HTTP client; it does not connect. logger may be nil.
+func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	prefix := "webhook"
+	if cfg.Name != "" {
+		prefix += " " + cfg.Name
+	}
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	u, err := url.Parse(cfg.URL)
+	switch {
+	case cfg.URL == "":
+		bad("url is required")
+	case err != nil:
+		bad("url: %v", errors.Unwrap(err)) // url.Error would repeat the URL
+	case u.Scheme != "http" && u.Scheme != "https":
+		bad("url: scheme must be http or https, got %q", u.Scheme)
+	case u.Host == "" || u.Hostname() == "":
+		bad("url: no host")
+	case u.Fragment != "":
+		bad("url: must not have a #fragment")
+	}
+	if cfg.Timeout < 0 {
+		bad("timeout must not be negative, got %s", cfg.Timeout)
+	}
+	if cfg.BatchSize < 0 {
+		bad("batch_size must be >= 1, got %d", cfg.BatchSize)
+	}
+	if cfg.MaxConns < 0 {
+		bad("max_conns must be >= 1, got %d", cfg.MaxConns)
+	}
+	if cfg.BearerToken != "" && cfg.BasicUser != "" {
+		bad("bearer_token and basic auth are exclusive")
+	}
+	sg, err := newSigner(cfg.Secrets)
+	if err != nil {
+		bad("%v", err)
+	}
+	static, err := staticHeaders(cfg)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	tlsCfg, err := tlsConfig(cfg)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", prefix, errors.Join(errs...))
+	}
+
+	timeout := cfg.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	maxConns := cfg.MaxConns
+	if maxConns == 0 {
+		maxConns = DefaultMaxConns
+	}
+	batch := max(cfg.BatchSize, 1)
+
+	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	if !cfg.AllowPrivateNetworks {
+		dialer.Control = guardControl
+	}
+	tr := &http.Transport{
+		Proxy:                  nil, // never from the environment, see the package doc
+		DialContext:            dialer.DialContext,
+		TLSClientConfig:        tlsCfg,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           maxConns,
+		MaxIdleConnsPerHost:    maxConns,
+		MaxConnsPerHost:        0, // concurrency is bounded by the engine's workers
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    min(timeout, 10*time.Second),
+		ExpectContinueTimeout:  time.Second,
+		DisableCompression:     true, // response bodies are not used
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+
+	w := &Webhook{
+		name:      cfg.Name,
+		canonical: cfg.Canonical,
+		maxBatch:  batch,
+		batching:  batch > 1,
+		target:    (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String(),
+		static:    static,
+		signer:    sg,
+		transport: tr,
+		log:       logger,
+		now:       time.Now,
+	}
+	w.reqTemplate = &http.Request{
+		Method:     http.MethodPost,
+		URL:        u,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Host:       u.Host,
+	}
+	w.client = &retryablehttp.Client{
+		HTTPClient: &http.Client{
+			// The transport is wrapped so that retryablehttp's
+			// CloseIdleConnections after a failed request does not tear
+			// down the whole pool (every other worker's connections).
+			Transport: poolKeeper{tr},
+			Timeout:   timeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		},
+		Logger:       nil, // its logger is per request and unleveled; we log in checkRetry
+		RetryWaitMin: transportWaitMin,
+		RetryWaitMax: transportWaitMax,
+		RetryMax:     transportRetries,
+		CheckRetry:   w.checkRetry,
+		Backoff:      retryablehttp.DefaultBackoff,
+		ErrorHandler: retryablehttp.PassthroughErrorHandler,
+		PrepareRetry: w.prepareRetry,
+	}
+	return w, nil
+}
+
+// poolKeeper hides http.Transport's CloseIdleConnections from http.Client
+// (and so from retryablehttp); Webhook.Close closes the pool itself.
+type poolKeeper struct{ tr *http.Transport }
+
+func (p poolKeeper) RoundTrip(r *http.Request) (*http.Response, error) { return p.tr.RoundTrip(r) }
+
+// reservedHeaders cannot be set through Config.Headers.
+var reservedHeaders = map[string]bool{
+	HeaderID: true, HeaderTimestamp: true, HeaderSignature: true,
+	"Content-Type": true, "Content-Length": true, "Transfer-Encoding": true,
+	"Host": true, "Connection": true, "Te": true, "Upgrade": true, "Trailer": true,
+}
+
+// staticHeaders returns the headers every request carries, canonicalised
+// and validated, so that requests copy them without further work.
+func staticHeaders(cfg Config) (http.Header, error) {
+	var errs []error
+	h := http.Header{
+		"Content-Type": {"application/json"},
+		"User-Agent":   {DefaultUserAgent},
+	}
+	if cfg.UserAgent != "" {
+		h["User-Agent"] = []string{cfg.UserAgent}
+	}
+	for name, value := range cfg.Headers {
+		k := http.CanonicalHeaderKey(name)
+		switch {
+		case !validHeaderName(name):
+			errs = append(errs, fmt.Errorf("headers: %q is not a valid header name", name))
+			continue
+		case reservedHeaders[k]:
+			errs = append(errs, fmt.Errorf("headers: %s is set by the sink and cannot be overridden", k))
+			continue
+		case k == "Authorization" && (cfg.BearerToken != "" || cfg.BasicUser != ""):
+			errs = append(errs, errors.New("headers: Authorization conflicts with bearer_token/basic auth"))
+			continue
+		case strings.ContainsAny(value, "\r\n\x00"):
+			errs = append(errs, fmt.Errorf("headers: value of %s contains a line break or NUL", k))
+			continue
+		}
+		h[k] = []string{value}
+	}
+	switch {
+	case cfg.BearerToken != "":
+		if strings.ContainsAny(cfg.BearerToken, "\r\n\x00") {
+			errs = append(errs, errors.New("bearer_token contains a line break or NUL"))
+		}
+		h["Authorization"] = []string{"Bearer " + cfg.BearerToken}
+	case cfg.BasicUser != "":
+		if strings.Contains(cfg.BasicUser, ":") {
+			errs = append(errs, errors.New("basic auth username must not contain ':'"))
+		}
+		h["Authorization"] = []string{"Basic " + base64.StdEncoding.EncodeToString([]byte(cfg.BasicUser+":"+cfg.BasicPassword))}
+	}
+	return h, errors.Join(errs...)
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func tlsConfig(cfg Config) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.TLSInsecureSkipVerify} //nolint:gosec // opt-in
+	if cfg.TLSCAFile != "" {
+		pem, err := os.ReadFile(cfg.TLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls_ca_file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls_ca_file %s: no PEM certificate found", cfg.TLSCAFile)
+		}
+		c.RootCAs = pool
+	}
+	return c, nil
+}
+
+// Name returns the sink name.
+func (w *Webhook) Name() string { return w.name }
+
+// MaxBatch returns Config.BatchSize (at least 1).
+func (w *Webhook) MaxBatch() int { return w.maxBatch }
+
+// Close closes idle connections. Requests in progress are not interrupted
+// (cancel their contexts for that); no Send may follow Close.
+func (w *Webhook) Close() error {
+	w.closed.Store(true)
+	w.transport.CloseIdleConnections()
+	return nil
+}
+
+// Send delivers batch in one request: the event's envelope, or a JSON array
+// of envelopes when the sink batches. It returns nil on a 2xx answer and
+// otherwise a *sinks.Error (retryable or permanent, see the package
+// documentation), or ctx's error, wrapped, when ctx ends first.
+//
+// A sink that does not batch, given several events, sends them one by one
+// and reports failures in a *sinks.BatchError. An event whose envelope
+// cannot be encoded fails permanently (reason "encode"); in a batch, the
+// other events are still sent and the failure is reported in a
+// *sinks.BatchError.
+func (w *Webhook) Send(ctx context.Context, batch []*event.Event) error {
+	switch {
+	case len(batch) == 0:
+		return nil
+	case w.closed.Load():
+		return sinks.Permanent("closed", fmt.Errorf("webhook %s: send after close", w.name))
+	case !w.batching:
+		if len(batch) == 1 {
+			return w.sendOne(ctx, batch[0])
+		}
+		return w.sendEach(ctx, batch)
+	default:
+		return w.sendBatch(ctx, batch)
+	}
+}
+
+func (w *Webhook) sendOne(ctx context.Context, e *event.Event) error {
+	body, err := e.Envelope(w.canonical)
+	if err != nil {
+		return sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
+	}
+	return w.post(ctx, e.ID, body)
+}
+
+func (w *Webhook) sendEach(ctx context.Context, batch []*event.Event) error {
+	var failed map[int]error
+	for i, e := range batch {
+		if err := w.sendOne(ctx, e); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			if failed == nil {
+				failed = make(map[int]error)
+			}
+			failed[i] = err
+		}
+	}
+	if failed != nil {
+		return &sinks.BatchError{Failed: failed}
+	}
+	return nil
+}
+
+func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) error {
+	var failed map[int]error
+	envs := make([][]byte, len(batch))
+	size := 2
+	n := 0
+	for i, e := range batch {
+		env, err := e.Envelope(w.canonical)
+		if err != nil {
+			if failed == nil {
+				failed = make(map[int]error)
+			}
+			failed[i] = sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
+			continue
+		}
+		envs[i] = env
+		size += len(env) + 1
+		n++
+	}
+	if n > 0 {
+		body := make([]byte, 0, size)
+		body = append(body, '[')
+		ids := make([]string, 0, n)
+		for i, env := range envs {
+			if env == nil {
+				continue
+			}
+			if len(ids) > 0 {
+				body = append(body, ',')
+			}
+			body = append(body, env...)
+			ids = append(ids, batch[i].ID)
+		}
+		body = append(body, ']')
+		if err := w.post(ctx, BatchID(ids), body); err != nil {
+			if failed == nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return err
+			}
+			for i, env := range envs {
+				if env != nil {
+					failed[i] = err
+				}
+			}
+		}
+	}
+	if failed != nil {
+		return &sinks.BatchError{Failed: failed}
+	}
+	return nil
+}
+
+// BatchID returns the webhook-id of a batch request: "batch_" followed by
+// the unpadded base64url of the first 18 bytes of the SHA-256 of the event
+// ids, each followed by a NUL byte. It is stable: a re-delivery of the same
+// events in the same order carries the same id, so receivers can
+// de-duplicate batches as they de-duplicate single events; the events' own
+// ids are in the envelopes ("id").
+func BatchID(ids []string) string {
+	h := sha256.New()
+	for _, id := range ids {
+		io.WriteString(h, id)
+		h.Write([]byte{0})
+	}
+	var sum [sha256.Size]byte
+	return "batch_" + base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:18])
+}
+
+// post makes one delivery attempt of body under message id.
+func (w *Webhook) post(ctx context.Context, id string, body []byte) error {
+	hr := w.reqTemplate.WithContext(ctx)
+	h := make(http.Header, len(w.static)+3)
+	for k, v := range w.static {
+		h[k] = v // shared read-only slices; prepareRetry clones before changing
+	}
+	h[HeaderID] = []string{id}
+	w.sign(h, id, body)
+	hr.Header = h
+	req, err := retryablehttp.FromRequest(hr)
+	if err == nil {
+		err = req.SetBody(body)
+	}
+	if err != nil {
+		return sinks.Permanent("request", fmt.Errorf("webhook %s: build request: %w", w.name, err))
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return w.transportError(ctx, err)
+	}
+	return w.classify(resp)
+}
+
+// sign sets the timestamp and signature headers for one attempt.
+func (w *Webhook) sign(h http.Header, id string, body []byte) {
+	ts := w.timestamp()
+	h[HeaderTimestamp] = ts.hv
+	if w.signer != nil {
+		var buf [128]byte
+		h[HeaderSignature] = []string{string(w.signer.appendSignatures(buf[:0], id, ts.s, body))}
+	}
+}
+
+// timestamp returns the cached header value of the current unix second.
+func (w *Webhook) timestamp() *tsEntry {
+	sec := w.now().Unix()
+	if e := w.tsCache.Load(); e != nil && e.sec == sec {
+		return e
+	}
+	s := strconv.FormatInt(sec, 10)
+	e := &tsEntry{sec: sec, s: s, hv: []string{s}}
+	w.tsCache.Store(e)
+	return e
+}
+
+// prepareRetry re-signs a request before go-retryablehttp retries it: a new
+// timestamp and signature for every attempt. The request is a shallow copy
+// of the previous attempt's, so the header map is cloned first (the
+// previous attempt's may still be read by the transport).
+func (w *Webhook) prepareRetry(r *http.Request) error {
+	h := r.Header.Clone()
+	r.Header = h
+	var body []byte
+	if w.signer != nil && r.GetBody != nil {
+		rc, err := r.GetBody()
+		if err != nil {
+			return err
+		}
+		body, err = io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			return err
+		}
+	}
+	w.sign(h, h.Get(HeaderID), body)
+	return nil
+}
+
+// checkRetry is go-retryablehttp's retry policy: only connection-level
+// failures that another try may fix are retried here. Every response is
+// returned to Send as is (the engine owns retries of HTTP statuses); so are
+// timeouts (the server may be processing: the engine backs off), TLS
+// verification failures and refused targets.
+func (w *Webhook) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	if ctx.Err() != nil || err == nil {
+		return false, nil
+	}
+	if _, retry := transportReason(err); !retry {
+		return false, nil
+	}
+	if w.log.Enabled(ctx, slog.LevelDebug) {
+		w.log.DebugContext(ctx, "webhook transport error, retrying request", "error", unwrapURLError(err))
+	}
+	return true, nil
+}
+
+// transportReason returns the sinks.Error reason of a transport error and
+// whether go-retryablehttp may retry it at once.
+func transportReason(err error) (reason string, retry bool) {
+	var ne net.Error
+	var certInvalid x509.CertificateInvalidError
+	var unknownAuth x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var verify *tls.CertificateVerificationError
+	var recordHdr tls.RecordHeaderError
+	switch {
+	case errors.Is(err, ErrForbiddenTarget):
+		return "forbidden_target", false
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout", false
+	case errors.As(err, &verify), errors.As(err, &certInvalid), errors.As(err, &unknownAuth),
+		errors.As(err, &hostname), errors.As(err, &recordHdr):
+		return "tls", false
+	}
+	return "transport", true
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err // url.Error's text repeats the URL, query string included
+	}
+	return err
+}
+
+// transportError turns an error of client.Do into the error Send returns.
+func (w *Webhook) transportError(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("webhook %s: POST %s: %w", w.name, w.target, cerr)
+	}
+	reason, _ := transportReason(err)
+	if reason == "forbidden_target" {
+		var fe *forbiddenTargetError
+		errors.As(err, &fe)
+		return sinks.Permanent(reason, fmt.Errorf("webhook %s: POST %s: %w", w.name, w.target, fe))
+	}
+	return sinks.Retryable(reason, 0, fmt.Errorf("webhook %s: POST %s: %w", w.name, w.target, unwrapURLError(err)))
+}
+
+// classify reads (up to a cap) and closes resp's body and turns its status
+// into Send's result.
+func (w *Webhook) classify(resp *http.Response) error {
+	code := resp.StatusCode
+	if code >= 200 && code <= 299 {
+		drain(resp.Body)
+		return nil
+	}
+	snippet := readSnippet(resp.Body)
+	drain(resp.Body)
+
+	status := resp.Status
+	if status == "" {
+		status = strconv.Itoa(code)
+	}
+	msg := fmt.Sprintf("webhook %s: POST %s: HTTP %s", w.name, w.target, status)
+	reason := "http_" + strconv.Itoa(code)
+	switch {
+	case code >= 300 && code <= 399:
+		if loc := resp.Header.Get("Location"); loc != "" {
+			msg += fmt.Sprintf(" (redirect to %s not followed: webhooks do not follow redirects, configure the final URL)", truncate(loc, 256))
+		} else {
+			msg += " (redirects are not followed)"
+		}
+		return sinks.Permanent(reason, errors.New(msg+snippet))
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 || code < 200:
+		ra := retryAfter(resp.Header.Get("Retry-After"), w.now())
+		if ra > 0 {
+			msg += " (retry after " + ra.String() + ")"
+		}
+		return sinks.Retryable(reason, ra, errors.New(msg+snippet))
+	default: // other 4xx
+		return sinks.Permanent(reason, errors.New(msg+snippet))
+	}
+}
+
+// retryAfter parses a Retry-After value: delay seconds or an HTTP date
+// (relative to now). Invalid, negative or past values yield 0.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		if secs > int64(24*time.Hour/time.Second) { // absurd; the retry policy caps it anyway
+			secs = int64(24 * time.Hour / time.Second)
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return min(d, 24*time.Hour)
+		}
+	}
+	return 0
+}
+
+// readSnippet reads up to respSnippetCap bytes of body and returns ": "
+// followed by at most snippetMax printable bytes of it ("" when empty).
+func readSnippet(body io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(body, respSnippetCap))
+	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
+	if s == "" {
+		return ""
+	}
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	return ": " + truncate(s, snippetMax)
+}
+
+// truncate shortens s to at most n bytes (on a rune boundary), marking the
+// cut with "...".
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+// drain reads what is left of body up to respDrainCap, so that the
+// connection can be reused, and closes it.
+func drain(body io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, body, respDrainCap)
+	_ = body.Close()
+}
