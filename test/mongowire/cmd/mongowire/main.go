@@ -11,6 +11,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -20,32 +21,40 @@ import (
 )
 
 func main() {
-	opts := mongowire.Options{}
-	flag.StringVar(&opts.Addr, "listen", "127.0.0.1:27017", "TCP address to listen on")
-	flag.StringVar(&opts.ReplicaSetName, "replset", "rs0", "replica set name reported by hello")
-	flag.IntVar(&opts.OplogMaxEntries, "oplog-max-entries", 0, "keep at most this many changes for resuming change streams (0: unbounded)")
-	flag.DurationVar(&opts.OplogMaxAge, "oplog-max-age", 0, "keep changes at most this long for resuming change streams (0: unbounded)")
-	flag.IntVar(&opts.CommandLogLimit, "command-log", -1, "keep this many received commands in memory (-1: none)")
-	verbose := flag.Bool("v", false, "log connections and protocol errors")
-	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "mongowire:", err)
+		os.Exit(1)
+	}
+}
 
+// run parses args, serves until ctx is done, and reports the server's URI
+// as "mongowire: serving URI" on out.
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("mongowire", flag.ContinueOnError)
+	fs.SetOutput(out)
+	opts := mongowire.Options{}
+	fs.StringVar(&opts.Addr, "listen", "127.0.0.1:27017", "TCP address to listen on")
+	fs.StringVar(&opts.ReplicaSetName, "replset", "rs0", "replica set name reported by hello")
+	fs.IntVar(&opts.OplogMaxEntries, "oplog-max-entries", 0, "keep at most this many changes for resuming change streams (0: unbounded)")
+	fs.DurationVar(&opts.OplogMaxAge, "oplog-max-age", 0, "keep changes at most this long for resuming change streams (0: unbounded)")
+	fs.IntVar(&opts.CommandLogLimit, "command-log", -1, "keep this many received commands in memory (-1: none)")
+	verbose := fs.Bool("v", false, "log connections and protocol errors")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	opts.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	srv, err := mongowire.Start(opts)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return err
 	}
-	fmt.Fprintf(os.Stderr, "mongowire: serving %s\n", srv.URI())
+	fmt.Fprintf(out, "mongowire: serving %s\n", srv.URI())
 	<-ctx.Done()
-	if err := srv.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	return srv.Close()
 }
