@@ -1,8 +1,38 @@
 // Package mongowire is an in-process MongoDB server for tests: it speaks the
-// MongoDB wire protocol over TCP and behaves, for the real Go driver, like a
-// one-node replica set (CRUD, indexes, sessions and retryable writes, change
-// streams with resume tokens, bounded history, and failCommand-style fault
-// injection). Data lives in memory.
+// MongoDB wire protocol over TCP (legacy OP_QUERY handshake answered with
+// OP_REPLY, then OP_MSG) and behaves, for the real Go driver and other
+// clients, like a one-node replica set running MongoDB 7.0 (wire version 21).
+// Data lives in memory.
+//
+// Supported: hello/isMaster, ping, buildInfo, sessions (endSessions and the
+// lsid/txnNumber fields), listDatabases, listCollections, create, collMod
+// (changeStreamPreAndPostImages), drop, dropDatabase, renameCollection,
+// createIndexes/listIndexes/dropIndexes (unique and sparse indexes are
+// enforced, error 11000), insert, update (operators, replacement, upsert,
+// multi), delete, find (filter, sort, projection, skip, limit, batchSize,
+// singleBatch) and getMore, findAndModify, count, distinct, aggregate
+// ($match $sort $skip $limit $project $unset $count and a simple $group),
+// killCursors and configureFailPoint (failCommand). Query semantics come
+// from package github.com/changegate/changegate/query. Retryable writes are
+// deduplicated on (lsid, txnNumber). Every reply carries operationTime and
+// $clusterTime.
+//
+// Change streams ($changeStream first in an aggregate) work at collection,
+// database and cluster level with resumeAfter, startAfter,
+// startAtOperationTime, fullDocument (default, updateLookup,
+// whenAvailable, required), fullDocumentBeforeChange, batchSize, awaiting
+// getMores (maxTimeMS, default 1s), $match/$project/$unset stages on the
+// events, post-batch resume tokens that advance past filtered events,
+// invalidate on drop/rename/dropDatabase, and bounded history
+// (Options.OplogMaxEntries/OplogMaxAge, TruncateHistory, DiscardHistory):
+// resuming from before the retained history fails with code 286.
+// Resume tokens are {_data: "<hex>"} and sort by cluster time.
+//
+// Not supported: authentication, TLS, compression, multi-document
+// transactions (their commands are accepted but writes apply at once and
+// abortTransaction does not roll back), pipeline-style updates, positional
+// update operators, aggregation expressions beyond field paths and
+// literals, idle-cursor timeouts, and streaming (awaitable) hello.
 //
 // A Server is safe for concurrent use. Start one per test:
 //
@@ -136,7 +166,14 @@ func (s *Server) Addr() string {
 // URI returns a connection string for the replica set, e.g.
 // "mongodb://127.0.0.1:PORT/?replicaSet=rs0".
 func (s *Server) URI() string {
-	return "mongodb://" + s.Addr() + "/?replicaSet=" + s.opts.ReplicaSetName
+	addr := s.Addr()
+	// A wildcard listener is dialled on loopback.
+	if host, port, err := net.SplitHostPort(addr); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+	}
+	return "mongodb://" + addr + "/?replicaSet=" + s.opts.ReplicaSetName
 }
 
 // Stop simulates a server shutdown: it closes the listener and every
@@ -206,8 +243,8 @@ func (s *Server) Resume() {
 	}
 }
 
-// Close stops the server for good and releases its memory. It is safe to
-// call more than once.
+// Close stops the server for good; Restart then fails. It is safe to call
+// more than once.
 func (s *Server) Close() error {
 	s.Resume()
 	err := s.Stop()
@@ -414,6 +451,7 @@ func (c *conn) handle(m *message) ([]byte, bool) {
 		out, err = s.dispatch(cmd, c.w.buf)
 	}
 	if err != nil {
+		s.logger.Debug("mongowire command failed", "conn", c.id, "command", cmd.name, "db", cmd.db, "err", err)
 		out = s.appendError(c.w.buf[:start], err)
 	}
 	c.w.buf = out
