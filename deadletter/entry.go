@@ -259,3 +259,50 @@ func utc(t time.Time) time.Time {
 	}
 	return t.UTC()
 }
+
+// UnmarshalJSON parses the form written by MarshalJSON, so that clients of
+// the admin API can decode entries. Relaxed Extended JSON does not keep
+// every BSON type (an int64 small enough for an int32 comes back as an
+// int32), so a decoded Change is for reading; replay uses the stored one.
+func (e *Entry) UnmarshalJSON(b []byte) error {
+	var j entryJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	out := Entry{
+		ID: j.ID, Kind: j.Kind, EventID: j.EventID, Source: j.Source, Sink: j.Sink,
+		Rules: j.Rules, Operation: j.Operation, Namespace: j.Namespace,
+		Attempts: j.Attempts, Reason: j.Reason, FirstError: j.FirstError, LastError: j.LastError,
+		FirstFailedAt: utc(j.FirstFailedAt), LastFailedAt: utc(j.LastFailedAt), CreatedAt: utc(j.CreatedAt),
+		Order: j.Order, GapFrom: utc(j.GapFrom), GapTo: utc(j.GapTo), ChangeDropped: j.ChangeDropped,
+	}
+	if j.ClusterTime != nil {
+		out.ClusterTime = bson.Timestamp{T: j.ClusterTime.Timestamp.T, I: j.ClusterTime.Timestamp.I}
+	}
+	for _, f := range []struct {
+		name string
+		src  json.RawMessage
+		dst  *bson.Raw
+	}{
+		{"documentKey", j.DocumentKey, &out.DocumentKey},
+		{"lastToken", j.LastToken, &out.LastToken},
+		{"envelope", j.Envelope, &out.Envelope},
+		{"change", j.Change, &out.Change},
+	} {
+		if len(f.src) == 0 || string(f.src) == "null" {
+			continue
+		}
+		if err := bson.UnmarshalExtJSON(f.src, false, f.dst); err != nil {
+			return fmt.Errorf("dead letter %s: %s: %w", j.ID, f.name, err)
+		}
+	}
+	*e = out
+	return nil
+}
+
+// Summary returns a copy of e without Change and Envelope, for listings
+// that need not carry whole documents.
+func (e Entry) Summary() Entry {
+	e.Change, e.Envelope = nil, nil
+	return e
+}

@@ -774,3 +774,37 @@ func sortedStrings(s []string) []string {
 	slices.Sort(s)
 	return s
 }
+
+func TestJSONRoundTrip(t *testing.T) {
+	oid := bson.NewObjectID()
+	en := entry(t, ev(t, "orders", "orders", oid, 3, "paid"), "billing", deadletter.KindParked)
+	en.Attempts, en.Order, en.Reason = 2, 77, "parked"
+	en.FirstError, en.LastError = "a", "b"
+	en.CreatedAt, en.FirstFailedAt, en.LastFailedAt = base, base, base.Add(time.Second)
+	gap := deadletter.Entry{ID: "gap/orders/x", Kind: deadletter.KindGap, Source: "orders",
+		GapFrom: base, GapTo: base.Add(time.Hour), LastToken: docKey(t, "tok"), CreatedAt: base}
+	for _, want := range []deadletter.Entry{en, gap, en.Summary()} {
+		b, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got deadletter.Entry
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%v: %s", err, b)
+		}
+		b2, err := json.Marshal(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, b2) {
+			t.Errorf("round trip differs:\n%s\n%s", b, b2)
+		}
+		if !bytes.Equal(got.Change, want.Change) || !bytes.Equal(got.DocumentKey, want.DocumentKey) ||
+			!bytes.Equal(got.LastToken, want.LastToken) || got.ClusterTime != want.ClusterTime || !got.GapTo.Equal(want.GapTo) {
+			t.Errorf("decoded %+v\nwant %+v", got, want)
+		}
+	}
+	if s := en.Summary(); s.Change != nil || s.Envelope != nil || s.ID != en.ID {
+		t.Errorf("Summary = %+v", s)
+	}
+}
