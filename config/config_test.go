@@ -2,10 +2,17 @@ package config
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -388,5 +395,41 @@ func TestSuggest(t *testing.T) {
 		if got := suggest(tt.in, tt.candidates); got != tt.want {
 			t.Errorf("suggest(%q, %q) = %q, want %q", tt.in, tt.candidates, got, tt.want)
 		}
+	}
+}
+
+func TestCAFileAndInlineArrays(t *testing.T) {
+	dir := t.TempDir()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse(filepath.Join(dir, "config.toml"), src(`
+sources = [ { name = "a" }, { name = "b", database = "db" } ]
+sinks = [ { name = "s", type = "webhook", url = "https://example.com/", tls_ca_file = "ca.pem", retry = { jitter = 0 } } ]
+rules = [ { name = "r", source = "b", sinks = ["s"] } ]
+[mongo]
+uri = "mongodb+srv://cluster.example.com"
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Sources) != 2 || cfg.Sources[1].Database != "db" || len(cfg.Rules) != 1 {
+		t.Errorf("inline arrays of tables decoded wrong: %+v", cfg)
+	}
+	w := cfg.Sinks[0].Webhook
+	if want := filepath.Join(dir, "ca.pem"); w.TLSCAFile != want {
+		t.Errorf("tls_ca_file = %q, want %q", w.TLSCAFile, want)
+	}
+	if cfg.Sinks[0].Retry.Jitter != 0 || cfg.Sinks[0].Retry.MaxAttempts != 8 {
+		t.Errorf("retry = %+v", cfg.Sinks[0].Retry)
 	}
 }

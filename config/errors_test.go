@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -32,6 +33,10 @@ uri = "mongodb://localhost"
 func TestBadConfigs(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "nope.txt")
+	notPEM := filepath.Join(dir, "ca.txt")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		toml string
@@ -198,6 +203,20 @@ type = "webhook"
 url = "https://example.com/"
 secret = "file:` + missing + `"
 `, nil, `sinks[0].secret: cannot read secret file: open ` + missing + `: no such file or directory at config.toml:8`},
+
+		{"CA files", head + `
+[[sinks]]
+name = "a"
+type = "webhook"
+url = "https://example.com/"
+tls_ca_file = "` + missing + `"
+[[sinks]]
+name = "b"
+type = "webhook"
+url = "https://example.com/"
+tls_ca_file = "` + notPEM + `"
+`, nil, `sinks[0].tls_ca_file: cannot read CA file: open ` + missing + `: no such file or directory at config.toml:8
+sinks[1].tls_ca_file: no PEM certificate found in ` + notPEM + ` at config.toml:13`},
 
 		{"collection without database", head + `
 [[sources]]
