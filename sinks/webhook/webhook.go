@@ -10,6 +10,26 @@
 // *sinks.Error and handed back to the delivery engine, which owns backoff
 // and dead-lettering.
 //
+// Failures are *sinks.Error values with these reasons:
+//
+//   - "http_<status>": 3xx (redirects are not followed) and 4xx other than
+//     408 and 429 are permanent; 408, 429, 5xx (and any other non-2xx
+//     status) are retryable, with Retry-After (delay seconds or an HTTP
+//     date) in RetryAfter.
+//   - "transport": connection refused, reset, closed early...; retryable,
+//     and already retried by go-retryablehttp up to 2 times with short
+//     waits, each try re-signed.
+//   - "timeout": the request exceeded Config.Timeout; retryable, left to the
+//     engine (the server may still be working on it).
+//   - "tls": certificate verification failed or the server does not speak
+//     TLS; retryable (an operator may fix the certificate), left to the
+//     engine.
+//   - "forbidden_target": the address is refused by the private-network
+//     guard; permanent, the message names the address.
+//   - "encode": the envelope cannot be encoded; permanent.
+//
+// When ctx ends, Send returns ctx's error (wrapped), not a *sinks.Error.
+//
 // Security defaults: TLS certificates are verified; redirects are not
 // followed; proxies from the environment (HTTP_PROXY, HTTPS_PROXY) are not
 // used, because the private-network guard checks the address actually
@@ -393,7 +413,9 @@ func (w *Webhook) Send(ctx context.Context, batch []*event.Event) error {
 	case len(batch) == 0:
 		return nil
 	case w.closed.Load():
-		return sinks.Permanent("closed", fmt.Errorf("webhook %s: send after close", w.name))
+		// Retryable: during shutdown the engine will not retry, and a
+		// programming error must not dead-letter events.
+		return sinks.Retryable("closed", 0, fmt.Errorf("webhook %s: send after close", w.name))
 	case !w.batching:
 		if len(batch) == 1 {
 			return w.sendOne(ctx, batch[0])
@@ -722,6 +744,8 @@ func truncate(s string, n int) string {
 // drain reads what is left of body up to respDrainCap, so that the
 // connection can be reused, and closes it.
 func drain(body io.ReadCloser) {
-	_, _ = io.CopyN(io.Discard, body, respDrainCap)
+	if body != http.NoBody { // http.NoBody: no Content-Length or an empty one
+		_, _ = io.CopyN(io.Discard, body, respDrainCap)
+	}
 	_ = body.Close()
 }
