@@ -192,6 +192,12 @@ func TestResumeAfterRestart(t *testing.T) {
 	mustInsert(t, ctx, coll, doc("_id", 1), doc("_id", 2))
 	first := next(t, ctx, cs)
 	token := first.ID
+	// A stream that has seen no event resumes from its post-batch token.
+	quiet, err := coll.Watch(ctx, mongo.Pipeline{}, watchOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close(ctx)
 
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
@@ -207,6 +213,10 @@ func TestResumeAfterRestart(t *testing.T) {
 		if ev := next(t, ctx, cs); ev.DocumentKey["_id"] != want {
 			t.Fatalf("auto-resumed stream: got %v want %d", ev.DocumentKey["_id"], want)
 		}
+	}
+
+	if ev := next(t, ctx, quiet); ev.DocumentKey["_id"] != int32(3) {
+		t.Fatalf("quiet stream after restart: %+v", ev)
 	}
 
 	// A new stream resuming after the first event sees the rest.
