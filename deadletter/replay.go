@@ -70,7 +70,11 @@ func (s *Store) Replay(ctx context.Context, f Filter, deliver func(ctx context.C
 		return res, fmt.Errorf("dead letters: replay: invalid kind %q", f.Kind)
 	}
 	f.Kind = ""
-	q := append(f.query(), bson.E{Key: "kind", Value: bson.D{{Key: "$in", Value: kinds}}})
+	q, err := f.query()
+	if err != nil {
+		return res, fmt.Errorf("dead letters: replay: %w", err)
+	}
+	q = append(q, bson.E{Key: "kind", Value: bson.D{{Key: "$in", Value: kinds}}})
 
 	// Collect the ids first: deliveries can take long, longer than a
 	// server-side cursor may stay idle.

@@ -20,7 +20,8 @@ var ErrNotFound = errors.New("dead letter not found")
 // limit for the other fields.
 const maxStoredSize = 16*1024*1024 - 64*1024
 
-// Filter selects entries. Zero fields do not filter.
+// Filter selects entries. Zero fields do not filter; an invalid Kind or
+// DocumentKey makes every method that takes the Filter fail.
 type Filter struct {
 	// Kind selects one kind of entry. Replay treats an empty Kind as
 	// "failed" (counting matching gaps as skipped).
@@ -31,7 +32,8 @@ type Filter struct {
 	Since, Until time.Time
 	// DocumentKey selects entries whose documentKey has these fields with
 	// these values (a subset match, so {_id: X} also finds the events of a
-	// sharded collection whose key holds more fields).
+	// sharded collection whose key holds more fields). A non-nil DocumentKey
+	// that is not a valid, non-empty document is an error.
 	DocumentKey bson.Raw
 	// IDs selects entries by _id; a non-nil empty IDs selects nothing.
 	IDs []string
@@ -269,8 +271,13 @@ func (s *Store) Get(ctx context.Context, id string) (Entry, bool, error) {
 	return r.entry(), true, nil
 }
 
-// query translates f, without Limit and AfterID, into a MongoDB filter.
-func (f Filter) query() bson.D {
+// query translates f, without Limit and AfterID, into a MongoDB filter. It
+// refuses an invalid Kind or DocumentKey rather than ignore it (and, say,
+// purge more than asked).
+func (f Filter) query() (bson.D, error) {
+	if f.Kind != "" && !f.Kind.Valid() {
+		return nil, fmt.Errorf("filter: invalid kind %q", f.Kind)
+	}
 	q := bson.D{}
 	if f.Kind != "" {
 		q = append(q, bson.E{Key: "kind", Value: f.Kind})
@@ -291,17 +298,22 @@ func (f Filter) query() bson.D {
 		}
 		q = append(q, bson.E{Key: "createdAt", Value: r})
 	}
-	if len(f.DocumentKey) > 0 {
-		if elems, err := f.DocumentKey.Elements(); err == nil {
-			for _, el := range elems {
-				q = append(q, bson.E{Key: "documentKey." + el.Key(), Value: el.Value()})
-			}
+	if f.DocumentKey != nil {
+		elems, err := f.DocumentKey.Elements()
+		if err == nil && len(elems) == 0 {
+			err = errors.New("empty document")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("filter: invalid document key: %w", err)
+		}
+		for _, el := range elems {
+			q = append(q, bson.E{Key: "documentKey." + el.Key(), Value: el.Value()})
 		}
 	}
 	if f.IDs != nil {
 		q = append(q, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: f.IDs}}})
 	}
-	return q
+	return q, nil
 }
 
 // byOrder reports whether entries matching f are listed in Order.
@@ -318,12 +330,12 @@ func (f Filter) sort() bson.D {
 // pageQuery returns f's filter restricted to the entries after f.AfterID in
 // List order.
 func (s *Store) pageQuery(ctx context.Context, f Filter) (bson.D, error) {
-	q := f.query()
-	if f.AfterID == "" {
-		return q, nil
+	q, err := f.query()
+	if err != nil || f.AfterID == "" {
+		return q, err
 	}
 	var after record
-	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: f.AfterID}},
+	err = s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: f.AfterID}},
 		options.FindOne().SetProjection(bson.D{{Key: "createdAt", Value: 1}, {Key: "order", Value: 1}})).Decode(&after)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("page after %q: %w", f.AfterID, ErrNotFound)
@@ -474,7 +486,10 @@ func (s *Store) Delete(ctx context.Context, id string) (bool, error) {
 // purges everything: callers exposing Purge to people should ask for
 // confirmation.
 func (s *Store) Purge(ctx context.Context, f Filter) (int64, error) {
-	q := f.query()
+	q, err := f.query()
+	if err != nil {
+		return 0, fmt.Errorf("dead letters: purge: %w", err)
+	}
 	if f.Limit > 0 || f.AfterID != "" {
 		ids, err := s.ids(ctx, f)
 		if err != nil {

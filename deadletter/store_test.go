@@ -808,3 +808,29 @@ func TestJSONRoundTrip(t *testing.T) {
 		t.Errorf("Summary = %+v", s)
 	}
 }
+
+func TestInvalidFilter(t *testing.T) {
+	s, ctx := newStore(t)
+	fixture(t, ctx, s)
+	for _, f := range []deadletter.Filter{
+		{Kind: "weird"},
+		{DocumentKey: bson.Raw{}},
+		{DocumentKey: bson.Raw{1, 2, 3}},
+	} {
+		if _, err := s.Purge(ctx, f); err == nil {
+			t.Errorf("Purge(%+v): no error", f)
+		}
+		if _, err := s.List(ctx, f); err == nil {
+			t.Errorf("List(%+v): no error", f)
+		}
+		if _, err := s.Count(ctx, f); err == nil {
+			t.Errorf("Count(%+v): no error", f)
+		}
+		if _, err := s.Replay(ctx, f, func(context.Context, string, *event.Event) error { return nil }); err == nil {
+			t.Errorf("Replay(%+v): no error", f)
+		}
+	}
+	if n, err := s.Count(ctx, deadletter.Filter{}); err != nil || n != 8 {
+		t.Errorf("Count = %d, %v; want 8 (nothing purged)", n, err)
+	}
+}
