@@ -61,18 +61,20 @@ func NewStore(db *mongo.Database, collection string) *Store {
 	}
 }
 
-// EnsureIndexes creates the indexes used by listing, re-drive and replay. It
-// is idempotent.
+// EnsureIndexes creates the indexes used by listing (by kind, sink or
+// source, and time), re-drive (parked entries of a sink in Order), replay
+// (stream order) and document-key look-ups. It is idempotent.
 func (s *Store) EnsureIndexes(ctx context.Context) error {
 	idx := func(name string, keys bson.D) mongo.IndexModel {
 		return mongo.IndexModel{Keys: keys, Options: options.Index().SetName(name)}
 	}
+	// Sorts end with _id (a unique tie-break for paging), so the indexes do.
 	models := []mongo.IndexModel{
-		idx("kind_sink_createdAt", bson.D{{Key: "kind", Value: 1}, {Key: "sink", Value: 1}, {Key: "createdAt", Value: -1}}),
-		idx("kind_source_createdAt", bson.D{{Key: "kind", Value: 1}, {Key: "source", Value: 1}, {Key: "createdAt", Value: -1}}),
-		idx("kind_sink_order", bson.D{{Key: "kind", Value: 1}, {Key: "sink", Value: 1}, {Key: "order", Value: 1}}),
-		idx("kind_clusterTime_order", bson.D{{Key: "kind", Value: 1}, {Key: "clusterTime", Value: 1}, {Key: "order", Value: 1}}),
-		idx("createdAt", bson.D{{Key: "createdAt", Value: -1}}),
+		idx("kind_sink_createdAt_id", bson.D{{Key: "kind", Value: 1}, {Key: "sink", Value: 1}, {Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}),
+		idx("kind_source_createdAt_id", bson.D{{Key: "kind", Value: 1}, {Key: "source", Value: 1}, {Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}),
+		idx("kind_sink_order_id", bson.D{{Key: "kind", Value: 1}, {Key: "sink", Value: 1}, {Key: "order", Value: 1}, {Key: "_id", Value: 1}}),
+		idx("kind_clusterTime_order_id", bson.D{{Key: "kind", Value: 1}, {Key: "clusterTime", Value: 1}, {Key: "order", Value: 1}, {Key: "_id", Value: 1}}),
+		idx("createdAt_id", bson.D{{Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}),
 		idx("documentKey_id", bson.D{{Key: "documentKey._id", Value: 1}}),
 	}
 	if _, err := s.coll.Indexes().CreateMany(ctx, models); err != nil {

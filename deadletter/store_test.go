@@ -723,9 +723,26 @@ func bigChange(t *testing.T, doc bson.Raw, n int) bson.Raw {
 }
 
 func TestEnsureIndexesIdempotent(t *testing.T) {
-	s, ctx := newStore(t)
-	if err := s.EnsureIndexes(ctx); err != nil {
-		t.Fatalf("second EnsureIndexes: %v", err)
+	ctx := testCtx(t)
+	db := testDB(t)
+	s := deadletter.NewStore(db, "dl")
+	for range 2 {
+		if err := s.EnsureIndexes(ctx); err != nil {
+			t.Fatalf("EnsureIndexes: %v", err)
+		}
+	}
+	specs, err := db.Collection("dl").Indexes().ListSpecifications(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, sp := range specs {
+		names = append(names, sp.Name)
+	}
+	slices.Sort(names)
+	want := []string{"_id_", "createdAt_id", "documentKey_id", "kind_clusterTime_order_id", "kind_sink_createdAt_id", "kind_sink_order_id", "kind_source_createdAt_id"}
+	if !slices.Equal(names, want) {
+		t.Errorf("indexes = %v, want %v", names, want)
 	}
 }
 
