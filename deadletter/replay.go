@@ -52,6 +52,9 @@ type ReplayResult struct {
 // gateway's automatic re-drive: asking for KindParked is an error. AfterID
 // is ignored.
 //
+// Two replays of the same entries at once may both deliver an entry (still
+// at least once); callers serialize replays if that matters.
+//
 // Replay returns a non-nil error, with the result so far, only when it had
 // to stop: ctx ended or the store failed. Delivery failures are reported in
 // the result.
