@@ -1,0 +1,319 @@
+// Package app builds a running gateway from a config: MongoDB client,
+// stores, sinks, rules, sources and the admin HTTP server; and runs it with a
+// two-phase shutdown (stop reading and drain within the grace period, then
+// cancel).
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/changegate/changegate/checkpoint"
+	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/metrics"
+	"github.com/changegate/changegate/router"
+	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/webhook"
+	"github.com/changegate/changegate/source"
+)
+
+// Options are the parts of a run that do not come from the config file.
+type Options struct {
+	// Logger receives every log line; nil discards.
+	Logger *slog.Logger
+	// Registry is where metrics are registered; nil creates a new one.
+	Registry *prometheus.Registry
+	// Hard, when closed during the drain phase, abandons the drain at once
+	// (a second signal). Events in flight stay unacknowledged and are
+	// re-delivered after the next start.
+	Hard <-chan struct{}
+	// Started, when non-nil, is called with the admin server's address
+	// ("" when disabled) once everything is running.
+	Started func(adminAddr string)
+}
+
+type gateway struct {
+	cfg        *config.Config
+	log        *slog.Logger
+	client     *mongo.Client
+	cps        *checkpoint.Store
+	dls        *deadletter.Store
+	engine     *router.Engine
+	sources    []*source.Source
+	staleAfter time.Duration
+}
+
+// Connect returns a MongoDB client for cfg. The driver connects lazily: an
+// unreachable server is reported by the operations, not here.
+func Connect(cfg *config.Config) (*mongo.Client, error) {
+	opts := options.Client().ApplyURI(cfg.Mongo.URI.Value()).SetAppName("changegate")
+	c, err := mongo.Connect(opts)
+	if err != nil {
+		return nil, fmt.Errorf("mongo: %w", err)
+	}
+	return c, nil
+}
+
+// BuildSinks constructs the sinks of cfg, in config order.
+func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error) {
+	var specs []router.SinkSpec
+	closeAll := func() {
+		for _, s := range specs {
+			_ = s.Sink.Close()
+		}
+	}
+	for _, sc := range cfg.Sinks {
+		var sk sinks.Sink
+		var err error
+		switch {
+		case sc.Webhook != nil:
+			w := sc.Webhook
+			secrets := make([]string, 0, len(w.Secrets))
+			for _, s := range w.Secrets {
+				secrets = append(secrets, s.Value())
+			}
+			headers := make(map[string]string, len(w.Headers))
+			for _, h := range w.Headers {
+				headers[h.Name] = h.Value.Value()
+			}
+			var basicUser, basicPassword string
+			if w.BasicAuth != nil {
+				basicUser, basicPassword = w.BasicAuth.Username, w.BasicAuth.Password.Value()
+			}
+			sk, err = webhook.New(webhook.Config{
+				Name: sc.Name, URL: w.URL, Secrets: secrets, Headers: headers,
+				BearerToken: w.BearerToken.Value(), BasicUser: basicUser, BasicPassword: basicPassword,
+				Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize,
+				AllowPrivateNetworks: w.AllowPrivateNetworks, TLSCAFile: w.TLSCAFile, TLSInsecureSkipVerify: w.TLSInsecureSkipVerify,
+				MaxConns: sc.MaxInFlight,
+			}, log.With("sink", sc.Name))
+		default:
+			err = fmt.Errorf("sink type %q is not supported", sc.Type)
+		}
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("sink %s: %w", sc.Name, err)
+		}
+		specs = append(specs, router.SinkSpec{
+			Sink: sk,
+			Retry: sinks.RetryPolicy{
+				MaxAttempts: sc.Retry.MaxAttempts, InitialInterval: sc.Retry.InitialInterval,
+				MaxInterval: sc.Retry.MaxInterval, MaxElapsed: sc.Retry.MaxElapsed,
+				Multiplier: sc.Retry.Multiplier, Jitter: sc.Retry.Jitter,
+			},
+			Ordering:    router.Ordering(sc.Ordering),
+			MaxInFlight: sc.MaxInFlight,
+			BatchSize:   sc.BatchSize,
+			BatchWait:   sc.BatchWait,
+			ParkAfter:   sc.ParkAfter,
+		})
+	}
+	return specs, nil
+}
+
+// CompileRules compiles cfg's rules against its sinks.
+func CompileRules(cfg *config.Config) (*router.Rules, error) {
+	names := make([]string, len(cfg.Sinks))
+	for i, s := range cfg.Sinks {
+		names[i] = s.Name
+	}
+	specs := make([]router.RuleSpec, 0, len(cfg.Rules))
+	for _, r := range cfg.Rules {
+		var namespaces []string
+		for _, ns := range r.Namespaces {
+			namespaces = append(namespaces, ns.String())
+		}
+		specs = append(specs, router.RuleSpec{
+			Name: r.Name, Source: r.Source, Operations: r.Operations,
+			Namespaces: namespaces, Filter: r.Filter, Sinks: r.Sinks,
+		})
+	}
+	return router.CompileRules(specs, names)
+}
+
+// Stores returns the checkpoint and dead-letter stores of cfg on client.
+func Stores(cfg *config.Config, client *mongo.Client) (*checkpoint.Store, *deadletter.Store) {
+	db := client.Database(cfg.Mongo.StateDatabase)
+	return checkpoint.NewStore(db, cfg.Mongo.CheckpointCollection), deadletter.NewStore(db, cfg.Mongo.DeadLetterCollection)
+}
+
+// Run runs the gateway until ctx is cancelled, then drains within the
+// configured grace period and stops. It returns nil after a clean stop and an
+// error when the gateway cannot start or a source fails for good (for
+// example history lost with on_history_lost = "fail").
+func Run(ctx context.Context, cfg *config.Config, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := metrics.New(reg)
+
+	client, err := Connect(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = client.Disconnect(dctx)
+	}()
+	cps, dls := Stores(cfg, client)
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := dls.EnsureIndexes(ictx); err != nil {
+		log.Warn("cannot create dead-letter indexes (will work without them)", "err", err)
+	}
+	cancel()
+
+	rules, err := CompileRules(cfg)
+	if err != nil {
+		return err
+	}
+	specs, err := BuildSinks(cfg, log)
+	if err != nil {
+		return err
+	}
+	engine, err := router.NewEngine(rules, specs, dls, m, log)
+	if err != nil {
+		return err
+	}
+	g := &gateway{cfg: cfg, log: log, client: client, cps: cps, dls: dls, engine: engine, staleAfter: 30 * time.Second}
+
+	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEngine()
+	engine.Start(engineCtx)
+	defer engine.Stop()
+
+	for _, sc := range cfg.Sources {
+		push, _ := rules.Pushdown(sc.Name)
+		var pipeline bson.A
+		for _, st := range sc.Pipeline {
+			pipeline = append(pipeline, st)
+		}
+		g.sources = append(g.sources, source.New(source.Spec{
+			Name: sc.Name, Database: sc.Database, Collection: sc.Collection,
+			FullDocument: sc.FullDocument, FullDocumentBeforeChange: sc.FullDocumentBeforeChange,
+			Pipeline: pipeline, Pushdown: push, StartAt: sc.StartAt, OnHistoryLost: string(sc.OnHistoryLost),
+			BatchSize: sc.BatchSize, MaxAwait: sc.MaxAwait, MaxInFlight: sc.MaxInFlightEvents,
+			CheckpointInterval: sc.CheckpointInterval,
+		}, client, cps, dls, engine, m, log))
+	}
+
+	var adminAddr string
+	var srv *http.Server
+	if cfg.Server.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Server.Listen)
+		if err != nil {
+			return fmt.Errorf("server.listen: %w", err)
+		}
+		adminAddr = ln.Addr().String()
+		srv = &http.Server{Handler: g.handler(reg), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("admin server failed", "err", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+
+	// Sources run until srcCtx is cancelled (after the drain).
+	srcCtx, stopSources := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSources()
+	failed := make(chan error, len(g.sources))
+	var wg sync.WaitGroup
+	for _, s := range g.sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Run(srcCtx); err != nil {
+				failed <- err
+			}
+		}()
+	}
+	log.Info("changegate running", "sources", len(g.sources), "sinks", len(specs), "rules", len(cfg.Rules), "admin", adminAddr)
+	if opts.Started != nil {
+		opts.Started(adminAddr)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: no new changes are read; draining deliveries in flight", "grace", cfg.Server.ShutdownGrace)
+	case runErr = <-failed:
+		log.Error("a source failed; stopping", "err", runErr)
+	}
+	for _, s := range g.sources {
+		s.StopReading()
+	}
+	g.drain(cfg.Server.ShutdownGrace, opts.Hard)
+	stopSources() // final checkpoint saves happen here
+	wg.Wait()
+	stopEngine()
+	if runErr == nil {
+		select {
+		case runErr = <-failed:
+		default:
+		}
+	}
+	log.Info("changegate stopped")
+	return runErr
+}
+
+func (g *gateway) drain(grace time.Duration, hard <-chan struct{}) {
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	for _, s := range g.sources {
+		select {
+		case <-s.Drained():
+		case <-timer.C:
+			g.log.Warn("shutdown grace period over; events still in flight will be re-delivered after the next start")
+			return
+		case <-hard:
+			g.log.Warn("second signal: stopping without draining; events in flight will be re-delivered after the next start")
+			return
+		}
+	}
+}
+
+// Replay re-delivers the dead letters matching f through their sinks (built
+// from cfg) with each sink's retry policy; an entry is deleted only after its
+// sink accepted it.
+func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f deadletter.Filter, log *slog.Logger) (deadletter.ReplayResult, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	_, dls := Stores(cfg, client)
+	rules, err := CompileRules(cfg)
+	if err != nil {
+		return deadletter.ReplayResult{}, err
+	}
+	specs, err := BuildSinks(cfg, log)
+	if err != nil {
+		return deadletter.ReplayResult{}, err
+	}
+	engine, err := router.NewEngine(rules, specs, dls, nil, log)
+	if err != nil {
+		return deadletter.ReplayResult{}, err
+	}
+	defer engine.Stop()
+	return dls.Replay(ctx, f, engine.DeliverNow)
+}

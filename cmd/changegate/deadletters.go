@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/deadletter"
+)
+
+const deadlettersUsage = `Usage: changegate deadletters COMMAND -config FILE [filters]
+
+Commands:
+  list     list dead letters (newest first), one JSON object per line
+  show     print one dead letter in full: -id ID
+  replay   re-deliver matching dead letters through their sinks; an entry is
+           removed only once its sink accepted it
+  purge    delete matching dead letters (requires -yes)
+
+Filters: -sink NAME -source NAME -kind failed|parked|gap -since TIME (RFC 3339 or
+a duration such as 24h, meaning that long ago) -limit N
+`
+
+func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" {
+		fmt.Fprint(stderr, deadlettersUsage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	sub, rest := args[0], args[1:]
+	fs := newFlags("deadletters "+sub, deadlettersUsage, stderr)
+	path := fs.String("config", "", "path of the TOML config file (required)")
+	sink := fs.String("sink", "", "only entries of this sink")
+	src := fs.String("source", "", "only entries of this source")
+	kind := fs.String("kind", "", "only entries of this kind: failed, parked or gap (default: failed for replay, all otherwise)")
+	since := fs.String("since", "", "only entries created at or after this time (RFC 3339) or this long ago (e.g. 24h)")
+	limit := fs.Int("limit", 100, "at most this many entries (0: no limit)")
+	id := fs.String("id", "", "the entry's id (show)")
+	yes := fs.Bool("yes", false, "confirm purge")
+	if ok, code := parseFlags(fs, rest); !ok {
+		return code
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "changegate deadletters: -config is required")
+		return 2
+	}
+	f := deadletter.Filter{Sink: *sink, Source: *src, Kind: deadletter.Kind(*kind), Limit: *limit}
+	if *since != "" {
+		t, err := parseSince(*since, time.Now())
+		if err != nil {
+			fmt.Fprintf(stderr, "changegate deadletters: -since: %v\n", err)
+			return 2
+		}
+		f.Since = t
+	}
+	switch f.Kind {
+	case "", deadletter.KindFailed, deadletter.KindParked, deadletter.KindGap:
+	default:
+		fmt.Fprintf(stderr, "changegate deadletters: -kind: %q is not one of failed, parked, gap\n", *kind)
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "changegate: invalid config:\n%v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	client, err := app.Connect(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "changegate: %v\n", err)
+		return 1
+	}
+	defer client.Disconnect(context.Background())
+	_, store := app.Stores(cfg, client)
+	enc := json.NewEncoder(stdout)
+	switch sub {
+	case "list":
+		es, err := store.List(ctx, f)
+		if err != nil {
+			fmt.Fprintf(stderr, "changegate deadletters list: %v\n", err)
+			return 1
+		}
+		for _, e := range es {
+			_ = enc.Encode(e)
+		}
+		return 0
+	case "show":
+		if *id == "" {
+			fmt.Fprintln(stderr, "changegate deadletters show: -id is required")
+			return 2
+		}
+		e, found, err := store.Get(ctx, *id)
+		if err != nil {
+			fmt.Fprintf(stderr, "changegate deadletters show: %v\n", err)
+			return 1
+		}
+		if !found {
+			fmt.Fprintf(stderr, "changegate deadletters show: no dead letter %q\n", *id)
+			return 1
+		}
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(e)
+		return 0
+	case "replay":
+		if f.Kind == "" {
+			f.Kind = deadletter.KindFailed
+		}
+		res, err := app.Replay(ctx, cfg, client, f, nil)
+		fmt.Fprintf(stdout, "replayed %d, failed %d, skipped %d\n", res.Replayed, res.Failed, res.Skipped)
+		for _, e := range res.Errors {
+			fmt.Fprintf(stderr, "  %v\n", e)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "changegate deadletters replay: %v\n", err)
+			return 1
+		}
+		if res.Failed > 0 {
+			return 1
+		}
+		return 0
+	case "purge":
+		if !*yes {
+			n, err := store.Count(ctx, f)
+			if err != nil {
+				fmt.Fprintf(stderr, "changegate deadletters purge: %v\n", err)
+				return 1
+			}
+			fmt.Fprintf(stderr, "changegate deadletters purge: would delete %d entries; add -yes to delete them\n", n)
+			return 1
+		}
+		n, err := store.Purge(ctx, f)
+		if err != nil {
+			fmt.Fprintf(stderr, "changegate deadletters purge: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "purged %d\n", n)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "changegate deadletters: unknown command %q\n\n%s", sub, deadlettersUsage)
+		return 2
+	}
+}
+
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration", s)
+	}
+	return t, nil
+}

@@ -1,0 +1,192 @@
+// Command changegate tails MongoDB change streams and delivers every change
+// to webhooks, EventBridge and SQS according to the rules of a TOML file.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/config"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `changegate tails MongoDB change streams and delivers every change to
+webhooks (and, with their sinks configured, EventBridge and SQS), routed by
+rules in a TOML file. Deliveries are at-least-once with stable event ids; what
+cannot be delivered goes to a dead-letter collection in MongoDB.
+
+Usage:
+  changegate run -config FILE           run the gateway (also: changegate -config FILE)
+  changegate check -config FILE         validate the config; connects to nothing
+  changegate deadletters list|show|replay|purge -config FILE [filters]
+  changegate checkpoints show|reset -config FILE [-source NAME]
+  changegate version                    print the version
+
+Run 'changegate COMMAND -help' for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	if strings.HasPrefix(cmd, "-") {
+		if cmd == "-h" || cmd == "-help" || cmd == "--help" {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		cmd, rest = "run", args
+	}
+	switch cmd {
+	case "run":
+		return cmdRun(rest, stderr)
+	case "check":
+		return cmdCheck(rest, stdout, stderr)
+	case "deadletters":
+		return cmdDeadletters(rest, stdout, stderr)
+	case "checkpoints":
+		return cmdCheckpoints(rest, stdout, stderr)
+	case "version":
+		fmt.Fprintf(stdout, "changegate %s\n", version)
+		return 0
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "changegate: unknown command %q\n\n%s", cmd, usage)
+		return 2
+	}
+}
+
+// newFlags returns a flag set whose -help prints a description and the flags.
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) (ok bool, code int) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return false, 0
+		}
+		return false, 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return false, 2
+	}
+	return true, 0
+}
+
+func cmdRun(args []string, stderr io.Writer) int {
+	fs := newFlags("run", "Usage: changegate run -config FILE [-log-level LEVEL] [-log-format auto|text|json]\n\n"+
+		"Runs the gateway until SIGINT or SIGTERM. The first signal stops reading\n"+
+		"changes and drains deliveries in flight within server.shutdown_grace, then\n"+
+		"persists checkpoints and exits 0; a second signal exits at once (events in\n"+
+		"flight are re-delivered after the next start).", stderr)
+	path := fs.String("config", "", "path of the TOML config file (required)")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	format := fs.String("log-format", "auto", "log format: auto (text on a terminal, JSON otherwise), text or json")
+	if ok, code := parseFlags(fs, args); !ok {
+		return code
+	}
+	log, err := newLogger(stderr, *level, *format)
+	if err != nil {
+		fmt.Fprintf(stderr, "changegate: %v\n", err)
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "changegate run: -config is required")
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "changegate: invalid config:\n%v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hard := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		log.Info("signal received; draining (send it again to stop at once)", "signal", s.String())
+		cancel()
+		<-sigs
+		close(hard)
+	}()
+	if err := app.Run(ctx, cfg, app.Options{Logger: log, Hard: hard}); err != nil {
+		log.Error("changegate failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func cmdCheck(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("check", "Usage: changegate check -config FILE\n\n"+
+		"Validates the config file (syntax, types, names, filters, secrets) without\n"+
+		"connecting to anything. Exits 0 when valid, 1 with every problem listed.", stderr)
+	path := fs.String("config", "", "path of the TOML config file (required)")
+	if ok, code := parseFlags(fs, args); !ok {
+		return code
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "changegate check: -config is required")
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err == nil {
+		_, err = app.CompileRules(cfg)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d rules)\n", *path, len(cfg.Sources), len(cfg.Sinks), len(cfg.Rules))
+	return 0
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("-log-level: %q is not one of debug, info, warn, error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "auto":
+		if f, ok := w.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				return slog.New(slog.NewTextHandler(w, opts)), nil
+			}
+		}
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("-log-format: %q is not one of auto, text, json", format)
+	}
+}

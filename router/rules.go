@@ -1,0 +1,196 @@
+// Package router compiles routing rules into matchers and delivers each
+// matched event to its sinks through per-sink lanes that keep per-document
+// order, retry with backoff, park a lagging sink's backlog and dead-letter
+// what cannot be delivered.
+package router
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/query"
+)
+
+// RuleSpec is a routing rule as configured.
+type RuleSpec struct {
+	Name       string
+	Source     string
+	Operations []string // empty: every operation
+	Namespaces []string // "db.coll" or "db.*"; empty: every namespace
+	Filter     bson.D   // MongoDB query over the change event; nil: everything
+	Sinks      []string
+}
+
+type rule struct {
+	name   string
+	ops    map[string]bool
+	nsDB   map[string]bool // db.* patterns
+	nsFull map[string]bool // db.coll patterns
+	filter *query.Filter
+	sinks  []int
+	match  bson.D // the rule as a $match condition; nil when it matches everything
+}
+
+// Rules is the immutable, compiled routing table. It is safe for concurrent
+// use.
+type Rules struct {
+	sinkNames []string
+	bySource  map[string][]*rule
+}
+
+// Match is the outcome of routing one event: the names of the rules that
+// matched and the (deduplicated) indexes of the sinks to deliver to, as
+// indexes into the sink list given to CompileRules.
+type Match struct {
+	Rules []string
+	Sinks []int
+}
+
+// lifecycleOps always pass a pushed-down $match so the source sees stream
+// lifecycle changes even when no rule routes them.
+var lifecycleOps = bson.A{"invalidate", "drop", "rename", "dropDatabase"}
+
+// CompileRules compiles specs against the given sink names. It returns an
+// error for an unknown sink, an invalid namespace pattern or an invalid
+// filter; config validation normally reports these first with file:line.
+func CompileRules(specs []RuleSpec, sinkNames []string) (*Rules, error) {
+	idx := make(map[string]int, len(sinkNames))
+	for i, n := range sinkNames {
+		idx[n] = i
+	}
+	rs := &Rules{sinkNames: append([]string(nil), sinkNames...), bySource: map[string][]*rule{}}
+	for _, sp := range specs {
+		r := &rule{name: sp.Name}
+		var conds bson.A
+		if len(sp.Operations) > 0 {
+			r.ops = map[string]bool{}
+			ops := bson.A{}
+			for _, op := range sp.Operations {
+				r.ops[op] = true
+				ops = append(ops, op)
+			}
+			conds = append(conds, bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: ops}}}})
+		}
+		if len(sp.Namespaces) > 0 {
+			r.nsDB, r.nsFull = map[string]bool{}, map[string]bool{}
+			var ors bson.A
+			for _, ns := range sp.Namespaces {
+				db, coll, ok := strings.Cut(ns, ".")
+				if !ok || db == "" || coll == "" {
+					return nil, fmt.Errorf("rule %q: namespace %q: want \"db.coll\" or \"db.*\"", sp.Name, ns)
+				}
+				if coll == "*" {
+					r.nsDB[db] = true
+					ors = append(ors, bson.D{{Key: "ns.db", Value: db}})
+				} else {
+					r.nsFull[ns] = true
+					ors = append(ors, bson.D{{Key: "ns.db", Value: db}, {Key: "ns.coll", Value: coll}})
+				}
+			}
+			conds = append(conds, bson.D{{Key: "$or", Value: ors}})
+		}
+		if len(sp.Filter) > 0 {
+			raw, err := bson.Marshal(sp.Filter)
+			if err != nil {
+				return nil, fmt.Errorf("rule %q: filter: %w", sp.Name, err)
+			}
+			f, err := query.Compile(raw)
+			if err != nil {
+				return nil, fmt.Errorf("rule %q: filter: %w", sp.Name, err)
+			}
+			r.filter = f
+			conds = append(conds, sp.Filter)
+		}
+		switch len(conds) {
+		case 0:
+		case 1:
+			r.match = conds[0].(bson.D)
+		default:
+			r.match = bson.D{{Key: "$and", Value: conds}}
+		}
+		seen := map[int]bool{}
+		for _, s := range sp.Sinks {
+			i, ok := idx[s]
+			if !ok {
+				return nil, fmt.Errorf("rule %q: unknown sink %q", sp.Name, s)
+			}
+			if !seen[i] {
+				seen[i] = true
+				r.sinks = append(r.sinks, i)
+			}
+		}
+		rs.bySource[sp.Source] = append(rs.bySource[sp.Source], r)
+	}
+	return rs, nil
+}
+
+// SinkNames returns the sink names that sink indexes refer to.
+func (rs *Rules) SinkNames() []string { return rs.sinkNames }
+
+// Route returns the rules of e's source that match e and the sinks they send
+// to. A nil Match.Sinks means nothing matched: the event is acknowledged at
+// once.
+func (rs *Rules) Route(e *event.Event) Match {
+	var m Match
+	var seen uint64 // bit set for the first 64 sinks; a map past that
+	var seenMap map[int]bool
+	for _, r := range rs.bySource[e.Source] {
+		if !r.matches(e) {
+			continue
+		}
+		m.Rules = append(m.Rules, r.name)
+		for _, s := range r.sinks {
+			if s < 64 {
+				if seen&(1<<uint(s)) != 0 {
+					continue
+				}
+				seen |= 1 << uint(s)
+			} else {
+				if seenMap == nil {
+					seenMap = map[int]bool{}
+				}
+				if seenMap[s] {
+					continue
+				}
+				seenMap[s] = true
+			}
+			m.Sinks = append(m.Sinks, s)
+		}
+	}
+	if len(m.Sinks) > 1 {
+		sort.Ints(m.Sinks)
+	}
+	return m
+}
+
+func (r *rule) matches(e *event.Event) bool {
+	if r.ops != nil && !r.ops[e.OperationType] {
+		return false
+	}
+	if r.nsDB != nil && !r.nsDB[e.DB] && !r.nsFull[e.DB+"."+e.Coll] {
+		return false
+	}
+	return r.filter == nil || r.filter.Match(e.Raw)
+}
+
+// Pushdown returns a $match stage equivalent to the union of the source's
+// rules, to run inside MongoDB so unmatched changes never cross the network,
+// and false when no such stage helps (a rule matches everything). A source
+// without rules gets a stage that passes lifecycle events only. The stage always lets stream lifecycle events
+// (invalidate, drop, rename, dropDatabase) through. The router still matches
+// every event client-side.
+func (rs *Rules) Pushdown(source string) (bson.D, bool) {
+	rules := rs.bySource[source]
+	ors := bson.A{bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: lifecycleOps}}}}}
+	for _, r := range rules {
+		if r.match == nil {
+			return nil, false
+		}
+		ors = append(ors, r.match)
+	}
+	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: ors}}}}, true
+}

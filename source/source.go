@@ -1,0 +1,471 @@
+// Package source reads one MongoDB change stream per configured source,
+// hands every change to the router and keeps the source's checkpoint: it
+// resumes from the persisted token, reopens the stream itself after errors,
+// follows invalidations and handles lost history as configured.
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/changegate/changegate/checkpoint"
+	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/metrics"
+)
+
+// History-lost policies.
+const (
+	HistoryLostFail          = "fail"
+	HistoryLostResumeFromNow = "resume_from_now"
+)
+
+// ErrHistoryLost is returned (wrapped) by Run when the checkpoint is older
+// than the oplog and the source is configured to fail.
+var ErrHistoryLost = errors.New("change stream history lost")
+
+// Spec configures a Source.
+type Spec struct {
+	Name                     string
+	Database, Collection     string // empty Database: the whole cluster; empty Collection: the database
+	FullDocument             string // default, updateLookup, whenAvailable, required
+	FullDocumentBeforeChange string // off, whenAvailable, required
+	Pipeline                 bson.A // extra stages after $changeStream (pushdown first, then these)
+	Pushdown                 bson.D // $match stage from the rules, or nil
+	StartAt                  time.Time
+	OnHistoryLost            string
+	BatchSize                int32
+	MaxAwait                 time.Duration
+	MaxInFlight              int
+	CheckpointInterval       time.Duration
+}
+
+// Dispatcher receives every change read; ack must be called exactly once
+// when the change is handled by every sink.
+type Dispatcher interface {
+	Dispatch(ev *event.Event, ack func())
+}
+
+// CheckpointStore persists positions.
+type CheckpointStore interface {
+	Load(ctx context.Context, source string) (checkpoint.Checkpoint, bool, error)
+	Save(ctx context.Context, cp checkpoint.Checkpoint) error
+}
+
+// GapRecorder records lost history.
+type GapRecorder interface {
+	Put(ctx context.Context, e deadletter.Entry) error
+}
+
+// State is the stream state reported in Status.
+type State string
+
+// Stream states.
+const (
+	StateStarting    State = "starting"
+	StateOpen        State = "open"
+	StateReconnect   State = "reconnecting"
+	StateHistoryLost State = "history_lost"
+	StateStopped     State = "stopped"
+)
+
+// Status is a snapshot of a source.
+type Status struct {
+	Name           string
+	State          State
+	LastError      string
+	InFlight       int
+	Checkpoint     checkpoint.Position
+	CheckpointSave time.Time // when the checkpoint was last persisted
+	LastEvent      time.Time // wall time of the newest change read
+	OpenedAt       time.Time
+}
+
+// Source reads one change stream. Create it with New; Run it once.
+type Source struct {
+	spec   Spec
+	client *mongo.Client
+	cps    CheckpointStore
+	gaps   GapRecorder
+	out    Dispatcher
+	log    *slog.Logger
+
+	mRead, mReconnect, mInvalidate, mHistoryLost, mSaves prometheus.Counter
+	mInFlight, mLag                                      prometheus.Gauge
+
+	stopReading chan struct{}
+	stopOnce    sync.Once
+
+	mu      sync.Mutex
+	tracker *checkpoint.Tracker
+	status  Status
+}
+
+// New returns a source; nothing happens until Run.
+func New(spec Spec, client *mongo.Client, cps CheckpointStore, gaps GapRecorder, out Dispatcher, m *metrics.Metrics, log *slog.Logger) *Source {
+	if spec.MaxInFlight < 1 {
+		spec.MaxInFlight = 10000
+	}
+	if spec.CheckpointInterval <= 0 {
+		spec.CheckpointInterval = time.Second
+	}
+	if spec.OnHistoryLost == "" {
+		spec.OnHistoryLost = HistoryLostFail
+	}
+	if m == nil {
+		m = metrics.New(nil)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Source{
+		spec: spec, client: client, cps: cps, gaps: gaps, out: out,
+		log:          log.With("source", spec.Name),
+		mRead:        m.EventsRead.WithLabelValues(spec.Name),
+		mReconnect:   m.StreamReconnects.WithLabelValues(spec.Name),
+		mInvalidate:  m.StreamInvalidates.WithLabelValues(spec.Name),
+		mHistoryLost: m.HistoryLost.WithLabelValues(spec.Name),
+		mSaves:       m.CheckpointSaves.WithLabelValues(spec.Name),
+		mInFlight:    m.InFlight.WithLabelValues(spec.Name),
+		mLag:         m.CheckpointLag.WithLabelValues(spec.Name),
+		stopReading:  make(chan struct{}),
+		status:       Status{Name: spec.Name, State: StateStarting},
+	}
+}
+
+// Name returns the source's name.
+func (s *Source) Name() string { return s.spec.Name }
+
+// StopReading makes Run stop reading new changes; events in flight are still
+// delivered and acknowledged, and Run keeps saving the checkpoint until its
+// context is cancelled.
+func (s *Source) StopReading() { s.stopOnce.Do(func() { close(s.stopReading) }) }
+
+// Drained returns a channel closed when no event of this source is in flight.
+// It is closed at once before Run has started.
+func (s *Source) Drained() <-chan struct{} {
+	s.mu.Lock()
+	tr := s.tracker
+	s.mu.Unlock()
+	if tr == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return tr.Drained()
+}
+
+// Status returns a snapshot of the source.
+func (s *Source) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	if s.tracker != nil {
+		st.InFlight = s.tracker.InFlight()
+	}
+	return st
+}
+
+func (s *Source) setState(st State, err error) {
+	s.mu.Lock()
+	s.status.State = st
+	if err != nil {
+		s.status.LastError = err.Error()
+	}
+	if st == StateOpen {
+		s.status.OpenedAt = time.Now()
+	}
+	s.mu.Unlock()
+}
+
+// Run reads the change stream until ctx is cancelled and returns nil then,
+// after persisting the checkpoint one last time. After StopReading it stops
+// reading but keeps checkpointing acknowledged events until ctx is cancelled.
+// It returns an error wrapping ErrHistoryLost when the history is lost and the
+// policy is "fail", or an error when the checkpoint store cannot be read.
+func (s *Source) Run(ctx context.Context) error {
+	cp, found, err := s.load(ctx)
+	if err != nil {
+		return err
+	}
+	start := checkpoint.Position{}
+	if found {
+		start = checkpoint.Position{Token: cp.Token, ClusterTime: cp.ClusterTime, WallTime: cp.WallTime}
+		s.log.Info("resuming from checkpoint", "cluster_time", cp.ClusterTime, "saved_at", cp.UpdatedAt)
+	}
+	tr := checkpoint.NewTracker(s.spec.MaxInFlight, start)
+	s.mu.Lock()
+	s.tracker = tr
+	s.status.Checkpoint = start
+	s.mu.Unlock()
+
+	saver := newSaver(s, tr, start)
+	var wg sync.WaitGroup
+	saverCtx, stopSaver := context.WithCancel(context.WithoutCancel(ctx))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		saver.loop(saverCtx)
+	}()
+	defer func() {
+		stopSaver()
+		wg.Wait()
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := saver.save(fctx); err != nil {
+			s.log.Error("final checkpoint save failed", "err", err)
+		}
+		s.setState(StateStopped, nil)
+	}()
+
+	readCtx, cancelRead := context.WithCancel(ctx)
+	defer cancelRead()
+	go func() {
+		select {
+		case <-s.stopReading:
+			cancelRead()
+		case <-readCtx.Done():
+		}
+	}()
+	rerr := s.read(readCtx, tr, saver, start.Token, !found)
+	if rerr != nil {
+		return rerr
+	}
+	// Stopped reading: keep checkpointing until the app cancels ctx.
+	<-ctx.Done()
+	return nil
+}
+
+func (s *Source) load(ctx context.Context) (checkpoint.Checkpoint, bool, error) {
+	wait := 100 * time.Millisecond
+	for {
+		cp, found, err := s.cps.Load(ctx, s.spec.Name)
+		if err == nil {
+			return cp, found, nil
+		}
+		if ctx.Err() != nil {
+			return cp, false, ctx.Err()
+		}
+		s.setState(StateReconnect, err)
+		s.log.Warn("cannot load checkpoint; retrying", "err", err)
+		sleep(ctx, wait)
+		wait = min(wait*2, 10*time.Second)
+	}
+}
+
+// read runs the open/consume/reopen loop until ctx is done (nil) or history
+// is lost with policy fail.
+func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver, token bson.Raw, fresh bool) error {
+	backoff := 100 * time.Millisecond
+	var startAt *bson.Timestamp
+	if fresh && !s.spec.StartAt.IsZero() {
+		startAt = &bson.Timestamp{T: uint32(s.spec.StartAt.Unix())}
+	}
+	for ctx.Err() == nil {
+		cs, err := s.open(ctx, token, startAt)
+		if err == nil {
+			backoff = 100 * time.Millisecond
+			s.setState(StateOpen, nil)
+			if token == nil {
+				// First start: persist the stream's initial position at
+				// once, so a crash before the first event cannot skip it.
+				if rt := cs.ResumeToken(); rt != nil {
+					tr.SetResumePoint(rt)
+					token = rt
+					if err := saver.save(ctx); err != nil {
+						s.log.Warn("cannot persist initial position", "err", err)
+					}
+				}
+			}
+			startAt = nil
+			var invalidated bool
+			token, invalidated, err = s.consume(ctx, cs, tr, token)
+			_ = cs.Close(context.WithoutCancel(ctx))
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == nil && invalidated {
+				s.mInvalidate.Inc()
+				s.log.Warn("change stream invalidated (collection or database dropped or renamed); reopening after the invalidate event")
+				continue
+			}
+			if err == nil {
+				err = errors.New("change stream closed by the server")
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if isHistoryLost(err) {
+			s.mHistoryLost.Inc()
+			if s.spec.OnHistoryLost != HistoryLostResumeFromNow {
+				s.setState(StateHistoryLost, err)
+				pos, _ := tr.Position()
+				return fmt.Errorf("source %s: %w: the checkpoint (cluster time %d, %s) is older than the oldest change MongoDB still keeps in its oplog, so changes after it were never read. "+
+					"To continue from now and record the gap in the dead-letter collection, set on_history_lost = \"resume_from_now\" for this source; "+
+					"to start over deliberately, reset the checkpoint with `changegate checkpoints reset -source %s`: %v",
+					s.spec.Name, ErrHistoryLost, pos.ClusterTime.T, formatTime(pos.WallTime), s.spec.Name, err)
+			}
+			if gerr := s.recordGap(ctx, tr, err); gerr != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.log.Error("cannot record history gap; retrying", "err", gerr)
+				sleep(ctx, backoff)
+				backoff = min(backoff*2, 30*time.Second)
+				continue
+			}
+			token, startAt = nil, nil
+			continue
+		}
+		s.mReconnect.Inc()
+		s.setState(StateReconnect, err)
+		s.log.Warn("change stream failed; reopening from the last position handed to the router", "err", err, "retry_in", backoff)
+		sleep(ctx, backoff)
+		backoff = min(backoff*2, 30*time.Second)
+	}
+	return nil
+}
+
+func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timestamp) (*mongo.ChangeStream, error) {
+	opts := options.ChangeStream()
+	if s.spec.FullDocument != "" && s.spec.FullDocument != "default" {
+		opts.SetFullDocument(options.FullDocument(s.spec.FullDocument))
+	}
+	if s.spec.FullDocumentBeforeChange != "" && s.spec.FullDocumentBeforeChange != "off" {
+		opts.SetFullDocumentBeforeChange(options.FullDocument(s.spec.FullDocumentBeforeChange))
+	}
+	if s.spec.BatchSize > 0 {
+		opts.SetBatchSize(s.spec.BatchSize)
+	}
+	if s.spec.MaxAwait > 0 {
+		opts.SetMaxAwaitTime(s.spec.MaxAwait)
+	}
+	switch {
+	case token != nil:
+		// startAfter also works past an invalidate event.
+		opts.SetStartAfter(token)
+	case startAt != nil:
+		opts.SetStartAtOperationTime(startAt)
+	}
+	pipeline := bson.A{}
+	if s.spec.Pushdown != nil {
+		pipeline = append(pipeline, s.spec.Pushdown)
+	}
+	pipeline = append(pipeline, s.spec.Pipeline...)
+	switch {
+	case s.spec.Database == "":
+		return s.client.Watch(ctx, pipeline, opts)
+	case s.spec.Collection == "":
+		return s.client.Database(s.spec.Database).Watch(ctx, pipeline, opts)
+	default:
+		return s.client.Database(s.spec.Database).Collection(s.spec.Collection).Watch(ctx, pipeline, opts)
+	}
+}
+
+// consume reads events until the stream ends or fails. It returns the resume
+// token to reopen from (the last event handed to the router, or the newest
+// post-batch token), whether the stream ended with an invalidate, and the
+// stream's error.
+func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkpoint.Tracker, token bson.Raw) (bson.Raw, bool, error) {
+	invalidated := false
+	for {
+		if cs.TryNext(ctx) {
+			raw := make(bson.Raw, len(cs.Current))
+			copy(raw, cs.Current)
+			ev, err := event.FromChange(s.spec.Name, 0, raw)
+			if err != nil {
+				return token, false, fmt.Errorf("malformed change event: %w", err)
+			}
+			seq, err := tr.Add(ctx, ev.Token, ev.ClusterTime, ev.WallTime)
+			if err != nil {
+				return token, false, nil // stopping
+			}
+			ev.Seq = seq
+			s.mRead.Inc()
+			s.mInFlight.Inc()
+			token = ev.Token
+			s.mu.Lock()
+			s.status.LastEvent = ev.WallTime
+			s.mu.Unlock()
+			if ev.OperationType == "invalidate" {
+				invalidated = true
+			}
+			s.out.Dispatch(ev, func() {
+				tr.Ack(seq)
+				s.mInFlight.Dec()
+			})
+			continue
+		}
+		if err := cs.Err(); err != nil {
+			if ctx.Err() != nil {
+				return token, false, nil
+			}
+			return token, false, err
+		}
+		if cs.ID() == 0 {
+			return token, invalidated, nil
+		}
+		if rt := cs.ResumeToken(); rt != nil && cs.RemainingBatchLength() == 0 {
+			tr.SetResumePoint(rt)
+			token = rt
+		}
+	}
+}
+
+func (s *Source) recordGap(ctx context.Context, tr *checkpoint.Tracker, cause error) error {
+	pos, _ := tr.Position()
+	now := time.Now().UTC()
+	from := pos.WallTime
+	if from.IsZero() && pos.ClusterTime.T != 0 {
+		from = time.Unix(int64(pos.ClusterTime.T), 0).UTC()
+	}
+	e := deadletter.Entry{
+		ID:        fmt.Sprintf("gap/%s/%d", s.spec.Name, now.UnixNano()),
+		Kind:      deadletter.KindGap,
+		Source:    s.spec.Name,
+		Reason:    "history_lost",
+		LastError: cause.Error(), FirstError: cause.Error(),
+		GapFrom: from, GapTo: now, LastToken: pos.Token,
+		CreatedAt: now, FirstFailedAt: now, LastFailedAt: now,
+	}
+	if err := s.gaps.Put(ctx, e); err != nil {
+		return err
+	}
+	s.log.Error("change stream history lost: continuing from now; the gap is recorded in the dead-letter collection",
+		"gap_from", formatTime(from), "gap_to", formatTime(now), "gap_id", e.ID)
+	return nil
+}
+
+func isHistoryLost(err error) bool {
+	var se mongo.ServerError
+	if errors.As(err, &se) {
+		return se.HasErrorCode(286)
+	}
+	return false
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "unknown time"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
