@@ -1,13 +1,16 @@
 package app
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/source"
 )
 
@@ -63,6 +66,11 @@ func (g *gateway) report() statusReport {
 		switch {
 		case st.State != source.StateOpen:
 			sr.Reason = "change stream is " + string(st.State)
+			if st.LastError != "" {
+				sr.Reason += ": " + st.LastError
+			}
+		case time.Since(st.LastPoll) > g.stuckAfter:
+			sr.Reason = "change stream has not answered for " + time.Since(st.LastPoll).Round(time.Second).String()
 		case st.InFlight > 0 && !st.CheckpointSave.IsZero() && time.Since(st.CheckpointSave) > g.staleAfter:
 			sr.Reason = "checkpoint has not advanced for " + time.Since(st.CheckpointSave).Round(time.Second).String()
 		}
@@ -106,7 +114,117 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.report())
 	})
+	mux.HandleFunc("GET /api/v1/deadletters", g.listDeadLetters)
+	mux.HandleFunc("POST /api/v1/deadletters/replay", g.mutating(g.replayDeadLetters))
+	mux.HandleFunc("DELETE /api/v1/deadletters", g.mutating(g.purgeDeadLetters))
+	mux.HandleFunc("POST /api/v1/reload", g.mutating(g.reloadHandler))
 	return mux
+}
+
+type apiError struct {
+	Error string `json:"error"`
+}
+
+// mutating guards an endpoint that changes state: it needs the configured
+// admin token as a bearer token, and is disabled when none is configured.
+func (g *gateway) mutating(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		token := g.config().Server.AdminToken.Value()
+		if token == "" {
+			writeJSON(w, http.StatusForbidden, apiError{"mutating admin API calls are disabled: set server.admin_token to enable them"})
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="changegate"`)
+			writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong bearer token"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+func queryOf(r *http.Request) DeadLetterQuery {
+	v := r.URL.Query()
+	return DeadLetterQuery{
+		Sink: v.Get("sink"), Source: v.Get("source"), Kind: v.Get("kind"), Since: v.Get("since"),
+		DocumentKey: v.Get("document_key"), Limit: v.Get("limit"), After: v.Get("after"),
+	}
+}
+
+type deadLetterPage struct {
+	Entries []deadletter.Entry `json:"entries"`
+	// Next is the after parameter of the next page; empty on the last.
+	Next string `json:"next,omitempty"`
+}
+
+func (g *gateway) listDeadLetters(w http.ResponseWriter, r *http.Request) {
+	f, err := queryOf(r).Filter(time.Now(), 100)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
+		return
+	}
+	es, err := g.dls.List(r.Context(), f)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
+		return
+	}
+	page := deadLetterPage{Entries: make([]deadletter.Entry, 0, len(es))}
+	for _, e := range es {
+		page.Entries = append(page.Entries, e.Summary())
+	}
+	if f.Limit > 0 && len(es) == f.Limit {
+		page.Next = es[len(es)-1].ID
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+type replayReport struct {
+	Replayed int      `json:"replayed"`
+	Failed   int      `json:"failed"`
+	Skipped  int      `json:"skipped"`
+	Errors   []string `json:"errors,omitempty"`
+}
+
+func (g *gateway) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
+	f, err := queryOf(r).Filter(time.Now(), 0)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
+		return
+	}
+	if f.Kind == "" {
+		f.Kind = deadletter.KindFailed
+	}
+	res, err := g.dls.Replay(r.Context(), f, g.engine.DeliverNow)
+	rep := replayReport{Replayed: res.Replayed, Failed: res.Failed, Skipped: res.Skipped}
+	for _, e := range res.Errors {
+		rep.Errors = append(rep.Errors, e.Error())
+	}
+	if err != nil {
+		rep.Errors = append(rep.Errors, err.Error())
+		writeJSON(w, http.StatusInternalServerError, rep)
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (g *gateway) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
+	q := queryOf(r)
+	if q == (DeadLetterQuery{}) && r.URL.Query().Get("all") != "true" {
+		writeJSON(w, http.StatusBadRequest, apiError{"refusing to purge every dead letter without a filter: add all=true to mean it"})
+		return
+	}
+	f, err := q.Filter(time.Now(), 0)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
+		return
+	}
+	n, err := g.dls.Purge(r.Context(), f)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int64{"purged": n})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

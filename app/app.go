@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,20 +40,30 @@ type Options struct {
 	// (a second signal). Events in flight stay unacknowledged and are
 	// re-delivered after the next start.
 	Hard <-chan struct{}
+	// Reload, when it receives, re-reads the configuration and applies its
+	// rules and sinks in place (SIGHUP).
+	Reload <-chan struct{}
+	// LoadConfig re-reads the configuration for a reload; nil means
+	// config.Load of the file the running configuration came from.
+	LoadConfig func() (*config.Config, error)
 	// Started, when non-nil, is called with the admin server's address
 	// ("" when disabled) once everything is running.
 	Started func(adminAddr string)
 }
 
 type gateway struct {
-	cfg        *config.Config
+	cfgPtr     atomic.Pointer[config.Config]
+	loadConfig func() (*config.Config, error)
+	reloadMu   sync.Mutex
+	pushdowns  pushdowns
 	log        *slog.Logger
 	client     *mongo.Client
 	cps        *checkpoint.Store
 	dls        *deadletter.Store
 	engine     *router.Engine
 	sources    []*source.Source
-	staleAfter time.Duration
+	staleAfter time.Duration // a checkpoint or sink this long without progress is not ready
+	stuckAfter time.Duration // a stream whose getMore takes this much longer than max_await is not ready
 }
 
 // Connect returns a MongoDB client for cfg. The driver connects lazily: an
@@ -69,58 +80,64 @@ func Connect(cfg *config.Config) (*mongo.Client, error) {
 // BuildSinks constructs the sinks of cfg, in config order.
 func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error) {
 	var specs []router.SinkSpec
-	closeAll := func() {
-		for _, s := range specs {
-			_ = s.Sink.Close()
-		}
-	}
 	for _, sc := range cfg.Sinks {
-		var sk sinks.Sink
-		var err error
-		switch {
-		case sc.Webhook != nil:
-			w := sc.Webhook
-			secrets := make([]string, 0, len(w.Secrets))
-			for _, s := range w.Secrets {
-				secrets = append(secrets, s.Value())
-			}
-			headers := make(map[string]string, len(w.Headers))
-			for _, h := range w.Headers {
-				headers[h.Name] = h.Value.Value()
-			}
-			var basicUser, basicPassword string
-			if w.BasicAuth != nil {
-				basicUser, basicPassword = w.BasicAuth.Username, w.BasicAuth.Password.Value()
-			}
-			sk, err = webhook.New(webhook.Config{
-				Name: sc.Name, URL: w.URL, Secrets: secrets, Headers: headers,
-				BearerToken: w.BearerToken.Value(), BasicUser: basicUser, BasicPassword: basicPassword,
-				Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize,
-				AllowPrivateNetworks: w.AllowPrivateNetworks, TLSCAFile: w.TLSCAFile, TLSInsecureSkipVerify: w.TLSInsecureSkipVerify,
-				MaxConns: sc.MaxInFlight,
-			}, log.With("sink", sc.Name))
-		default:
-			err = fmt.Errorf("sink type %q is not supported", sc.Type)
-		}
+		sp, err := buildSink(sc, log)
 		if err != nil {
-			closeAll()
-			return nil, fmt.Errorf("sink %s: %w", sc.Name, err)
+			for _, s := range specs {
+				_ = s.Sink.Close()
+			}
+			return nil, err
 		}
-		specs = append(specs, router.SinkSpec{
-			Sink: sk,
-			Retry: sinks.RetryPolicy{
-				MaxAttempts: sc.Retry.MaxAttempts, InitialInterval: sc.Retry.InitialInterval,
-				MaxInterval: sc.Retry.MaxInterval, MaxElapsed: sc.Retry.MaxElapsed,
-				Multiplier: sc.Retry.Multiplier, Jitter: sc.Retry.Jitter,
-			},
-			Ordering:    router.Ordering(sc.Ordering),
-			MaxInFlight: sc.MaxInFlight,
-			BatchSize:   sc.BatchSize,
-			BatchWait:   sc.BatchWait,
-			ParkAfter:   sc.ParkAfter,
-		})
+		specs = append(specs, sp)
 	}
 	return specs, nil
+}
+
+// buildSink constructs one sink and how the engine drives it.
+func buildSink(sc config.Sink, log *slog.Logger) (router.SinkSpec, error) {
+	var sk sinks.Sink
+	var err error
+	switch {
+	case sc.Webhook != nil:
+		w := sc.Webhook
+		secrets := make([]string, 0, len(w.Secrets))
+		for _, s := range w.Secrets {
+			secrets = append(secrets, s.Value())
+		}
+		headers := make(map[string]string, len(w.Headers))
+		for _, h := range w.Headers {
+			headers[h.Name] = h.Value.Value()
+		}
+		var basicUser, basicPassword string
+		if w.BasicAuth != nil {
+			basicUser, basicPassword = w.BasicAuth.Username, w.BasicAuth.Password.Value()
+		}
+		sk, err = webhook.New(webhook.Config{
+			Name: sc.Name, URL: w.URL, Secrets: secrets, Headers: headers,
+			BearerToken: w.BearerToken.Value(), BasicUser: basicUser, BasicPassword: basicPassword,
+			Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize,
+			AllowPrivateNetworks: w.AllowPrivateNetworks, TLSCAFile: w.TLSCAFile, TLSInsecureSkipVerify: w.TLSInsecureSkipVerify,
+			MaxConns: sc.MaxInFlight,
+		}, log.With("sink", sc.Name))
+	default:
+		err = fmt.Errorf("sink type %q is not supported", sc.Type)
+	}
+	if err != nil {
+		return router.SinkSpec{}, fmt.Errorf("sink %s: %w", sc.Name, err)
+	}
+	return router.SinkSpec{
+		Sink: sk,
+		Retry: sinks.RetryPolicy{
+			MaxAttempts: sc.Retry.MaxAttempts, InitialInterval: sc.Retry.InitialInterval,
+			MaxInterval: sc.Retry.MaxInterval, MaxElapsed: sc.Retry.MaxElapsed,
+			Multiplier: sc.Retry.Multiplier, Jitter: sc.Retry.Jitter,
+		},
+		Ordering:    router.Ordering(sc.Ordering),
+		MaxInFlight: sc.MaxInFlight,
+		BatchSize:   sc.BatchSize,
+		BatchWait:   sc.BatchWait,
+		ParkAfter:   sc.ParkAfter,
+	}, nil
 }
 
 // CompileRules compiles cfg's rules against its sinks.
@@ -192,7 +209,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	g := &gateway{cfg: cfg, log: log, client: client, cps: cps, dls: dls, engine: engine, staleAfter: 30 * time.Second}
+	g := &gateway{log: log, client: client, cps: cps, dls: dls, engine: engine, staleAfter: 30 * time.Second, stuckAfter: 5 * time.Second,
+		loadConfig: opts.LoadConfig, pushdowns: pushdowns{}}
+	g.cfgPtr.Store(cfg)
+	if g.loadConfig == nil {
+		g.loadConfig = func() (*config.Config, error) { return config.Load(cfg.File) }
+	}
 
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
@@ -200,7 +222,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	defer engine.Stop()
 
 	for _, sc := range cfg.Sources {
+		g.stuckAfter = max(g.stuckAfter, sc.MaxAwait+5*time.Second)
 		push, _ := rules.Pushdown(sc.Name)
+		g.pushdowns[sc.Name] = push
 		var pipeline bson.A
 		for _, st := range sc.Pipeline {
 			pipeline = append(pipeline, st)
@@ -255,16 +279,25 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 
 	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("stopping: no new changes are read; draining deliveries in flight", "grace", cfg.Server.ShutdownGrace)
-	case runErr = <-failed:
-		log.Error("a source failed; stopping", "err", runErr)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("stopping: no new changes are read; draining deliveries in flight", "grace", g.config().Server.ShutdownGrace)
+			break wait
+		case runErr = <-failed:
+			log.Error("a source failed; stopping", "err", runErr)
+			break wait
+		case <-opts.Reload:
+			if err := g.reload(); err != nil {
+				log.Error("reload failed", "err", err)
+			}
+		}
 	}
 	for _, s := range g.sources {
 		s.StopReading()
 	}
-	g.drain(cfg.Server.ShutdownGrace, opts.Hard)
+	g.drain(g.config().Server.ShutdownGrace, opts.Hard)
 	stopSources() // final checkpoint saves happen here
 	wg.Wait()
 	stopEngine()

@@ -61,13 +61,23 @@ type DeadLetters interface {
 // engine calls each event's ack once every sink it was routed to has
 // delivered or durably dead-lettered (or parked) it.
 type Engine struct {
-	rules   atomic.Pointer[Rules]
-	lanes   []*Lane
+	state   atomic.Pointer[engineState]
 	dl      DeadLetters
 	metrics *metrics.Metrics
 	log     *slog.Logger
-	wg      sync.WaitGroup
+
+	mu      sync.Mutex // guards ctx, retired and reloads
+	ctx     context.Context
 	cancel  context.CancelFunc
+	retired []*Lane // lanes replaced or removed by a reload, finishing their work
+	bg      sync.WaitGroup
+}
+
+// engineState is what Dispatch routes with: the rules and the lanes their
+// sink indexes refer to. It is replaced as a whole by Reload.
+type engineState struct {
+	rules *Rules
+	lanes []*Lane
 }
 
 // NewEngine builds the lanes. rules' sink indexes refer to specs in order.
@@ -79,23 +89,26 @@ func NewEngine(rules *Rules, specs []SinkSpec, dl DeadLetters, m *metrics.Metric
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{dl: dl, metrics: m, log: log}
-	e.rules.Store(rules)
+	st := &engineState{rules: rules}
 	for _, sp := range specs {
 		l, err := newLane(sp, dl, m, log.With("sink", sp.Sink.Name()))
 		if err != nil {
 			return nil, err
 		}
-		e.lanes = append(e.lanes, l)
+		st.lanes = append(st.lanes, l)
 	}
+	e.state.Store(st)
 	return e, nil
 }
 
 // Start starts the lanes' workers; they run until ctx is cancelled or Stop.
 // Parked backlogs left by a previous run are re-driven.
 func (e *Engine) Start(ctx context.Context) {
-	ctx, e.cancel = context.WithCancel(ctx)
-	for _, l := range e.lanes {
-		l.start(ctx, &e.wg)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ctx, e.cancel = context.WithCancel(ctx)
+	for _, l := range e.state.Load().lanes {
+		l.start(e.ctx)
 	}
 }
 
@@ -103,21 +116,116 @@ func (e *Engine) Start(ctx context.Context) {
 // Events not yet acknowledged stay unacknowledged (and so are re-read after a
 // restart): call Stop after draining.
 func (e *Engine) Stop() {
+	e.mu.Lock()
 	if e.cancel != nil {
 		e.cancel()
 	}
-	e.wg.Wait()
-	for _, l := range e.lanes {
+	e.mu.Unlock()
+	e.bg.Wait() // hand-overs in progress retire their lanes
+	e.mu.Lock()
+	lanes := append(append([]*Lane(nil), e.state.Load().lanes...), e.retired...)
+	e.mu.Unlock()
+	for _, l := range lanes {
+		l.stop()
 		_ = l.spec.Sink.Close()
 	}
 }
 
+// LaneUpdate is one sink of a reloaded configuration: either a new SinkSpec
+// (a new or changed sink) or, with Keep set, the existing lane of that name
+// unchanged.
+type LaneUpdate struct {
+	Name string
+	Keep bool
+	Spec SinkSpec // when !Keep
+}
+
+// Reload switches to new rules and sinks without losing events: lanes that
+// are kept go on as they are; events already queued for a removed or changed
+// sink are still delivered by its old lane, and a changed sink's new lane
+// starts delivering only once the old one has drained, so per-document order
+// holds across the switch. rules' sink indexes refer to updates in order.
+func (e *Engine) Reload(rules *Rules, updates []LaneUpdate) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := e.state.Load()
+	byName := map[string]*Lane{}
+	for _, l := range old.lanes {
+		byName[l.name] = l
+	}
+	st := &engineState{rules: rules}
+	var fresh []*Lane
+	for _, u := range updates {
+		if u.Keep {
+			l := byName[u.Name]
+			if l == nil {
+				return fmt.Errorf("reload: no running sink %q to keep", u.Name)
+			}
+			st.lanes = append(st.lanes, l)
+			delete(byName, u.Name)
+			continue
+		}
+		l, err := newLane(u.Spec, e.dl, e.metrics, e.log.With("sink", u.Spec.Sink.Name()))
+		if err != nil {
+			for _, f := range fresh {
+				_ = f.spec.Sink.Close()
+			}
+			return err
+		}
+		fresh = append(fresh, l)
+		st.lanes = append(st.lanes, l)
+	}
+	e.state.Store(st)
+	// Lanes left in byName are replaced or removed: they finish what they
+	// hold, then stop; a replacement starts after its predecessor.
+	for _, l := range fresh {
+		prev := byName[l.name]
+		delete(byName, l.name)
+		e.handOver(prev, l)
+	}
+	for _, prev := range byName {
+		e.handOver(prev, nil)
+	}
+	return nil
+}
+
+// handOver retires prev (if any) once it has drained and then starts next
+// (if any). Must be called with e.mu held.
+func (e *Engine) handOver(prev, next *Lane) {
+	if prev == nil {
+		if e.ctx != nil {
+			next.start(e.ctx)
+		}
+		return
+	}
+	e.retired = append(e.retired, prev)
+	ctx := e.ctx
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		prev.waitIdle(ctx)
+		prev.stop()
+		_ = prev.spec.Sink.Close()
+		e.mu.Lock()
+		for i, r := range e.retired {
+			if r == prev {
+				e.retired = append(e.retired[:i], e.retired[i+1:]...)
+				break
+			}
+		}
+		if next != nil && ctx != nil && ctx.Err() == nil {
+			next.start(ctx)
+		}
+		e.mu.Unlock()
+	}()
+}
+
 // Lanes returns the engine's sink lanes, in spec order.
-func (e *Engine) Lanes() []*Lane { return e.lanes }
+func (e *Engine) Lanes() []*Lane { return e.state.Load().lanes }
 
 // Lane returns the lane of the named sink, or nil.
 func (e *Engine) Lane(name string) *Lane {
-	for _, l := range e.lanes {
+	for _, l := range e.state.Load().lanes {
 		if l.name == name {
 			return l
 		}
@@ -126,14 +234,15 @@ func (e *Engine) Lane(name string) *Lane {
 }
 
 // Rules returns the routing table in use.
-func (e *Engine) Rules() *Rules { return e.rules.Load() }
+func (e *Engine) Rules() *Rules { return e.state.Load().rules }
 
 // Dispatch routes ev and hands it to its sinks' lanes. ack is called exactly
 // once, when every sink finished with the event — at once when no rule
 // matched. Dispatch does not block on slow sinks (the source's in-flight cap
 // bounds memory).
 func (e *Engine) Dispatch(ev *event.Event, ack func()) {
-	m := e.rules.Load().Route(ev)
+	st := e.state.Load()
+	m := st.rules.Route(ev)
 	for _, r := range m.Rules {
 		e.metrics.EventsMatched.WithLabelValues(ev.Source, r).Inc()
 	}
@@ -156,7 +265,7 @@ func (e *Engine) Dispatch(ev *event.Event, ack func()) {
 		}
 	}
 	for _, s := range m.Sinks {
-		e.lanes[s].enqueue(ev, done)
+		st.lanes[s].enqueue(ev, done)
 	}
 }
 

@@ -49,6 +49,9 @@ type Lane struct {
 	parts []*partition
 	rr    atomic.Uint64
 
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
 	queued atomic.Int64 // in partitions
 	held   atomic.Int64 // taken by a worker, not finished
 
@@ -143,7 +146,10 @@ func (l *Lane) Status() LaneStatus {
 	return s
 }
 
-func (l *Lane) start(ctx context.Context, wg *sync.WaitGroup) {
+// start starts the lane's goroutines under ctx.
+func (l *Lane) start(ctx context.Context) {
+	ctx, l.cancel = context.WithCancel(ctx)
+	wg := &l.wg
 	l.liveMu.Lock()
 	l.baseCtx = ctx
 	l.liveCtx, l.liveCancel = context.WithCancel(ctx)
@@ -181,6 +187,26 @@ func (l *Lane) start(ctx context.Context, wg *sync.WaitGroup) {
 			defer wg.Done()
 			l.redriveLoop(ctx)
 		}()
+	}
+}
+
+// stop cancels the lane's goroutines and waits for them. Items still queued
+// stay unacknowledged.
+func (l *Lane) stop() {
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.wg.Wait()
+}
+
+// waitIdle returns once nothing is queued or in progress in the lane (or ctx
+// is done).
+func (l *Lane) waitIdle(ctx context.Context) {
+	for l.queued.Load()+l.held.Load() > 0 {
+		if ctx == nil || ctx.Err() != nil {
+			return
+		}
+		sleepCtx(ctx, 10*time.Millisecond)
 	}
 }
 

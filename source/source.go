@@ -87,6 +87,7 @@ type Status struct {
 	Checkpoint     checkpoint.Position
 	CheckpointSave time.Time // when the checkpoint was last persisted
 	LastEvent      time.Time // wall time of the newest change read
+	LastPoll       time.Time // when the stream last answered a getMore
 	OpenedAt       time.Time
 }
 
@@ -104,6 +105,7 @@ type Source struct {
 
 	stopReading chan struct{}
 	stopOnce    sync.Once
+	reopen      chan struct{} // a reconfiguration asks the stream to reopen
 
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
@@ -138,12 +140,26 @@ func New(spec Spec, client *mongo.Client, cps CheckpointStore, gaps GapRecorder,
 		mInFlight:    m.InFlight.WithLabelValues(spec.Name),
 		mLag:         m.CheckpointLag.WithLabelValues(spec.Name),
 		stopReading:  make(chan struct{}),
+		reopen:       make(chan struct{}, 1),
 		status:       Status{Name: spec.Name, State: StateStarting},
 	}
 }
 
 // Name returns the source's name.
 func (s *Source) Name() string { return s.spec.Name }
+
+// SetPushdown replaces the $match stage pushed into the change stream (after
+// a rules reload). The stream reopens after the last change handed to the
+// router, so no change is skipped or read twice.
+func (s *Source) SetPushdown(stage bson.D) {
+	s.mu.Lock()
+	s.spec.Pushdown = stage
+	s.mu.Unlock()
+	select {
+	case s.reopen <- struct{}{}:
+	default:
+	}
+}
 
 // StopReading makes Run stop reading new changes; events in flight are still
 // delivered and acknowledged, and Run keeps saving the checkpoint until its
@@ -183,6 +199,7 @@ func (s *Source) setState(st State, err error) {
 	}
 	if st == StateOpen {
 		s.status.OpenedAt = time.Now()
+		s.status.LastPoll = s.status.OpenedAt
 	}
 	s.mu.Unlock()
 }
@@ -288,10 +305,24 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 			}
 			startAt = nil
 			var invalidated bool
-			token, invalidated, err = s.consume(ctx, cs, tr, token)
+			streamCtx, cancelStream := context.WithCancel(ctx)
+			go func() {
+				select {
+				case <-s.reopen:
+					cancelStream()
+				case <-streamCtx.Done():
+				}
+			}()
+			token, invalidated, err = s.consume(streamCtx, cs, tr, token)
+			reconfigured := streamCtx.Err() != nil
+			cancelStream()
 			_ = cs.Close(context.WithoutCancel(ctx))
 			if ctx.Err() != nil {
 				return nil
+			}
+			if reconfigured {
+				s.log.Info("reopening the change stream with the reloaded rules' filter")
+				continue
 			}
 			if err == nil && invalidated {
 				s.mInvalidate.Inc()
@@ -358,8 +389,11 @@ func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timesta
 		opts.SetStartAtOperationTime(startAt)
 	}
 	pipeline := bson.A{}
-	if s.spec.Pushdown != nil {
-		pipeline = append(pipeline, s.spec.Pushdown)
+	s.mu.Lock()
+	push := s.spec.Pushdown
+	s.mu.Unlock()
+	if push != nil {
+		pipeline = append(pipeline, push)
 	}
 	pipeline = append(pipeline, s.spec.Pipeline...)
 	switch {
@@ -378,8 +412,25 @@ func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timesta
 // stream's error.
 func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkpoint.Tracker, token bson.Raw) (bson.Raw, bool, error) {
 	invalidated := false
+	// A getMore that never answers (a network partition, a hung server)
+	// would block forever: bound each one and reopen when it expires.
+	pollTimeout := s.spec.MaxAwait + 10*time.Second
+	if s.spec.MaxAwait <= 0 {
+		pollTimeout = 11 * time.Second
+	}
 	for {
-		if cs.TryNext(ctx) {
+		var got bool
+		if cs.RemainingBatchLength() > 0 {
+			got = cs.TryNext(ctx)
+		} else {
+			pctx, cancel := context.WithTimeout(ctx, pollTimeout)
+			got = cs.TryNext(pctx)
+			cancel()
+			s.mu.Lock()
+			s.status.LastPoll = time.Now()
+			s.mu.Unlock()
+		}
+		if got {
 			raw := make(bson.Raw, len(cs.Current))
 			copy(raw, cs.Current)
 			ev, err := event.FromChange(s.spec.Name, 0, raw)

@@ -25,7 +25,9 @@ Commands:
   purge    delete matching dead letters (requires -yes)
 
 Filters: -sink NAME -source NAME -kind failed|parked|gap -since TIME (RFC 3339 or
-a duration such as 24h, meaning that long ago) -limit N
+a duration such as 24h, meaning that long ago) -document-key JSON -limit N
+-after ID (list paging). The admin API (/api/v1/deadletters) takes the same
+filters as query parameters.
 `
 
 func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
@@ -39,11 +41,14 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 	sub, rest := args[0], args[1:]
 	fs := newFlags("deadletters "+sub, deadlettersUsage, stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
-	sink := fs.String("sink", "", "only entries of this sink")
-	src := fs.String("source", "", "only entries of this source")
-	kind := fs.String("kind", "", "only entries of this kind: failed, parked or gap (default: failed for replay, all otherwise)")
-	since := fs.String("since", "", "only entries created at or after this time (RFC 3339) or this long ago (e.g. 24h)")
-	limit := fs.Int("limit", 100, "at most this many entries (0: no limit)")
+	var q app.DeadLetterQuery
+	fs.StringVar(&q.Sink, "sink", "", "only entries of this sink")
+	fs.StringVar(&q.Source, "source", "", "only entries of this source")
+	fs.StringVar(&q.Kind, "kind", "", "only entries of this kind: failed, parked or gap (replay: failed)")
+	fs.StringVar(&q.Since, "since", "", "only entries created at or after this time (RFC 3339) or this long ago (e.g. 24h)")
+	fs.StringVar(&q.DocumentKey, "document-key", "", `only entries of this document, as JSON, e.g. '{"_id": 42}'`)
+	fs.StringVar(&q.Limit, "limit", "", "at most this many entries (default 100 for list, no limit for replay and purge)")
+	fs.StringVar(&q.After, "after", "", "list: the entries after this id (paging)")
 	id := fs.String("id", "", "the entry's id (show)")
 	yes := fs.Bool("yes", false, "confirm purge")
 	if ok, code := parseFlags(fs, rest); !ok {
@@ -53,19 +58,13 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "changegate deadletters: -config is required")
 		return 2
 	}
-	f := deadletter.Filter{Sink: *sink, Source: *src, Kind: deadletter.Kind(*kind), Limit: *limit}
-	if *since != "" {
-		t, err := parseSince(*since, time.Now())
-		if err != nil {
-			fmt.Fprintf(stderr, "changegate deadletters: -since: %v\n", err)
-			return 2
-		}
-		f.Since = t
+	defLimit := 0
+	if sub == "list" {
+		defLimit = 100
 	}
-	switch f.Kind {
-	case "", deadletter.KindFailed, deadletter.KindParked, deadletter.KindGap:
-	default:
-		fmt.Fprintf(stderr, "changegate deadletters: -kind: %q is not one of failed, parked, gap\n", *kind)
+	f, err := q.Filter(time.Now(), defLimit)
+	if err != nil {
+		fmt.Fprintf(stderr, "changegate deadletters: -%v\n", err)
 		return 2
 	}
 	cfg, err := config.Load(*path)
@@ -91,7 +90,7 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		for _, e := range es {
-			_ = enc.Encode(e)
+			_ = enc.Encode(e.Summary())
 		}
 		return 0
 	case "show":
@@ -149,15 +148,4 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "changegate deadletters: unknown command %q\n\n%s", sub, deadlettersUsage)
 		return 2
 	}
-}
-
-func parseSince(s string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		return now.Add(-d), nil
-	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration", s)
-	}
-	return t, nil
 }

@@ -104,7 +104,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 		"Runs the gateway until SIGINT or SIGTERM. The first signal stops reading\n"+
 		"changes and drains deliveries in flight within server.shutdown_grace, then\n"+
 		"persists checkpoints and exits 0; a second signal exits at once (events in\n"+
-		"flight are re-delivered after the next start).", stderr)
+		"flight are re-delivered after the next start). SIGHUP re-reads the config\n"+
+		"and applies rules and sinks in place; an invalid file is rejected and the\n"+
+		"running configuration stays.", stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	format := fs.String("log-format", "auto", "log format: auto (text on a terminal, JSON otherwise), text or json")
@@ -137,7 +139,19 @@ func cmdRun(args []string, stderr io.Writer) int {
 		<-sigs
 		close(hard)
 	}()
-	if err := app.Run(ctx, cfg, app.Options{Logger: log, Hard: hard}); err != nil {
+	reload := make(chan struct{}, 1)
+	hups := make(chan os.Signal, 1)
+	signal.Notify(hups, syscall.SIGHUP)
+	go func() {
+		for range hups {
+			log.Info("SIGHUP: reloading the configuration", "config", *path)
+			select {
+			case reload <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	if err := app.Run(ctx, cfg, app.Options{Logger: log, Hard: hard, Reload: reload}); err != nil {
 		log.Error("changegate failed", "err", err)
 		return 1
 	}

@@ -110,12 +110,20 @@ type gateway struct {
 
 func (e *env) start(cfg *config.Config) *gateway {
 	e.t.Helper()
+	return e.startWith(cfg, app.Options{})
+}
+
+// startWith starts the gateway with extra options (Logger, Hard and Started
+// are the harness's).
+func (e *env) startWith(cfg *config.Config, opts app.Options) *gateway {
+	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &gateway{cancel: cancel, hard: make(chan struct{}), done: make(chan error, 1)}
 	started := make(chan string, 1)
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
-		g.done <- app.Run(ctx, cfg, app.Options{Logger: log, Hard: g.hard, Started: func(a string) { started <- a }})
+		opts.Logger, opts.Hard, opts.Started = log, g.hard, func(a string) { started <- a }
+		g.done <- app.Run(ctx, cfg, opts)
 	}()
 	select {
 	case g.admin = <-started:

@@ -1,0 +1,56 @@
+package app
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/deadletter"
+)
+
+// DeadLetterQuery is a dead-letter selection as an operator writes it, on the
+// command line (flags) or in the admin API (query parameters). Both turn it
+// into a deadletter.Filter with Filter, so they select identically.
+type DeadLetterQuery struct {
+	Sink, Source string
+	Kind         string // failed, parked, gap or empty
+	Since        string // RFC 3339 time, or a duration meaning that long ago
+	DocumentKey  string // the document key as (Extended) JSON, e.g. {"_id": 42}
+	Limit        string // a non-negative integer; empty: the default limit
+	After        string // paging: the id of the last entry of the previous page
+}
+
+// Filter validates q and returns the deadletter filter it means. defLimit
+// applies when q.Limit is empty.
+func (q DeadLetterQuery) Filter(now time.Time, defLimit int) (deadletter.Filter, error) {
+	f := deadletter.Filter{Sink: q.Sink, Source: q.Source, Kind: deadletter.Kind(q.Kind), AfterID: q.After, Limit: defLimit}
+	if q.Kind != "" && !f.Kind.Valid() {
+		return f, fmt.Errorf("kind: %q is not one of failed, parked, gap", q.Kind)
+	}
+	if q.Since != "" {
+		if d, err := time.ParseDuration(q.Since); err == nil {
+			f.Since = now.Add(-d)
+		} else if t, err := time.Parse(time.RFC3339, q.Since); err == nil {
+			f.Since = t
+		} else {
+			return f, fmt.Errorf("since: %q is neither an RFC 3339 time nor a duration such as 24h", q.Since)
+		}
+	}
+	if q.DocumentKey != "" {
+		var key bson.Raw
+		if err := bson.UnmarshalExtJSON([]byte(q.DocumentKey), false, &key); err != nil {
+			return f, fmt.Errorf("document key: %q is not a JSON document: %v", q.DocumentKey, err)
+		}
+		f.DocumentKey = key
+	}
+	if q.Limit != "" {
+		n, err := strconv.Atoi(q.Limit)
+		if err != nil || n < 0 {
+			return f, fmt.Errorf("limit: %q is not a non-negative integer", q.Limit)
+		}
+		f.Limit = n
+	}
+	return f, nil
+}
