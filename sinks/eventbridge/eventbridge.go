@@ -1,0 +1,438 @@
+// Package eventbridge is the sink that puts events on an Amazon EventBridge
+// event bus with PutEvents (aws-sdk-go-v2).
+//
+// Each event becomes one PutEvents entry: Source (default
+// "changegate.<source name>"), DetailType (default
+// "<db>.<coll>.<operationType>"), Detail = the event's cached JSON envelope,
+// Time = the change's wall time, EventBusName and optional Resources. Source
+// and DetailType are templates with the placeholders {db}, {coll},
+// {operationType} and {source}, compiled once.
+//
+// # Batching and the request size
+//
+// MaxBatch is 10, the PutEvents maximum. The engine hands Send up to
+// batch_size events; Send sends them in as few PutEvents calls as the
+// request-size limit (Config.MaxRequestBytes, default 256 KiB) allows, one
+// call after the other, in order. An entry's size is computed as AWS
+// documents it (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-putevent-size.html):
+// 14 bytes for Time, plus the UTF-8 bytes of Source, DetailType, Detail and
+// each Resources element. An event whose entry alone exceeds the limit can
+// never be sent: it fails permanently with reason "oversize" (and goes to
+// the dead-letter collection) while the rest of the batch is sent. When a
+// call fails as a whole, the calls after it are not made: their entries
+// fail with the same error when it is retryable, otherwise with a retryable
+// "not_sent" error (a permanent failure of one call says nothing about the
+// entries of the next).
+//
+// # Failures
+//
+// Send returns nil when every entry was accepted, a *sinks.BatchError when
+// only some failed (the engine retries just those), and otherwise a
+// *sinks.Error for the whole batch. Reasons:
+//
+//   - per entry (PutEvents answers 200 with FailedEntryCount > 0), the
+//     entry's ErrorCode: ThrottlingException (reason "throttled"),
+//     InternalFailure, InternalException, ServiceUnavailable and any code
+//     not listed below are retryable; AccessDeniedException,
+//     InvalidAccountIdException, InvalidArgument, MalformedDetail,
+//     RedactionFailure, NotAuthorizedForSourceException,
+//     NotAuthorizedForDetailTypeException, ValidationException and
+//     ResourceNotFoundException are permanent;
+//   - whole call: throttling error codes ("throttled"), 408, 429, 5xx and
+//     internal errors are retryable; other 4xx (ValidationException,
+//     AccessDeniedException, ResourceNotFoundException, signature errors...)
+//     are permanent, the reason being the error code; credentials that
+//     cannot be retrieved ("credentials"), timeouts ("timeout") and
+//     connection failures ("transport") are retryable;
+//   - "oversize": see above; "detail_type": the expanded DetailType is
+//     longer than 128 characters; "encode": the envelope cannot be encoded.
+//     All permanent.
+//
+// # Retries inside the SDK
+//
+// The SDK client retries a request only when the connection failed (up to 3
+// tries, waits ≤ 200ms) and has no client-side retry quota. Throttling and
+// server errors are returned to the delivery engine at once: the engine owns
+// backoff, Retry-After-like waits and dead-lettering, and its metrics see
+// every failure.
+package eventbridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks"
+)
+
+// Limits and defaults.
+const (
+	// MaxEntries is the most entries one PutEvents call accepts.
+	MaxEntries = 10
+	// DefaultMaxRequestBytes is the PutEvents request size limit (256 KiB),
+	// computed as in the package documentation.
+	DefaultMaxRequestBytes = 256 << 10
+	// DefaultDetailType is the DetailType template when none is configured.
+	DefaultDetailType = "{db}.{coll}.{operationType}"
+	// DefaultSource is the Source template when none is configured.
+	DefaultSource = "changegate.{source}"
+	// DefaultTimeout bounds one Send when Config.Timeout is 0.
+	DefaultTimeout = 10 * time.Second
+	// MaxDetailTypeLen is EventBridge's limit on DetailType, in characters.
+	MaxDetailTypeLen = 128
+
+	timeEntryBytes = 14 // Time's share of an entry's size
+)
+
+// Config configures an EventBridge sink.
+type Config struct {
+	// Name is the sink name, used in errors and logs.
+	Name string
+	// EventBus is the event bus name or ARN (required).
+	EventBus string
+	// Region is the AWS region; empty: from the environment or shared
+	// config (AWS_REGION, profile).
+	Region string
+	// Endpoint overrides the service endpoint (BaseEndpoint), e.g.
+	// "http://localhost:4566" for LocalStack. Empty: the region's endpoint.
+	Endpoint string
+	// RoleARN, when set, is assumed through STS on top of the credentials
+	// of the default chain.
+	RoleARN string
+	// Source is the entries' Source template (default
+	// "changegate.{source}").
+	Source string
+	// DetailType is the entries' DetailType template (default
+	// "{db}.{coll}.{operationType}").
+	DetailType string
+	// Resources are ARNs attached to every entry (optional).
+	Resources []string
+	// MaxRequestBytes caps the size of one PutEvents request (default and
+	// maximum 256 KiB).
+	MaxRequestBytes int
+	// Canonical selects canonical instead of relaxed Extended JSON.
+	Canonical bool
+	// Timeout bounds one Send, all its PutEvents calls together (default
+	// 10s).
+	Timeout time.Duration
+	// MaxConns is the number of idle connections kept (default 10; set it
+	// to the sink's max_in_flight).
+	MaxConns int
+	// Credentials replaces the default credential chain (tests); RoleARN
+	// still applies on top of it.
+	Credentials aws.CredentialsProvider
+}
+
+// EventBridge is a sinks.Sink that puts events on one event bus. It is safe
+// for concurrent use by several workers.
+type EventBridge struct {
+	name       string
+	bus        string
+	source     *Template
+	detailType *Template
+	resources  []string
+	resBytes   int
+	maxBytes   int
+	canonical  bool
+	timeout    time.Duration
+	client     *eventbridge.Client
+	log        *slog.Logger
+	closed     atomic.Bool
+}
+
+var _ sinks.Sink = (*EventBridge)(nil)
+
+// New returns an EventBridge sink for cfg. It validates the configuration
+// and loads the AWS configuration (environment, shared files); it does not
+// connect. logger may be nil.
+func New(cfg Config, logger *slog.Logger) (*EventBridge, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	prefix := "eventbridge"
+	if cfg.Name != "" {
+		prefix += " " + cfg.Name
+	}
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if cfg.EventBus == "" {
+		bad("event_bus is required")
+	}
+	if cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > DefaultMaxRequestBytes {
+		bad("max_request_bytes must be between 1 and %d, got %d", DefaultMaxRequestBytes, cfg.MaxRequestBytes)
+	}
+	if cfg.Timeout < 0 {
+		bad("timeout must not be negative, got %s", cfg.Timeout)
+	}
+	srcText := cfg.Source
+	if srcText == "" {
+		srcText = DefaultSource
+	}
+	src, err := CompileTemplate(srcText)
+	if err != nil {
+		bad("source: %v", err)
+	}
+	dtText := cfg.DetailType
+	if dtText == "" {
+		dtText = DefaultDetailType
+	}
+	dt, err := CompileTemplate(dtText)
+	if err != nil {
+		bad("detail_type: %v", err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", prefix, errors.Join(errs...))
+	}
+	awsCfg, err := loadAWSConfig(awsOptions{
+		name: cfg.Name, region: cfg.Region, roleARN: cfg.RoleARN,
+		credentials: cfg.Credentials, maxConns: cfg.MaxConns,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	client := eventbridge.NewFromConfig(awsCfg, func(o *eventbridge.Options) {
+		o.Retryer = serviceRetryer()
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+	})
+	b := &EventBridge{
+		name: cfg.Name, bus: cfg.EventBus, source: src, detailType: dt,
+		resources: cfg.Resources, maxBytes: cfg.MaxRequestBytes,
+		canonical: cfg.Canonical, timeout: cfg.Timeout, client: client, log: logger,
+	}
+	for _, r := range cfg.Resources {
+		b.resBytes += len(r)
+	}
+	if b.maxBytes == 0 {
+		b.maxBytes = DefaultMaxRequestBytes
+	}
+	if b.timeout == 0 {
+		b.timeout = DefaultTimeout
+	}
+	return b, nil
+}
+
+// Name returns the sink name.
+func (b *EventBridge) Name() string { return b.name }
+
+// MaxBatch returns 10, the most entries of one PutEvents call.
+func (b *EventBridge) MaxBatch() int { return MaxEntries }
+
+// Close marks the sink closed; the SDK client holds no other resources that
+// need releasing. No Send may follow Close.
+func (b *EventBridge) Close() error {
+	b.closed.Store(true)
+	return nil
+}
+
+// EntrySize returns the size AWS counts for a PutEvents entry.
+func EntrySize(e types.PutEventsRequestEntry) int {
+	n := len(aws.ToString(e.Source)) + len(aws.ToString(e.DetailType)) + len(aws.ToString(e.Detail))
+	if e.Time != nil {
+		n += timeEntryBytes
+	}
+	for _, r := range e.Resources {
+		n += len(r)
+	}
+	return n
+}
+
+// Send puts batch on the bus; see the package documentation for batching
+// and the errors returned. When ctx ends, Send returns ctx's error, wrapped.
+func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	prefix := "eventbridge " + b.name
+	if b.closed.Load() {
+		return sinks.Retryable("closed", 0, fmt.Errorf("%s: send after close", prefix))
+	}
+	var failed map[int]error
+	fail := func(i int, err error) {
+		if failed == nil {
+			failed = make(map[int]error, len(batch))
+		}
+		failed[i] = err
+	}
+
+	entries := make([]types.PutEventsRequestEntry, len(batch))
+	sizes := make([]int, len(batch))
+	for i, e := range batch {
+		env, err := e.Envelope(b.canonical)
+		if err != nil {
+			fail(i, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err)))
+			continue
+		}
+		dt := b.detailType.Execute(e)
+		if n := utf8.RuneCountInString(dt); n > MaxDetailTypeLen {
+			fail(i, sinks.Permanent("detail_type", fmt.Errorf("%s: event %s: detail type %q is %d characters, the maximum is %d",
+				prefix, e.ID, dt, n, MaxDetailTypeLen)))
+			continue
+		}
+		ent := types.PutEventsRequestEntry{
+			EventBusName: aws.String(b.bus),
+			Source:       aws.String(b.source.Execute(e)),
+			DetailType:   aws.String(dt),
+			// The envelope is cached and never modified (event.Envelope's
+			// contract): share its bytes instead of copying up to 256 KiB.
+			Detail:    aws.String(unsafe.String(unsafe.SliceData(env), len(env))),
+			Resources: b.resources,
+		}
+		if !e.WallTime.IsZero() {
+			ent.Time = aws.Time(e.WallTime)
+		}
+		size := EntrySize(ent)
+		if size > b.maxBytes {
+			fail(i, sinks.Permanent("oversize", fmt.Errorf("%s: event %s: entry is %d bytes, more than the request limit of %d bytes (max_request_bytes)",
+				prefix, e.ID, size, b.maxBytes)))
+			continue
+		}
+		entries[i], sizes[i] = ent, size
+	}
+
+	ctx, cancel := withTimeout(ctx, b.timeout)
+	defer cancel()
+
+	// Greedy chunks of consecutive sendable entries within both limits.
+	idx := make([]int, 0, MaxEntries)
+	var callErr error
+	calls, callFailed := 0, 0
+	flush := func() error {
+		if len(idx) == 0 {
+			return nil
+		}
+		defer func() { idx = idx[:0] }()
+		if callErr != nil {
+			// Not attempted: an earlier call failed. A permanent failure
+			// of that call says nothing about these entries.
+			err := callErr
+			if de, ok := callErr.(*sinks.Error); ok && de.Permanent {
+				err = sinks.Retryable("not_sent", 0, fmt.Errorf("eventbridge %s: not sent after an earlier PutEvents call of the batch failed: %w", b.name, callErr))
+			}
+			for _, i := range idx {
+				fail(i, err)
+			}
+			return nil
+		}
+		err := b.put(ctx, batch, entries, idx, fail)
+		calls++
+		if err != nil {
+			if cancelled(ctx) {
+				return err
+			}
+			callErr = err
+			callFailed++
+			for _, i := range idx {
+				fail(i, err)
+			}
+		}
+		return nil
+	}
+	size := 0
+	for i := range batch {
+		if failed[i] != nil {
+			continue
+		}
+		if len(idx) == MaxEntries || size+sizes[i] > b.maxBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+			size = 0
+		}
+		idx = append(idx, i)
+		size += sizes[i]
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	switch {
+	case len(failed) == 0:
+		return nil
+	case calls > 0 && callFailed == calls && len(failed) == len(batch) && onlyErr(failed, callErr):
+		return callErr // the whole batch failed the same way
+	default:
+		return &sinks.BatchError{Failed: failed}
+	}
+}
+
+// onlyErr reports whether every error of failed is err.
+func onlyErr(failed map[int]error, err error) bool {
+	for _, e := range failed {
+		if e != err {
+			return false
+		}
+	}
+	return true
+}
+
+// put makes one PutEvents call with the entries at idx and reports the
+// failed ones through fail. It returns the classified error of a call that
+// failed as a whole.
+func (b *EventBridge) put(ctx context.Context, batch []*event.Event, entries []types.PutEventsRequestEntry, idx []int, fail func(int, error)) error {
+	in := &eventbridge.PutEventsInput{Entries: make([]types.PutEventsRequestEntry, len(idx))}
+	for j, i := range idx {
+		in.Entries[j] = entries[i]
+	}
+	prefix := "eventbridge " + b.name
+	out, err := b.client.PutEvents(ctx, in)
+	if err != nil {
+		return classifyCall(ctx, prefix+": PutEvents", err)
+	}
+	if out.FailedEntryCount == 0 && len(out.Entries) == len(idx) {
+		return nil
+	}
+	for j, i := range idx {
+		if j >= len(out.Entries) {
+			fail(i, sinks.Retryable("missing_result", 0, fmt.Errorf("%s: event %s: PutEvents returned no result for the entry", prefix, batch[i].ID)))
+			continue
+		}
+		r := out.Entries[j]
+		if r.ErrorCode == nil {
+			continue
+		}
+		code := aws.ToString(r.ErrorCode)
+		fail(i, EntryError(prefix, batch[i].ID, code, aws.ToString(r.ErrorMessage)))
+	}
+	return nil
+}
+
+// permanentEntryCodes are the PutEvents entry error codes that retrying
+// cannot fix (documented in PutEventsResultEntry). Every other code,
+// ThrottlingException and InternalFailure included, is retryable.
+var permanentEntryCodes = map[string]bool{
+	"AccessDeniedException":               true,
+	"InvalidAccountIdException":           true,
+	"InvalidArgument":                     true,
+	"MalformedDetail":                     true,
+	"RedactionFailure":                    true,
+	"NotAuthorizedForSourceException":     true,
+	"NotAuthorizedForDetailTypeException": true,
+	"ValidationException":                 true,
+	"ResourceNotFoundException":           true,
+}
+
+// EntryError classifies the failure of one PutEvents entry by its error
+// code: permanent for the codes in the package documentation, otherwise
+// retryable (reason "throttled" for throttling codes, else the code).
+func EntryError(prefix, eventID, code, message string) *sinks.Error {
+	err := fmt.Errorf("%s: event %s: %s: %s", prefix, eventID, code, message)
+	switch {
+	case permanentEntryCodes[code]:
+		return sinks.Permanent(code, err)
+	case isThrottle(code):
+		return sinks.Retryable("throttled", 0, err)
+	default:
+		return sinks.Retryable(code, 0, err)
+	}
+}
