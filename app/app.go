@@ -273,6 +273,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		g.countDeadLetters(srcCtx, m)
+	}()
 	log.Info("changegate running", "sources", len(g.sources), "sinks", len(specs), "rules", len(cfg.Rules), "admin", adminAddr)
 	if opts.Started != nil {
 		opts.Started(adminAddr)
@@ -349,4 +354,34 @@ func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f dea
 	}
 	defer engine.Stop()
 	return dls.Replay(ctx, f, engine.DeliverNow)
+}
+
+// countDeadLetters refreshes the dead-letter gauge until ctx is done.
+func (g *gateway) countDeadLetters(ctx context.Context, m *metrics.Metrics) {
+	t := time.NewTicker(15 * time.Second)
+	defer t.Stop()
+	for {
+		for _, kind := range []deadletter.Kind{deadletter.KindFailed, deadletter.KindParked, deadletter.KindGap} {
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			counts, err := g.dls.CountBySink(qctx, kind)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					g.log.Debug("cannot count dead letters", "err", err)
+				}
+				continue
+			}
+			for _, l := range g.engine.Lanes() {
+				m.DeadLetters.WithLabelValues(l.Name(), string(kind)).Set(float64(counts[l.Name()]))
+			}
+			if kind == deadletter.KindGap {
+				m.DeadLetters.WithLabelValues("", string(kind)).Set(float64(counts[""]))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

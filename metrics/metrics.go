@@ -35,6 +35,7 @@ type Metrics struct {
 	HistoryLost       *prometheus.CounterVec   // source
 	CheckpointSaves   *prometheus.CounterVec   // source
 	CheckpointLag     *prometheus.GaugeVec     // source: seconds between newest change seen and checkpoint
+	DeadLetters       *prometheus.GaugeVec     // sink, kind: entries in the dead-letter collection
 }
 
 // New creates the collectors and registers them, with the Go runtime and
@@ -88,11 +89,14 @@ func New(reg prometheus.Registerer) *Metrics {
 		CheckpointLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "changegate_checkpoint_lag_seconds", Help: "Seconds between the newest change seen and the persisted checkpoint.",
 		}, []string{"source"}),
+		DeadLetters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "changegate_deadletters", Help: "Entries in the dead-letter collection by sink and kind (failed, parked, gap); refreshed periodically.",
+		}, []string{"sink", "kind"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts,
 			m.DeliveryDuration, m.EndToEndLag, m.InFlight, m.QueueDepth, m.SinkParked,
-			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.CheckpointSaves, m.CheckpointLag,
+			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	return m

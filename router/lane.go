@@ -71,6 +71,7 @@ type Lane struct {
 	lastErr      atomic.Pointer[string]
 
 	mDelivered, mRetried, mDead, mParked, mRedriven prometheus.Counter
+	mOversize                                       prometheus.Counter
 	mAttempts                                       prometheus.Counter
 	mDuration, mLag                                 prometheus.Observer
 	mQueue, mParkedGauge                            prometheus.Gauge
@@ -105,6 +106,7 @@ func newLane(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Logger) 
 		mDead:        m.Deliveries.WithLabelValues(name, metrics.OutcomeDeadLettered),
 		mParked:      m.Deliveries.WithLabelValues(name, metrics.OutcomeParked),
 		mRedriven:    m.Deliveries.WithLabelValues(name, metrics.OutcomeRedriven),
+		mOversize:    m.Deliveries.WithLabelValues(name, metrics.OutcomeDroppedOversz),
 		mAttempts:    m.Attempts.WithLabelValues(name),
 		mDuration:    m.DeliveryDuration.WithLabelValues(name),
 		mLag:         m.EndToEndLag.WithLabelValues(name),
@@ -523,7 +525,11 @@ func (l *Lane) deadLetter(_ context.Context, items []*item, reason string) {
 			continue
 		}
 		l.log.Warn("event dead-lettered", "event", it.ev.ID, "reason", reason, "attempts", it.attempts, "err", it.lastErr)
-		l.mDead.Inc()
+		if reason == "oversize" {
+			l.mOversize.Inc()
+		} else {
+			l.mDead.Inc()
+		}
 		it.done()
 	}
 }

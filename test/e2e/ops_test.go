@@ -190,6 +190,7 @@ func TestMetricsMatchWhatHappened(t *testing.T) {
 		fams = scrape(t, g.admin)
 		return value(fams, "changegate_deliveries_total", map[string]string{"sink": "hook", "outcome": "dead_lettered"}) == 2
 	})
+
 	checks := []struct {
 		name   string
 		labels map[string]string
@@ -220,6 +221,13 @@ func TestMetricsMatchWhatHappened(t *testing.T) {
 	if n := histCount(fams, "changegate_end_to_end_lag_seconds", map[string]string{"sink": "hook"}); n != 18 {
 		t.Errorf("end-to-end lag histogram counted %d deliveries, want 18", n)
 	}
+	// The dead-letter gauge is refreshed periodically (and at start):
+	// restart to see it now.
+	g.stop(t, false)
+	g = e.start(e.config(baseConfig(rcv.URL(), "")))
+	waitFor(t, 10*time.Second, "the dead-letter gauge to show 2 failed", func() bool {
+		return value(scrape(t, g.admin), "changegate_deadletters", map[string]string{"sink": "hook", "kind": "failed"}) == 2
+	})
 }
 
 // TestReloadAddsRule: a rule and a sink added by a reload start routing
