@@ -1,0 +1,195 @@
+package sqs
+
+// This file is duplicated from sinks/eventbridge (package name aside): the AWS client
+// setup and the classification of whole-call errors. The two sinks are kept
+// independent packages, as every sink kind is; keep the copies in sync.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
+	"github.com/aws/smithy-go"
+
+	"github.com/changegate/changegate/sinks"
+)
+
+// Transport-level retries inside one Send: connection failures only (refused,
+// reset, closed), with short waits. Everything else is left to the engine.
+const (
+	transportAttempts   = 3
+	transportMaxBackoff = 200 * time.Millisecond
+)
+
+// awsOptions are the client options shared by the AWS sinks.
+type awsOptions struct {
+	name        string // sink name, for the assumed role's session name
+	region      string
+	roleARN     string
+	credentials aws.CredentialsProvider
+	maxConns    int
+}
+
+// loadAWSConfig builds the SDK configuration: the default credential chain
+// (or o.credentials), then role_arn assumed on top of it through STS. It
+// reads the environment and shared config files only; it does not connect.
+//
+// The retryer given to the service client (see serviceRetryer) is not used
+// by STS, which keeps the SDK's standard retries for credential refreshes.
+func loadAWSConfig(o awsOptions) (aws.Config, error) {
+	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		tr.MaxIdleConns = max(o.maxConns, 10)
+		tr.MaxIdleConnsPerHost = max(o.maxConns, 10)
+	})
+	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithHTTPClient(httpClient)}
+	if o.region != "" {
+		opts = append(opts, awsconfig.WithRegion(o.region))
+	}
+	if o.credentials != nil {
+		opts = append(opts, awsconfig.WithCredentialsProvider(o.credentials))
+	}
+	cfg, err := awsconfig.LoadDefaultConfig(context.Background(), opts...)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("load aws config: %w", err)
+	}
+	if cfg.Region == "" {
+		return aws.Config{}, errors.New("no region: set region or AWS_REGION")
+	}
+	if o.roleARN != "" {
+		stsClient := sts.NewFromConfig(cfg)
+		cfg.Credentials = aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(stsClient, o.roleARN,
+			func(ao *stscreds.AssumeRoleOptions) { ao.RoleSessionName = "changegate-" + o.name }))
+	}
+	return cfg, nil
+}
+
+// serviceRetryer is the service client's retryer: up to transportAttempts
+// tries of one request, only when the connection failed. Throttling, 5xx
+// and every other answer are returned at once, classified, to the delivery
+// engine, which owns backoff (a second backoff inside the SDK would hide
+// throttling from the engine and multiply waits). No client-side retry
+// quota either: the engine's backoff is the rate limiter.
+func serviceRetryer() aws.Retryer {
+	return retry.NewStandard(func(so *retry.StandardOptions) {
+		so.MaxAttempts = transportAttempts
+		so.MaxBackoff = transportMaxBackoff
+		so.Retryables = []retry.IsErrorRetryable{retry.RetryableConnectionError{}}
+		so.RateLimiter = ratelimit.None
+	})
+}
+
+// errSendTimeout is the cause of a Send's context when Config.Timeout
+// expires.
+var errSendTimeout = errors.New("timeout (the sink's timeout option) exceeded")
+
+// withTimeout returns the context of one Send: ctx bounded by d, with
+// errSendTimeout as the cause when d expires.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, d, errSendTimeout)
+}
+
+// cancelled reports whether the caller's context of a Send (not the sink's
+// own timeout) has ended: then Send returns ctx's error, not a
+// *sinks.Error.
+func cancelled(ctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), errSendTimeout)
+}
+
+// Error codes of whole-call failures that are worth retrying besides the
+// SDK's throttling codes (retry.DefaultThrottleErrorCodes).
+var transientCodes = map[string]bool{
+	"InternalFailure":         true,
+	"InternalError":           true,
+	"InternalException":       true,
+	"InternalServerError":     true,
+	"ServiceUnavailable":      true,
+	"ServiceUnavailableError": true,
+	"RequestTimeout":          true,
+	"RequestTimeoutException": true,
+	"KmsThrottled":            true,
+	// Credentials that expired or a clock that drifted: the SDK refreshes
+	// credentials and corrects the skew for the next attempt.
+	"ExpiredToken":          true,
+	"ExpiredTokenException": true,
+	"RequestExpired":        true,
+	"RequestTimeTooSkewed":  true,
+}
+
+// isThrottle reports whether an AWS error code means throttling.
+func isThrottle(code string) bool {
+	_, ok := retry.DefaultThrottleErrorCodes[code]
+	return ok || code == "KmsThrottled"
+}
+
+// classifyCall turns the error of a whole API call into Send's result:
+//
+//   - ctx ended: ctx's error, wrapped (not a *sinks.Error);
+//   - credentials could not be retrieved (default chain, assumed role):
+//     retryable, reason "credentials";
+//   - an AWS error code: throttling codes are retryable with reason
+//     "throttled"; transientCodes, HTTP 408, 429 and 5xx are retryable;
+//     any other code (validation, access denied, unknown queue or bus, 4xx)
+//     is permanent. The reason is the error code ("http_<status>" without
+//     one);
+//   - a timeout (Config.Timeout): retryable, reason "timeout";
+//   - anything else (connection failures already retried by the SDK):
+//     retryable, reason "transport".
+func classifyCall(ctx context.Context, prefix string, err error) error {
+	if cancelled(ctx) {
+		return fmt.Errorf("%s: %w", prefix, ctx.Err())
+	}
+	if errors.Is(context.Cause(ctx), errSendTimeout) {
+		return sinks.Retryable("timeout", 0, fmt.Errorf("%s: %w", prefix, errSendTimeout))
+	}
+	var se *v4.SigningError
+	if errors.As(err, &se) {
+		return sinks.Retryable("credentials", 0, fmt.Errorf("%s: %w", prefix, err))
+	}
+	var ae smithy.APIError
+	status := 0
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+	}
+	if errors.As(err, &ae) || status != 0 {
+		code := ""
+		if ae != nil {
+			code = ae.ErrorCode()
+		}
+		if code == "UnknownError" { // the SDK's name for an error without a code
+			code = ""
+		}
+		reason := code
+		if reason == "" {
+			reason = "http_" + strconv.Itoa(status)
+		}
+		msg := fmt.Errorf("%s: %w", prefix, err)
+		switch {
+		case isThrottle(code) || status == http.StatusTooManyRequests:
+			return sinks.Retryable("throttled", 0, msg)
+		case transientCodes[code] || status == http.StatusRequestTimeout || status >= 500:
+			return sinks.Retryable(reason, 0, msg)
+		case ae != nil && ae.ErrorFault() == smithy.FaultServer && status == 0:
+			return sinks.Retryable(reason, 0, msg)
+		default:
+			return sinks.Permanent(reason, msg)
+		}
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return sinks.Retryable("timeout", 0, fmt.Errorf("%s: %w", prefix, err))
+	}
+	return sinks.Retryable("transport", 0, fmt.Errorf("%s: %w", prefix, err))
+}

@@ -1,0 +1,529 @@
+// Package sqs is the sink that sends events to an Amazon SQS queue with
+// SendMessageBatch (aws-sdk-go-v2).
+//
+// Each event becomes one message: the body is the event's cached JSON
+// envelope; String message attributes "source", "operationType", "db" and
+// "coll" carry the event's fields (an empty one, such as coll of a
+// dropDatabase event, is omitted: SQS refuses empty attribute values).
+//
+// The queue is given by URL, or by name, resolved with GetQueueUrl at the
+// first Send and cached (a failed resolution is retried at the next Send).
+//
+// # FIFO queues
+//
+// A queue whose URL or name ends in ".fifo" is FIFO. Its messages get:
+//
+//   - MessageDeduplicationId: the hex SHA-256 of the event id (64
+//     characters). Event ids are stable across re-deliveries, so a message
+//     re-sent after a crash or a lost answer, within SQS's 5-minute
+//     deduplication interval, is dropped by SQS itself.
+//   - MessageGroupId: by default the namespace and the document key,
+//     "<db>.<coll>:<documentKey as relaxed Extended JSON>" (the namespace
+//     alone for events without a document key). With Config.GroupBy, a
+//     dotted path into the change event (e.g. "fullDocument.customerId"): a
+//     string value as is, another value as Extended JSON; when the field is
+//     missing (e.g. delete events have no fullDocument) the default is used.
+//     A group id longer than 128 characters or with characters SQS does not
+//     accept (anything but printable ASCII without space) is replaced by
+//     "sha256:" and the hex SHA-256 of it.
+//
+// Order: SQS keeps the order in which messages of a group are sent; the
+// engine sends the events of one document in change-stream order only with
+// ordering = "key" (the default) or "strict", and a batch keeps their order.
+// With ordering = "none" a FIFO queue's order is arbitrary. With GroupBy
+// grouping several documents, only ordering = "strict" sends their events
+// in stream order. A batch entry that fails and is retried while later
+// entries of the same group were accepted is enqueued after them: per-entry
+// failures other than throttling of the whole call are rare, but they can
+// reorder a group.
+//
+// # Batching and the request size
+//
+// MaxBatch is 10, the SendMessageBatch maximum. Send sends the batch in as
+// few calls as Config.MaxRequestBytes (default 256 KiB, at most 1 MiB, the
+// API limit since 2025) allows, one after the other, in order. A message's
+// size is its body plus, per attribute, the bytes of its name, its type
+// ("String") and its value, as SQS counts it. A message that alone exceeds
+// the limit fails permanently with reason "oversize". When a call fails as
+// a whole, the calls after it are not made (FIFO order).
+//
+// # Failures
+//
+// Send returns nil when every message was accepted, a *sinks.BatchError when
+// only some failed, and otherwise a *sinks.Error for the whole batch. A
+// failed entry with SenderFault is permanent, otherwise retryable; the
+// reason is its Code. Whole-call errors are classified as in the
+// EventBridge sink: throttling ("throttled", e.g. RequestThrottled),
+// 408/429/5xx and internal errors are retryable, other 4xx
+// (QueueDoesNotExist, AccessDenied, InvalidParameterValue,
+// BatchRequestTooLong...) are permanent, credentials that cannot be
+// retrieved, timeouts and connection failures are retryable. The SDK client
+// retries only failed connections; backoff is the engine's.
+package sqs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks"
+)
+
+// Limits and defaults.
+const (
+	// MaxEntries is the most messages one SendMessageBatch call accepts.
+	MaxEntries = 10
+	// DefaultMaxRequestBytes is the default limit on the payload of one
+	// SendMessageBatch call (256 KiB: the limit of queues created before
+	// 2025 and of LocalStack; raise it for queues that accept more).
+	DefaultMaxRequestBytes = 256 << 10
+	// MaxRequestBytesLimit is the SendMessageBatch payload limit of the API
+	// (1 MiB).
+	MaxRequestBytesLimit = 1 << 20
+	// DefaultTimeout bounds one Send when Config.Timeout is 0.
+	DefaultTimeout = 10 * time.Second
+	// MaxIDLen is SQS's limit on MessageGroupId and MessageDeduplicationId.
+	MaxIDLen = 128
+
+	stringType = "String"
+)
+
+// Message attribute names.
+const (
+	AttrSource        = "source"
+	AttrOperationType = "operationType"
+	AttrDB            = "db"
+	AttrColl          = "coll"
+)
+
+// Config configures an SQS sink.
+type Config struct {
+	// Name is the sink name, used in errors and logs.
+	Name string
+	// QueueURL is the queue URL; exclusive with QueueName, one is required.
+	QueueURL string
+	// QueueName is the queue name, resolved with GetQueueUrl at first use.
+	QueueName string
+	// Region is the AWS region; empty: from the environment or shared
+	// config.
+	Region string
+	// Endpoint overrides the service endpoint (BaseEndpoint), e.g.
+	// "http://localhost:4566" for LocalStack.
+	Endpoint string
+	// RoleARN, when set, is assumed through STS on top of the credentials
+	// of the default chain.
+	RoleARN string
+	// GroupBy is the dotted path of the field whose value is the FIFO
+	// MessageGroupId (default: namespace and document key).
+	GroupBy string
+	// MaxRequestBytes caps the payload of one SendMessageBatch call
+	// (default 256 KiB, at most 1 MiB).
+	MaxRequestBytes int
+	// Canonical selects canonical instead of relaxed Extended JSON.
+	Canonical bool
+	// Timeout bounds one Send, queue resolution and calls together
+	// (default 10s).
+	Timeout time.Duration
+	// MaxConns is the number of idle connections kept (default 10).
+	MaxConns int
+	// Credentials replaces the default credential chain (tests); RoleARN
+	// still applies on top of it.
+	Credentials aws.CredentialsProvider
+}
+
+// SQS is a sinks.Sink that sends events to one queue. It is safe for
+// concurrent use by several workers.
+type SQS struct {
+	name      string
+	queueName string
+	fifo      bool
+	groupBy   []string
+	maxBytes  int
+	canonical bool
+	timeout   time.Duration
+	client    *sqs.Client
+	log       *slog.Logger
+	closed    atomic.Bool
+
+	urlMu    sync.Mutex
+	queueURL atomic.Pointer[string]
+}
+
+var _ sinks.Sink = (*SQS)(nil)
+
+// New returns an SQS sink for cfg. It validates the configuration and loads
+// the AWS configuration (environment, shared files); it does not connect.
+// logger may be nil.
+func New(cfg Config, logger *slog.Logger) (*SQS, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	prefix := "sqs"
+	if cfg.Name != "" {
+		prefix += " " + cfg.Name
+	}
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case cfg.QueueURL == "" && cfg.QueueName == "":
+		bad("queue_url or queue_name is required")
+	case cfg.QueueURL != "" && cfg.QueueName != "":
+		bad("queue_url and queue_name are exclusive")
+	}
+	if cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > MaxRequestBytesLimit {
+		bad("max_request_bytes must be between 1 and %d, got %d", MaxRequestBytesLimit, cfg.MaxRequestBytes)
+	}
+	if cfg.Timeout < 0 {
+		bad("timeout must not be negative, got %s", cfg.Timeout)
+	}
+	var groupBy []string
+	if cfg.GroupBy != "" {
+		groupBy = strings.Split(cfg.GroupBy, ".")
+		for _, p := range groupBy {
+			if p == "" {
+				bad("message_group_id: %q is not a dotted field path", cfg.GroupBy)
+				break
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", prefix, errors.Join(errs...))
+	}
+	awsCfg, err := loadAWSConfig(awsOptions{
+		name: cfg.Name, region: cfg.Region, roleARN: cfg.RoleARN,
+		credentials: cfg.Credentials, maxConns: cfg.MaxConns,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	client := sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+		o.Retryer = serviceRetryer()
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+	})
+	s := &SQS{
+		name: cfg.Name, queueName: cfg.QueueName, groupBy: groupBy,
+		maxBytes: cfg.MaxRequestBytes, canonical: cfg.Canonical, timeout: cfg.Timeout,
+		client: client, log: logger,
+		fifo: strings.HasSuffix(cfg.QueueURL, ".fifo") || strings.HasSuffix(cfg.QueueName, ".fifo"),
+	}
+	if cfg.QueueURL != "" {
+		u := cfg.QueueURL
+		s.queueURL.Store(&u)
+	}
+	if s.maxBytes == 0 {
+		s.maxBytes = DefaultMaxRequestBytes
+	}
+	if s.timeout == 0 {
+		s.timeout = DefaultTimeout
+	}
+	return s, nil
+}
+
+// Name returns the sink name.
+func (s *SQS) Name() string { return s.name }
+
+// MaxBatch returns 10, the most messages of one SendMessageBatch call.
+func (s *SQS) MaxBatch() int { return MaxEntries }
+
+// FIFO reports whether the queue is a FIFO queue.
+func (s *SQS) FIFO() bool { return s.fifo }
+
+// Close marks the sink closed. No Send may follow Close.
+func (s *SQS) Close() error {
+	s.closed.Store(true)
+	return nil
+}
+
+// url returns the queue URL, resolving the queue name once.
+func (s *SQS) url(ctx context.Context) (string, error) {
+	if u := s.queueURL.Load(); u != nil {
+		return *u, nil
+	}
+	s.urlMu.Lock()
+	defer s.urlMu.Unlock()
+	if u := s.queueURL.Load(); u != nil {
+		return *u, nil
+	}
+	out, err := s.client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(s.queueName)})
+	if err != nil {
+		return "", classifyCall(ctx, fmt.Sprintf("sqs %s: GetQueueUrl %s", s.name, s.queueName), err)
+	}
+	u := aws.ToString(out.QueueUrl)
+	if u == "" {
+		return "", sinks.Retryable("GetQueueUrl", 0, fmt.Errorf("sqs %s: GetQueueUrl %s: empty queue URL", s.name, s.queueName))
+	}
+	s.queueURL.Store(&u)
+	s.log.Debug("queue URL resolved", "queue", s.queueName, "url", u)
+	return u, nil
+}
+
+// DeduplicationID returns the MessageDeduplicationId of an event: the hex
+// SHA-256 of its id.
+func DeduplicationID(e *event.Event) string {
+	sum := sha256.Sum256([]byte(e.ID))
+	return hex.EncodeToString(sum[:])
+}
+
+// GroupID returns the MessageGroupId of e: the field at path (nil: the
+// default) or the namespace and document key; see the package
+// documentation.
+func GroupID(e *event.Event, path []string) string {
+	var g string
+	if len(path) > 0 {
+		if v, err := e.Raw.LookupErr(path...); err == nil {
+			if str, ok := v.StringValueOK(); ok {
+				g = str
+			} else if b, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: v}}, false, false); err == nil {
+				g = string(b[len(`{"v":`) : len(b)-1])
+			}
+		}
+	}
+	if g == "" {
+		g = e.DB
+		if e.Coll != "" {
+			g += "." + e.Coll
+		}
+		if len(e.DocumentKey) > 0 {
+			if b, err := bson.MarshalExtJSON(e.DocumentKey, false, false); err == nil {
+				g += ":" + string(b)
+			} else {
+				g += ":" + hex.EncodeToString(e.DocumentKey)
+			}
+		}
+	}
+	if len(g) > MaxIDLen || !validID(g) {
+		sum := sha256.Sum256([]byte(g))
+		return "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return g
+}
+
+// validID reports whether s is a valid MessageGroupId: non-empty,
+// alphanumeric characters and punctuation only.
+func validID(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// entry builds the message of e and returns it with its size.
+func (s *SQS) entry(id int, e *event.Event, env []byte) (types.SendMessageBatchRequestEntry, int) {
+	attrs := make(map[string]types.MessageAttributeValue, 4)
+	size := len(env)
+	add := func(name, v string) {
+		if v == "" {
+			return
+		}
+		attrs[name] = types.MessageAttributeValue{DataType: aws.String(stringType), StringValue: aws.String(v)}
+		size += len(name) + len(stringType) + len(v)
+	}
+	add(AttrSource, e.Source)
+	add(AttrOperationType, e.OperationType)
+	add(AttrDB, e.DB)
+	add(AttrColl, e.Coll)
+	m := types.SendMessageBatchRequestEntry{
+		Id: aws.String(strconv.Itoa(id)),
+		// The envelope is cached and never modified (event.Envelope's
+		// contract): share its bytes instead of copying them.
+		MessageBody:       aws.String(unsafe.String(unsafe.SliceData(env), len(env))),
+		MessageAttributes: attrs,
+	}
+	if s.fifo {
+		m.MessageGroupId = aws.String(GroupID(e, s.groupBy))
+		m.MessageDeduplicationId = aws.String(DeduplicationID(e))
+	}
+	return m, size
+}
+
+// Send sends batch to the queue; see the package documentation for
+// batching and the errors returned. When ctx ends, Send returns ctx's
+// error, wrapped.
+func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	prefix := "sqs " + s.name
+	if s.closed.Load() {
+		return sinks.Retryable("closed", 0, fmt.Errorf("%s: send after close", prefix))
+	}
+	ctx, cancel := withTimeout(ctx, s.timeout)
+	defer cancel()
+	url, err := s.url(ctx)
+	if err != nil {
+		return err
+	}
+
+	var failed map[int]error
+	fail := func(i int, err error) {
+		if failed == nil {
+			failed = make(map[int]error, len(batch))
+		}
+		failed[i] = err
+	}
+	entries := make([]types.SendMessageBatchRequestEntry, len(batch))
+	sizes := make([]int, len(batch))
+	for i, e := range batch {
+		env, err := e.Envelope(s.canonical)
+		if err != nil {
+			fail(i, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err)))
+			continue
+		}
+		ent, size := s.entry(i, e, env)
+		if size > s.maxBytes {
+			fail(i, sinks.Permanent("oversize", fmt.Errorf("%s: event %s: message is %d bytes, more than the request limit of %d bytes (max_request_bytes)",
+				prefix, e.ID, size, s.maxBytes)))
+			continue
+		}
+		entries[i], sizes[i] = ent, size
+	}
+
+	idx := make([]int, 0, MaxEntries)
+	var callErr error
+	calls, callFailed := 0, 0
+	flush := func() error {
+		if len(idx) == 0 {
+			return nil
+		}
+		defer func() { idx = idx[:0] }()
+		if callErr != nil {
+			// Not attempted: an earlier call failed (and FIFO order
+			// forbids sending later messages first). A permanent failure
+			// of that call says nothing about these messages.
+			err := callErr
+			if de, ok := callErr.(*sinks.Error); ok && de.Permanent {
+				err = sinks.Retryable("not_sent", 0, fmt.Errorf("%s: not sent after an earlier SendMessageBatch call of the batch failed: %w", prefix, callErr))
+			}
+			for _, i := range idx {
+				fail(i, err)
+			}
+			return nil
+		}
+		err := s.sendBatch(ctx, url, batch, entries, idx, fail)
+		calls++
+		if err != nil {
+			if cancelled(ctx) {
+				return err
+			}
+			callErr = err
+			callFailed++
+			for _, i := range idx {
+				fail(i, err)
+			}
+		}
+		return nil
+	}
+	size := 0
+	for i := range batch {
+		if failed[i] != nil {
+			continue
+		}
+		if len(idx) == MaxEntries || size+sizes[i] > s.maxBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+			size = 0
+		}
+		idx = append(idx, i)
+		size += sizes[i]
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	switch {
+	case len(failed) == 0:
+		return nil
+	case calls > 0 && callFailed == calls && len(failed) == len(batch) && onlyErr(failed, callErr):
+		return callErr
+	default:
+		return &sinks.BatchError{Failed: failed}
+	}
+}
+
+func onlyErr(failed map[int]error, err error) bool {
+	for _, e := range failed {
+		if e != err {
+			return false
+		}
+	}
+	return true
+}
+
+// sendBatch makes one SendMessageBatch call with the entries at idx and
+// reports the failed ones through fail. It returns the classified error of
+// a call that failed as a whole.
+func (s *SQS) sendBatch(ctx context.Context, url string, batch []*event.Event, entries []types.SendMessageBatchRequestEntry, idx []int, fail func(int, error)) error {
+	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: make([]types.SendMessageBatchRequestEntry, len(idx))}
+	for j, i := range idx {
+		in.Entries[j] = entries[i]
+	}
+	prefix := "sqs " + s.name
+	out, err := s.client.SendMessageBatch(ctx, in)
+	if err != nil {
+		return classifyCall(ctx, prefix+": SendMessageBatch", err)
+	}
+	if len(out.Failed) == 0 && len(out.Successful) == len(idx) {
+		return nil
+	}
+	// Entry ids are the events' indexes in batch.
+	done := make(map[int]bool, len(idx))
+	for _, r := range out.Successful {
+		if i, err := strconv.Atoi(aws.ToString(r.Id)); err == nil {
+			done[i] = true
+		}
+	}
+	for _, f := range out.Failed {
+		i, err := strconv.Atoi(aws.ToString(f.Id))
+		if err != nil || i < 0 || i >= len(batch) {
+			continue
+		}
+		done[i] = true
+		fail(i, EntryError(prefix, batch[i].ID, aws.ToString(f.Code), aws.ToString(f.Message), f.SenderFault))
+	}
+	for _, i := range idx {
+		if !done[i] {
+			fail(i, sinks.Retryable("missing_result", 0, fmt.Errorf("%s: event %s: SendMessageBatch returned no result for the message", prefix, batch[i].ID)))
+		}
+	}
+	return nil
+}
+
+// EntryError classifies the failure of one message of a batch: permanent
+// when senderFault, otherwise retryable ("throttled" for throttling codes);
+// the reason is the code.
+func EntryError(prefix, eventID, code, message string, senderFault bool) *sinks.Error {
+	if code == "" {
+		code = "unknown"
+	}
+	err := fmt.Errorf("%s: event %s: %s: %s", prefix, eventID, code, message)
+	switch {
+	case senderFault:
+		return sinks.Permanent(code, err)
+	case isThrottle(code):
+		return sinks.Retryable("throttled", 0, err)
+	default:
+		return sinks.Retryable(code, 0, err)
+	}
+}
