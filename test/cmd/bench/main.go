@@ -1,0 +1,818 @@
+// Command bench measures changegate end to end on this machine, side by side
+// with the ceilings of its source and sink sides and with the naive loop it
+// replaces, and prints a markdown table:
+//
+//	go run ./test/cmd/bench [-quick] [-scenarios 1,2,4|all] [-n N] [-backlog N]
+//
+// Everything runs here: test/mongowire (the in-memory MongoDB wire-protocol
+// test server) and a lean loopback webhook receiver run in this process;
+// changegate (cmd/changegate, built by the command) and the baselines (the
+// drain loop, the HTTP client, the naive loop; this binary re-executed in a
+// role) run as child processes, so that their CPU time (/proc/<pid>/stat)
+// and peak RSS (VmHWM) are their own.
+//
+// Scenarios:
+//
+//  1. drain: the Go driver reads the change stream and discards events.
+//  2. http: a client POSTs pre-encoded envelopes to the receiver with
+//     -concurrency workers (changegate's max_in_flight).
+//  3. naive: for each change, POST it, then save the resume token (upsert).
+//  4. single: changegate, one webhook sink, one event per request, key order.
+//  5. batch: the same with batch_size = 100.
+//  6. fanout: every event to 4 webhook sinks.
+//  7. latency: -rate changes/s for -duration; write to receiver 2xx.
+//  8. backlog: -backlog changes written while changegate is stopped; then
+//     it starts: catch-up time and peak RSS.
+//  9. filter: a rule keeping 10% of the changes, pushed down into the change
+//     stream ($match) or evaluated client-side only.
+//
+// Scenarios 1-6 and 9 drain a backlog written before the consumer starts
+// (events/s is measured from the first to the last event received), so
+// they measure how fast each consumer can go; latency is measured in 7 and
+// 8. With -profile DIR, changegate runs as this binary's "gateway" role
+// (app.Run, as cmd/changegate) writing CPU and allocation profiles there.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/changegate/changegate/test/mongowire"
+)
+
+func main() {
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(runRole(role, os.Args[1:]))
+	}
+	os.Exit(benchMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+var scenarioNames = []string{"", "drain", "http", "naive", "single", "batch", "fanout", "latency", "backlog", "filter"}
+
+type benchOpts struct {
+	scenarios   map[int]bool
+	n           int
+	naiveN      int
+	backlog     int
+	rate        int
+	duration    time.Duration
+	concurrency int
+	changegate  string // binary; "self": this binary's gateway role; "": build cmd/changegate
+	profile     string
+	timeout     time.Duration
+	out         string
+	quick       bool
+}
+
+type bench struct {
+	o      benchOpts
+	self   string
+	cgBin  string
+	tmp    string
+	log    io.Writer
+	drain  float64 // events/s of the ceilings and the naive loop, 0 when not run
+	http   float64
+	naive  float64
+	result []*result
+}
+
+// result is one row of the table.
+type result struct {
+	id         int
+	name       string
+	events     int           // changes consumed
+	deliveries int           // envelopes received
+	elapsed    time.Duration // first to last event
+	cpu        time.Duration // consumer process CPU during elapsed
+	envCPU     time.Duration // this process (mongowire + receiver) CPU
+	rss        int64         // consumer peak RSS
+	lat        *latStats
+	ceiling    float64 // events/s this row is compared with; 0: none
+	ceilName   string
+	note       string
+	err        error
+}
+
+func (r *result) rate() float64 {
+	if r.elapsed <= 0 {
+		return 0
+	}
+	return float64(r.events) / r.elapsed.Seconds()
+}
+
+func benchMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scen := fs.String("scenarios", "all", "comma-separated scenario numbers or names: 1 drain, 2 http, 3 naive, 4 single, 5 batch, 6 fanout, 7 latency, 8 backlog, 9 filter; or all")
+	var o benchOpts
+	fs.BoolVar(&o.quick, "quick", false, "small sizes (about a minute in all)")
+	fs.IntVar(&o.n, "n", 0, "changes per throughput scenario (default 200000; -quick 20000)")
+	fs.IntVar(&o.naiveN, "naive-n", 0, "changes for the naive loop (default n/10; -quick n/10)")
+	fs.IntVar(&o.backlog, "backlog", 0, "changes written while changegate is down in scenario 8 (default 1000000; -quick 50000)")
+	fs.IntVar(&o.rate, "rate", 2000, "offered changes/s in scenario 7")
+	fs.DurationVar(&o.duration, "duration", 0, "length of scenario 7 (default 10s; -quick 3s)")
+	fs.IntVar(&o.concurrency, "concurrency", 16, "HTTP concurrency of the ceiling client; changegate uses its default max_in_flight (16)")
+	fs.StringVar(&o.changegate, "changegate", "", `changegate binary to run (default: build ./cmd/changegate; "self": this binary running app.Run)`)
+	fs.StringVar(&o.profile, "profile", "", "write CPU and allocation profiles of changegate to this directory (runs changegate in-process via app.Run)")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "time limit of one scenario")
+	fs.StringVar(&o.out, "o", "", "also write the report to this file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if o.n == 0 {
+		o.n = 200000
+		if o.quick {
+			o.n = 20000
+		}
+	}
+	if o.naiveN == 0 {
+		o.naiveN = max(o.n/10, 100)
+	}
+	if o.backlog == 0 {
+		o.backlog = 1000000
+		if o.quick {
+			o.backlog = 50000
+		}
+	}
+	if o.duration == 0 {
+		o.duration = 10 * time.Second
+		if o.quick {
+			o.duration = 3 * time.Second
+		}
+	}
+	o.scenarios = map[int]bool{}
+	for _, s := range strings.Split(*scen, ",") {
+		s = strings.TrimSpace(s)
+		if s == "all" {
+			for i := 1; i < len(scenarioNames); i++ {
+				o.scenarios[i] = true
+			}
+			continue
+		}
+		i, err := strconv.Atoi(s)
+		if err != nil {
+			i = slices.Index(scenarioNames, s)
+		}
+		if i < 1 || i >= len(scenarioNames) {
+			fmt.Fprintf(stderr, "bench: unknown scenario %q\n", s)
+			return 2
+		}
+		o.scenarios[i] = true
+	}
+	b, err := newBench(o, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	defer os.RemoveAll(b.tmp)
+	report := b.run(args)
+	fmt.Fprint(stdout, report)
+	if o.out != "" {
+		if err := os.WriteFile(o.out, []byte(report), 0o644); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+	}
+	for _, r := range b.result {
+		if r.err != nil {
+			return 1
+		}
+	}
+	return 0
+}
+
+func newBench(o benchOpts, log io.Writer) (*bench, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "changegate-bench-")
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{o: o, self: self, tmp: tmp, log: log}
+	switch {
+	case o.profile != "" || o.changegate == "self":
+	case o.changegate != "":
+		b.cgBin = o.changegate
+	default:
+		b.cgBin = filepath.Join(tmp, "changegate")
+		fmt.Fprintln(log, "bench: building ./cmd/changegate")
+		cmd := exec.Command("go", "build", "-o", b.cgBin, "github.com/changegate/changegate/cmd/changegate")
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Run(); err != nil {
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("go build ./cmd/changegate: %w", err)
+		}
+	}
+	if o.profile != "" {
+		if err := os.MkdirAll(o.profile, 0o755); err != nil {
+			os.RemoveAll(tmp)
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "bench: "+format+"\n", args...)
+}
+
+func (b *bench) run(args []string) string {
+	loadBefore := loadAvg()
+	started := time.Now()
+	steps := []struct {
+		id int
+		f  func() []*result
+	}{
+		{1, b.scenarioDrain}, {2, b.scenarioHTTP}, {3, b.scenarioNaive},
+		{4, func() []*result { return b.gatewayBacklog(4, 1, 1, false, false) }},
+		{5, func() []*result { return b.gatewayBacklog(5, 1, 100, false, false) }},
+		{6, func() []*result { return b.gatewayBacklog(6, 4, 1, false, false) }},
+		{7, b.scenarioLatency}, {8, b.scenarioBacklog},
+		{9, func() []*result {
+			return append(b.gatewayBacklog(9, 1, 1, true, false), b.gatewayBacklog(9, 1, 1, true, true)...)
+		}},
+	}
+	for _, st := range steps {
+		if !b.o.scenarios[st.id] {
+			continue
+		}
+		b.logf("scenario %d (%s)", st.id, scenarioNames[st.id])
+		rs := st.f()
+		for _, r := range rs {
+			if r.err != nil {
+				b.logf("scenario %d (%s): %v", r.id, r.name, r.err)
+			} else {
+				b.logf("scenario %d (%s): %.0f events/s", r.id, r.name, r.rate())
+			}
+			switch r.id {
+			case 1:
+				b.drain = r.rate()
+			case 2:
+				b.http = r.rate()
+			case 3:
+				b.naive = r.rate()
+			}
+		}
+		b.result = append(b.result, rs...)
+		runtime.GC()
+		debug.FreeOSMemory()
+	}
+	return b.report(args, started, loadBefore, loadAvg())
+}
+
+// env is a fresh mongowire server with a writer client.
+type env struct {
+	srv    *mongowire.Server
+	client *mongo.Client
+	coll   *mongo.Collection
+}
+
+func newEnv() (*env, error) {
+	srv, err := mongowire.Start(mongowire.Options{CommandLogLimit: -1})
+	if err != nil {
+		return nil, err
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	return &env{srv: srv, client: client, coll: client.Database(benchDB).Collection(benchColl)}, nil
+}
+
+func (e *env) Close() {
+	_ = e.client.Disconnect(context.Background())
+	_ = e.srv.Close()
+}
+
+// backlogEnv returns a fresh server holding n changes and the stream start
+// (unix seconds) before them.
+func (b *bench) backlogEnv(n int) (*env, int64, error) {
+	e, err := newEnv()
+	if err != nil {
+		return nil, 0, err
+	}
+	start := time.Now().Unix() - 1
+	t := time.Now()
+	if err := writeBacklog(context.Background(), e.coll, 0, n); err != nil {
+		e.Close()
+		return nil, 0, err
+	}
+	b.logf("  wrote %d changes in %s", n, time.Since(t).Round(time.Millisecond))
+	return e, start, nil
+}
+
+// child is a child process.
+type child struct {
+	cmd    *exec.Cmd
+	stdout bytes.Buffer
+	stderr tailBuffer
+	exited chan struct{}
+	err    error
+}
+
+// tailBuffer keeps the last 8 KiB written to it.
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > 8<<10 {
+		t.b = append(t.b[:0], t.b[len(t.b)-8<<10:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+func (b *bench) start(name string, args []string, role string) (*child, error) {
+	c := &child{cmd: exec.Command(name, args...), exited: make(chan struct{})}
+	c.cmd.Stdout = &c.stdout
+	c.cmd.Stderr = &c.stderr
+	c.cmd.Env = os.Environ()
+	if role != "" {
+		c.cmd.Env = append(c.cmd.Env, roleEnv+"="+role)
+	}
+	if err := c.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		c.err = c.cmd.Wait()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// stop sends SIGTERM and waits (then kills) the process.
+func (c *child) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(20 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
+// runRole runs a baseline role to completion and returns its report.
+func (b *bench) runRole(role string, args ...string) (roleResult, error) {
+	c, err := b.start(b.self, args, role)
+	if err != nil {
+		return roleResult{}, err
+	}
+	select {
+	case <-c.exited:
+	case <-time.After(b.o.timeout):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+		return roleResult{}, fmt.Errorf("%s: timed out after %s", role, b.o.timeout)
+	}
+	var res roleResult
+	if err := json.Unmarshal(c.stdout.Bytes(), &res); err != nil {
+		return res, fmt.Errorf("%s: %v; stderr: %s", role, c.err, c.stderr.String())
+	}
+	if res.Err != "" {
+		return res, fmt.Errorf("%s: %s", role, res.Err)
+	}
+	return res, nil
+}
+
+func (b *bench) scenarioDrain() []*result {
+	r := &result{id: 1, name: "drain ceiling: driver reads the stream, discards"}
+	e, start, err := b.backlogEnv(b.o.n)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer e.Close()
+	e0 := selfCPU()
+	res, err := b.runRole("drain", "-uri", e.srv.URI(), "-n", strconv.Itoa(b.o.n), "-start", strconv.FormatInt(start, 10))
+	r.envCPU = selfCPU() - e0
+	r.err = err
+	r.events, r.elapsed, r.cpu, r.rss = res.Events, res.Elapsed, res.CPU, res.HWM
+	r.note = "backlog; mongowire CPU includes serving the stream"
+	return []*result{r}
+}
+
+func (b *bench) scenarioHTTP() []*result {
+	r := &result{id: 2, name: fmt.Sprintf("HTTP ceiling: pre-encoded POSTs, %d concurrent", b.o.concurrency)}
+	rcv, err := newReceiver(int64(b.o.n), b.o.n, false)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer rcv.Close()
+	e0 := selfCPU()
+	res, err := b.runRole("http", "-url", rcv.url+"/s0", "-n", strconv.Itoa(b.o.n), "-c", strconv.Itoa(b.o.concurrency))
+	r.envCPU = selfCPU() - e0
+	r.err = err
+	r.events, r.deliveries, r.elapsed, r.cpu, r.rss = res.Events, int(rcv.count.Load()), res.Elapsed, res.CPU, res.HWM
+	r.note = "receiver CPU in the mongowire+receiver column"
+	return []*result{r}
+}
+
+func (b *bench) scenarioNaive() []*result {
+	n := b.o.naiveN
+	r := &result{id: 3, name: "naive loop: POST, then upsert the resume token"}
+	e, start, err := b.backlogEnv(n)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer e.Close()
+	rcv, err := newReceiver(int64(n), n, false)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer rcv.Close()
+	e0 := selfCPU()
+	res, err := b.runRole("naive", "-uri", e.srv.URI(), "-url", rcv.url+"/s0", "-n", strconv.Itoa(n), "-start", strconv.FormatInt(start, 10))
+	r.envCPU = selfCPU() - e0
+	r.err = err
+	r.events, r.deliveries, r.elapsed, r.cpu, r.rss = res.Events, int(rcv.count.Load()), res.Elapsed, res.CPU, res.HWM
+	r.note = fmt.Sprintf("%d changes (sequential: the rate does not depend on n)", n)
+	return []*result{r}
+}
+
+// gwConf is a generated changegate configuration.
+type gwConf struct {
+	uri     string
+	url     string
+	sinks   int
+	batch   int
+	startAt int64 // unix seconds; 0: from now
+	filter  bool
+}
+
+func (c gwConf) toml() string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "[mongo]\nuri = %q\n\n[server]\nlisten = \"\"\nshutdown_grace = \"10s\"\n\n", c.uri)
+	fmt.Fprintf(&s, "[[sources]]\nname = \"orders\"\ndatabase = %q\ncollection = %q\n", benchDB, benchColl)
+	if c.startAt != 0 {
+		fmt.Fprintf(&s, "start_at = %q\n", time.Unix(c.startAt, 0).UTC().Format(time.RFC3339))
+	}
+	var names []string
+	for i := 0; i < c.sinks; i++ {
+		name := fmt.Sprintf("s%d", i)
+		names = append(names, strconv.Quote(name))
+		fmt.Fprintf(&s, "\n[[sinks]]\nname = %q\ntype = \"webhook\"\nurl = \"%s/%s\"\nsecret = %q\nallow_private_networks = true\nbatch_size = %d\n",
+			name, c.url, name, benchSecret, max(c.batch, 1))
+	}
+	fmt.Fprintf(&s, "\n[[rules]]\nname = \"all\"\nsource = \"orders\"\nsinks = [%s]\n", strings.Join(names, ", "))
+	if c.filter {
+		s.WriteString("filter = { \"fullDocument.b\" = 0 }\n")
+	}
+	return s.String()
+}
+
+// startGateway starts changegate with the configuration c. self forces this
+// binary's gateway role (with extra flags).
+func (b *bench) startGateway(tag string, c gwConf, self bool, extra ...string) (*child, error) {
+	path := filepath.Join(b.tmp, tag+".toml")
+	if err := os.WriteFile(path, []byte(c.toml()), 0o600); err != nil {
+		return nil, err
+	}
+	if b.o.profile != "" {
+		self = true
+		extra = append(extra, "-cpuprofile", filepath.Join(b.o.profile, tag+".cpu.pprof"),
+			"-memprofile", filepath.Join(b.o.profile, tag+".allocs.pprof"))
+	}
+	if self || b.cgBin == "" {
+		return b.start(b.self, append([]string{"-config", path}, extra...), "gateway")
+	}
+	return b.start(b.cgBin, []string{"run", "-config", path, "-log-level", "warn", "-log-format", "text"}, "")
+}
+
+// rssSampler records a process's RSS every 50 ms.
+type rssSampler struct {
+	mu      sync.Mutex
+	max     int64
+	samples []rssSample
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type rssSample struct {
+	progress int64
+	rss      int64
+}
+
+func sampleRSS(pid int, progress func() int64) *rssSampler {
+	s := &rssSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			rss, _, err := procMem(pid)
+			if err == nil {
+				s.mu.Lock()
+				s.max = max(s.max, rss)
+				s.samples = append(s.samples, rssSample{progress(), rss})
+				s.mu.Unlock()
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *rssSampler) Stop() {
+	close(s.stop)
+	<-s.done
+}
+
+// at returns the RSS sampled when progress first reached p.
+func (s *rssSampler) at(p int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range s.samples {
+		if x.progress >= p {
+			return x.rss
+		}
+	}
+	return 0
+}
+
+// measured is what watching a changegate child yields.
+type measured struct {
+	cpu, envCPU time.Duration
+	hwm         int64
+	rss         *rssSampler
+}
+
+// watchGateway waits until rcv got everything (or the child failed or the
+// time limit passed), measuring the child's CPU from the first request
+// (fromStart: from now) to the end, and its peak RSS.
+func (b *bench) watchGateway(c *child, rcv *receiver, fromStart bool) (measured, error) {
+	var m measured
+	var c0, e0 time.Duration
+	var once sync.Once
+	mark := func() {
+		once.Do(func() {
+			c0, _ = procCPU(c.pid())
+			e0 = selfCPU()
+		})
+	}
+	firstSeen := rcv.firstReq
+	if fromStart {
+		mark()
+		firstSeen = nil
+	}
+	m.rss = sampleRSS(c.pid(), rcv.count.Load)
+	defer m.rss.Stop()
+	timeout := time.After(b.o.timeout)
+	for {
+		select {
+		case <-firstSeen:
+			mark()
+			firstSeen = nil
+			continue
+		case <-rcv.Done():
+		case <-c.exited:
+			return m, fmt.Errorf("changegate exited: %v\n%s", c.err, c.stderr.String())
+		case <-timeout:
+			return m, fmt.Errorf("timed out with %d of %d envelopes received; changegate stderr:\n%s", rcv.count.Load(), rcv.target, c.stderr.String())
+		}
+		break
+	}
+	mark()
+	c1, err := procCPU(c.pid())
+	if err != nil {
+		return m, err
+	}
+	m.cpu, m.envCPU = c1-c0, selfCPU()-e0
+	_, m.hwm, _ = procMem(c.pid())
+	return m, nil
+}
+
+// gatewayBacklog runs changegate over a backlog of n changes. filter keeps
+// 10% of them; noPushdown evaluates that filter client-side only.
+func (b *bench) gatewayBacklog(id, sinks, batch int, filter, noPushdown bool) []*result {
+	n := b.o.n
+	r := &result{id: id}
+	switch {
+	case filter && noPushdown:
+		r.name = "rule keeps 10%: client-side filtering only"
+	case filter:
+		r.name = "rule keeps 10%: filter pushed down ($match)"
+	case sinks > 1:
+		r.name = fmt.Sprintf("changegate, fan-out to %d webhook sinks", sinks)
+	case batch > 1:
+		r.name = fmt.Sprintf("changegate, webhook batch_size = %d", batch)
+	default:
+		r.name = "changegate, 1 webhook sink, 1 event/request, key order"
+	}
+	e, start, err := b.backlogEnv(n)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer e.Close()
+	target := int64(n * sinks)
+	if filter {
+		target = int64((n + 9) / 10)
+	}
+	rcv, err := newReceiver(target, n, false)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer rcv.Close()
+	tag := scenarioNames[id]
+	var extra []string
+	if noPushdown {
+		tag += "-clientside"
+		extra = append(extra, "-no-pushdown")
+	} else if filter {
+		tag += "-pushdown"
+	}
+	c, err := b.startGateway(tag, gwConf{uri: e.srv.URI(), url: rcv.url, sinks: sinks, batch: batch, startAt: start, filter: filter}, filter, extra...)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer c.stop()
+	m, err := b.watchGateway(c, rcv, false)
+	r.err = err
+	r.events, r.deliveries, r.elapsed = n, int(rcv.count.Load()), rcv.window()
+	r.cpu, r.envCPU, r.rss = m.cpu, m.envCPU, m.hwm
+	if d := rcv.dups.Load(); d > 0 {
+		r.note = fmt.Sprintf("%d duplicate deliveries; ", d)
+	}
+	switch {
+	case filter:
+		r.ceiling, r.ceilName = b.drain, "drain"
+		r.note += fmt.Sprintf("%d of %d changes delivered; events/s counts changes read", r.deliveries, n)
+	case sinks > 1:
+		r.ceiling, r.ceilName = ceil(b.drain, b.http/float64(sinks)), "min(drain, http/4)"
+		r.note += fmt.Sprintf("%d deliveries (%.0f/s)", r.deliveries, float64(r.deliveries)/r.elapsed.Seconds())
+	case batch > 1:
+		r.ceiling, r.ceilName = b.drain, "drain"
+		if reqs := rcv.requests.Load(); reqs > 0 {
+			r.note += fmt.Sprintf("%.1f events/request", float64(r.deliveries)/float64(reqs))
+		}
+	default:
+		r.ceiling, r.ceilName = ceil(b.drain, b.http), "min(drain, http)"
+	}
+	return []*result{r}
+}
+
+// ceil returns the smaller of the measured ceilings (0 when unmeasured).
+func ceil(a, b float64) float64 {
+	switch {
+	case a == 0:
+		return b
+	case b == 0:
+		return a
+	}
+	return min(a, b)
+}
+
+// waitCheckpoint waits until changegate persisted its first position: its
+// change stream is open.
+func waitCheckpoint(e *env, c *child, timeout time.Duration) error {
+	coll := e.client.Database("changegate").Collection("checkpoints")
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		n, err := coll.CountDocuments(context.Background(), bson.D{})
+		if err == nil && n > 0 {
+			return nil
+		}
+		select {
+		case <-c.exited:
+			return fmt.Errorf("changegate exited: %v\n%s", c.err, c.stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return errors.New("changegate did not open its change stream in time")
+}
+
+func (b *bench) scenarioLatency() []*result {
+	count := int(float64(b.o.rate) * b.o.duration.Seconds())
+	r := &result{id: 7, name: fmt.Sprintf("changegate, steady %d changes/s for %s", b.o.rate, b.o.duration)}
+	e, err := newEnv()
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer e.Close()
+	rcv, err := newReceiver(int64(count), count, true)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer rcv.Close()
+	c, err := b.startGateway("latency", gwConf{uri: e.srv.URI(), url: rcv.url, sinks: 1, batch: 1}, false)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer c.stop()
+	if r.err = waitCheckpoint(e, c, 30*time.Second); r.err != nil {
+		return []*result{r}
+	}
+	time.Sleep(200 * time.Millisecond)
+	werr := make(chan error, 1)
+	go func() { werr <- writePaced(context.Background(), e.coll, 0, count, b.o.rate) }()
+	m, err := b.watchGateway(c, rcv, true)
+	r.err = errors.Join(err, <-werr)
+	r.events, r.deliveries, r.elapsed = count, int(rcv.count.Load()), rcv.window()
+	r.cpu, r.envCPU, r.rss = m.cpu, m.envCPU, m.hwm
+	r.lat = rcv.latencies()
+	r.note = "offered rate (InsertOne from 8 writers); CPU/event includes idle polling"
+	return []*result{r}
+}
+
+func (b *bench) scenarioBacklog() []*result {
+	n := b.o.backlog
+	r := &result{id: 8, name: fmt.Sprintf("backlog of %d changes written while stopped", n)}
+	e, err := newEnv()
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer e.Close()
+	rcv, err := newReceiver(int64(n), n, true)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer rcv.Close()
+	cfg := gwConf{uri: e.srv.URI(), url: rcv.url, sinks: 1, batch: 1}
+	c, err := b.startGateway("backlog-first", cfg, false)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	err = waitCheckpoint(e, c, 30*time.Second)
+	c.stop()
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	t := time.Now()
+	if err := writeBacklog(context.Background(), e.coll, 0, n); err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	b.logf("  wrote %d changes in %s", n, time.Since(t).Round(time.Millisecond))
+	t0 := time.Now()
+	c, err = b.startGateway("backlog", cfg, false)
+	if err != nil {
+		r.err = err
+		return []*result{r}
+	}
+	defer c.stop()
+	m, err := b.watchGateway(c, rcv, true)
+	r.err = err
+	r.events, r.deliveries = n, int(rcv.count.Load())
+	r.elapsed = time.Duration(rcv.last.Load() - t0.UnixNano())
+	r.cpu, r.envCPU, r.rss = m.cpu, m.envCPU, m.hwm
+	r.lat = rcv.latencies()
+	r.ceiling, r.ceilName = ceil(b.drain, b.http), "min(drain, http)"
+	mb := func(v int64) string { return fmt.Sprintf("%.0f", float64(v)/(1<<20)) }
+	r.note = fmt.Sprintf("catch-up %s from process start; RSS MB at 10/50/90%%: %s/%s/%s; latency = age of the backlog",
+		r.elapsed.Round(10*time.Millisecond), mb(m.rss.at(int64(n)/10)), mb(m.rss.at(int64(n)/2)), mb(m.rss.at(int64(n)*9/10)))
+	if d := rcv.dups.Load(); d > 0 {
+		r.note += fmt.Sprintf("; %d duplicates", d)
+	}
+	return []*result{r}
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestMain lets the test binary play the child roles, as the bench binary
+// does when it re-executes itself.
+func TestMain(m *testing.M) {
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(runRole(role, os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// TestSmoke runs every scenario with tiny sizes, changegate in the gateway
+// role of this (test) binary.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several child processes")
+	}
+	var out, log bytes.Buffer
+	code := benchMain([]string{"-quick", "-n", "300", "-naive-n", "100", "-backlog", "500",
+		"-rate", "200", "-duration", "500ms", "-changegate", "self", "-timeout", "30s"}, &out, &log)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), log.String())
+	}
+	for _, want := range []string{"| 1 | drain", "| 2 | HTTP", "| 3 | naive", "| 4 |", "| 5 |", "| 6 |", "| 7 |", "| 8 |", "| 9 |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report has no %q row:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "FAILED") {
+		t.Errorf("a scenario failed:\n%s", out.String())
+	}
+}

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/router"
+	"github.com/changegate/changegate/sinks/webhook"
+	"github.com/changegate/changegate/source"
+)
+
+// roleEnv names the child-process role when the bench binary re-executes
+// itself (an environment variable rather than a flag, so that a test binary
+// can play the roles too).
+const roleEnv = "CHANGEGATE_BENCH_ROLE"
+
+// roleResult is what a child role prints on stdout (one JSON line).
+type roleResult struct {
+	Events  int           `json:"events"`
+	Elapsed time.Duration `json:"elapsed"` // first to last event
+	CPU     time.Duration `json:"cpu"`     // during the same window
+	HWM     int64         `json:"hwm"`     // peak RSS, bytes
+	Err     string        `json:"err,omitempty"`
+}
+
+// runRole runs a child role and returns the process exit code.
+func runRole(role string, args []string) int {
+	var res roleResult
+	var err error
+	switch role {
+	case "drain":
+		res, err = roleDrain(args)
+	case "http":
+		res, err = roleHTTP(args)
+	case "naive":
+		res, err = roleNaive(args)
+	case "gateway":
+		err = roleGateway(args)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench gateway:", err)
+			return 1
+		}
+		return 0
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		res.Err = err.Error()
+	}
+	_, res.HWM, _ = procMem(os.Getpid())
+	_ = json.NewEncoder(os.Stdout).Encode(res)
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+type streamFlags struct {
+	uri   string
+	n     int
+	start int64
+}
+
+func (f *streamFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.uri, "uri", "", "MongoDB URI")
+	fs.IntVar(&f.n, "n", 0, "events to read")
+	fs.Int64Var(&f.start, "start", 0, "startAtOperationTime, unix seconds")
+}
+
+func (f *streamFlags) watch(ctx context.Context) (*mongo.Client, *mongo.ChangeStream, error) {
+	client, err := mongo.Connect(options.Client().ApplyURI(f.uri))
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := options.ChangeStream().SetMaxAwaitTime(time.Second)
+	if f.start > 0 {
+		opts.SetStartAtOperationTime(&bson.Timestamp{T: uint32(f.start)})
+	}
+	cs, err := client.Database(benchDB).Collection(benchColl).Watch(ctx, mongo.Pipeline{}, opts)
+	if err != nil {
+		_ = client.Disconnect(ctx)
+		return nil, nil, err
+	}
+	return client, cs, nil
+}
+
+// roleDrain reads n events from the change stream and discards them: the
+// source-side ceiling.
+func roleDrain(args []string) (roleResult, error) {
+	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
+	var sf streamFlags
+	sf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return roleResult{}, err
+	}
+	ctx := context.Background()
+	client, cs, err := sf.watch(ctx)
+	if err != nil {
+		return roleResult{}, err
+	}
+	defer client.Disconnect(ctx)
+	defer cs.Close(ctx)
+	var t0 time.Time
+	var c0 time.Duration
+	for i := 0; i < sf.n; i++ {
+		if !cs.Next(ctx) {
+			return roleResult{Events: i}, fmt.Errorf("stream ended after %d events: %v", i, cs.Err())
+		}
+		if i == 0 {
+			t0, c0 = time.Now(), selfCPU()
+		}
+	}
+	return roleResult{Events: sf.n, Elapsed: time.Since(t0), CPU: selfCPU() - c0}, nil
+}
+
+// roleNaive is the loop users write by hand: for each change, POST it as
+// relaxed Extended JSON, then save the resume token with an upsert.
+func roleNaive(args []string) (roleResult, error) {
+	fs := flag.NewFlagSet("naive", flag.ContinueOnError)
+	var sf streamFlags
+	sf.register(fs)
+	url := fs.String("url", "", "receiver URL")
+	if err := fs.Parse(args); err != nil {
+		return roleResult{}, err
+	}
+	ctx := context.Background()
+	client, cs, err := sf.watch(ctx)
+	if err != nil {
+		return roleResult{}, err
+	}
+	defer client.Disconnect(ctx)
+	defer cs.Close(ctx)
+	tokens := client.Database("naive").Collection("tokens")
+	hc := &http.Client{Timeout: 10 * time.Second}
+	var t0 time.Time
+	var c0 time.Duration
+	for i := 0; i < sf.n; i++ {
+		if !cs.Next(ctx) {
+			return roleResult{Events: i}, fmt.Errorf("stream ended after %d events: %v", i, cs.Err())
+		}
+		if i == 0 {
+			t0, c0 = time.Now(), selfCPU()
+		}
+		body, err := bson.MarshalExtJSON(cs.Current, false, false)
+		if err != nil {
+			return roleResult{Events: i}, err
+		}
+		resp, err := hc.Post(*url, "application/json", bytes.NewReader(body))
+		if err != nil {
+			return roleResult{Events: i}, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return roleResult{Events: i}, fmt.Errorf("POST: %s", resp.Status)
+		}
+		_, err = tokens.UpdateOne(ctx, bson.D{{Key: "_id", Value: "orders"}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "token", Value: cs.ResumeToken()}}}},
+			options.UpdateOne().SetUpsert(true))
+		if err != nil {
+			return roleResult{Events: i}, err
+		}
+	}
+	return roleResult{Events: sf.n, Elapsed: time.Since(t0), CPU: selfCPU() - c0}, nil
+}
+
+// roleHTTP POSTs pre-encoded, pre-signed envelopes to the receiver from c
+// concurrent workers over keep-alive connections: the sink-side ceiling.
+func roleHTTP(args []string) (roleResult, error) {
+	fs := flag.NewFlagSet("http", flag.ContinueOnError)
+	url := fs.String("url", "", "receiver URL")
+	n := fs.Int("n", 0, "requests")
+	c := fs.Int("c", 16, "concurrent requests")
+	if err := fs.Parse(args); err != nil {
+		return roleResult{}, err
+	}
+	type req struct {
+		body []byte
+		h    http.Header
+	}
+	k := min(*n, 10000)
+	reqs := make([]req, k)
+	ts := time.Now()
+	for i := range reqs {
+		ev, err := event.FromChange("orders", uint64(i), syntheticChange(i))
+		if err != nil {
+			return roleResult{}, err
+		}
+		ev.Rules = []string{"all"}
+		body, err := ev.Envelope(false)
+		if err != nil {
+			return roleResult{}, err
+		}
+		sig, err := webhook.Sign([]string{benchSecret}, ev.ID, ts, body)
+		if err != nil {
+			return roleResult{}, err
+		}
+		reqs[i] = req{body: body, h: http.Header{
+			"Content-Type":          {"application/json"},
+			"User-Agent":            {"changegate-bench"},
+			webhook.HeaderID:        {ev.ID},
+			webhook.HeaderTimestamp: {strconv.FormatInt(ts.Unix(), 10)},
+			webhook.HeaderSignature: {sig},
+		}}
+	}
+	tr := &http.Transport{MaxIdleConns: *c, MaxIdleConnsPerHost: *c, DisableCompression: true}
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	var next atomic.Int64
+	var firstErr atomic.Pointer[error]
+	var wg sync.WaitGroup
+	t0, c0 := time.Now(), selfCPU()
+	for w := 0; w < *c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= *n || firstErr.Load() != nil {
+					return
+				}
+				r := reqs[i%k]
+				hr, _ := http.NewRequest(http.MethodPost, *url, bytes.NewReader(r.body))
+				hr.Header = r.h
+				resp, err := hc.Do(hr)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode/100 != 2 {
+						err = errors.New(resp.Status)
+					}
+				}
+				if err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res := roleResult{Events: *n, Elapsed: time.Since(t0), CPU: selfCPU() - c0}
+	if p := firstErr.Load(); p != nil {
+		return res, *p
+	}
+	return res, nil
+}
+
+// syntheticChange returns an insert change event shaped like the ones
+// mongowire produces for the benchmark's documents.
+func syntheticChange(i int) bson.Raw {
+	tok := bson.D{{Key: "_data", Value: fmt.Sprintf("8266%024X", i)}}
+	b, _ := bson.Marshal(bson.D{
+		{Key: "_id", Value: tok},
+		{Key: "operationType", Value: "insert"},
+		{Key: "clusterTime", Value: bson.Timestamp{T: uint32(time.Now().Unix()), I: uint32(i + 1)}},
+		{Key: "wallTime", Value: bson.NewDateTimeFromTime(time.Now())},
+		{Key: "fullDocument", Value: benchDoc(i, 0)},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: benchDB}, {Key: "coll", Value: benchColl}}},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: int32(i)}}},
+	})
+	return b
+}
+
+// roleGateway runs changegate in this process (what cmd/changegate run
+// does) until SIGTERM or SIGINT, optionally with CPU and allocation
+// profiles, or, with -no-pushdown, with the rule filters evaluated only
+// client-side (the same wiring as app.Run without the $match pushdown and
+// the admin server).
+func roleGateway(args []string) error {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	path := fs.String("config", "", "config file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	memProfile := fs.String("memprofile", "", "write an allocation profile to this file")
+	noPushdown := fs.Bool("no-pushdown", false, "do not push rule filters down into the change stream")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			f, err := os.Create(*memProfile)
+			if err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if !*noPushdown {
+		return app.Run(ctx, cfg, app.Options{Logger: log})
+	}
+	return runWithoutPushdown(ctx, cfg, log)
+}
+
+func runWithoutPushdown(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	client, err := app.Connect(cfg)
+	if err != nil {
+		return err
+	}
+	defer client.Disconnect(context.Background())
+	cps, dls := app.Stores(cfg, client)
+	rules, err := app.CompileRules(cfg)
+	if err != nil {
+		return err
+	}
+	specs, err := app.BuildSinks(cfg, log)
+	if err != nil {
+		return err
+	}
+	engine, err := router.NewEngine(rules, specs, dls, nil, log)
+	if err != nil {
+		return err
+	}
+	ectx, stopEngine := context.WithCancel(context.Background())
+	defer stopEngine()
+	engine.Start(ectx)
+	defer engine.Stop()
+	var wg sync.WaitGroup
+	var srcs []*source.Source
+	for _, sc := range cfg.Sources {
+		s := source.New(source.Spec{
+			Name: sc.Name, Database: sc.Database, Collection: sc.Collection,
+			FullDocument: sc.FullDocument, StartAt: sc.StartAt, OnHistoryLost: string(sc.OnHistoryLost),
+			BatchSize: sc.BatchSize, MaxAwait: sc.MaxAwait, MaxInFlight: sc.MaxInFlightEvents,
+			CheckpointInterval: sc.CheckpointInterval,
+		}, client, cps, dls, engine, nil, log)
+		srcs = append(srcs, s)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Run(ctx); err != nil {
+				log.Error("source failed", "err", err)
+			}
+		}()
+	}
+	<-ctx.Done()
+	for _, s := range srcs {
+		s.StopReading()
+	}
+	wg.Wait()
+	return nil
+}
