@@ -26,6 +26,8 @@ import (
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/eventbridge"
+	"github.com/changegate/changegate/sinks/sqs"
 	"github.com/changegate/changegate/sinks/webhook"
 	"github.com/changegate/changegate/source"
 )
@@ -118,6 +120,21 @@ func buildSink(sc config.Sink, log *slog.Logger) (router.SinkSpec, error) {
 			Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize,
 			AllowPrivateNetworks: w.AllowPrivateNetworks, TLSCAFile: w.TLSCAFile, TLSInsecureSkipVerify: w.TLSInsecureSkipVerify,
 			MaxConns: sc.MaxInFlight,
+		}, log.With("sink", sc.Name))
+	case sc.EventBridge != nil:
+		e := sc.EventBridge
+		sk, err = eventbridge.New(eventbridge.Config{
+			Name: sc.Name, EventBus: e.EventBus, Region: e.Region, Endpoint: e.Endpoint, RoleARN: e.RoleARN,
+			Source: e.Source, DetailType: e.DetailType, Resources: e.Resources,
+			MaxRequestBytes: e.MaxRequestBytes, Canonical: sc.JSON == "canonical", Timeout: e.Timeout,
+			MaxConns: sc.MaxInFlight,
+		}, log.With("sink", sc.Name))
+	case sc.SQS != nil:
+		q := sc.SQS
+		sk, err = sqs.New(sqs.Config{
+			Name: sc.Name, QueueURL: q.QueueURL, QueueName: q.QueueName, Region: q.Region, Endpoint: q.Endpoint,
+			RoleARN: q.RoleARN, GroupBy: q.MessageGroupID, MaxRequestBytes: q.MaxRequestBytes,
+			Canonical: sc.JSON == "canonical", Timeout: q.Timeout, MaxConns: sc.MaxInFlight,
 		}, log.With("sink", sc.Name))
 	default:
 		err = fmt.Errorf("sink type %q is not supported", sc.Type)

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -185,6 +186,11 @@ func (s *Source) Level() string {
 const (
 	// SinkWebhook posts events to an HTTP endpoint; see [WebhookSink].
 	SinkWebhook = "webhook"
+	// SinkEventBridge puts events on an Amazon EventBridge bus; see
+	// [EventBridgeSink].
+	SinkEventBridge = "eventbridge"
+	// SinkSQS sends events to an Amazon SQS queue; see [SQSSink].
+	SinkSQS = "sqs"
 )
 
 // Ordering is a sink's delivery ordering guarantee.
@@ -241,6 +247,11 @@ type Sink struct {
 
 	// Webhook holds the options of a webhook sink; nil for other types.
 	Webhook *WebhookSink
+	// EventBridge holds the options of an eventbridge sink; nil for other
+	// types.
+	EventBridge *EventBridgeSink
+	// SQS holds the options of an sqs sink; nil for other types.
+	SQS *SQSSink
 }
 
 // Retry is a sink's retry policy: exponential backoff with jitter.
@@ -291,6 +302,58 @@ type WebhookSink struct {
 	TLSCAFile string
 	// TLSInsecureSkipVerify disables server certificate verification.
 	TLSInsecureSkipVerify bool
+}
+
+// AWS holds the options shared by the AWS sinks. Credentials come from the
+// SDK's default chain (environment, shared profile, web identity, ECS/EC2
+// roles); RoleARN is assumed on top of them.
+type AWS struct {
+	// Region is the AWS region (empty: AWS_REGION or the shared profile's).
+	Region string
+	// Endpoint overrides the service endpoint, e.g. LocalStack's (empty:
+	// the region's endpoint).
+	Endpoint string
+	// RoleARN is a role to assume with STS (empty: none).
+	RoleARN string
+	// MaxRequestBytes caps the size of one batch request.
+	MaxRequestBytes int
+	// Timeout bounds one delivery request (default 10s).
+	Timeout time.Duration
+}
+
+// EventBridgeSink holds the options of an eventbridge sink.
+type EventBridgeSink struct {
+	AWS
+	// EventBus is the event bus name or ARN.
+	EventBus string
+	// Source is the entries' Source template (default
+	// "changegate.{source}"); placeholders {db} {coll} {operationType}
+	// {source}.
+	Source string
+	// DetailType is the entries' DetailType template (default
+	// "{db}.{coll}.{operationType}").
+	DetailType string
+	// Resources are ARNs attached to every entry (optional).
+	Resources []string
+}
+
+// SQSSink holds the options of an sqs sink. Exactly one of QueueURL and
+// QueueName is set.
+type SQSSink struct {
+	AWS
+	// QueueURL is the queue URL.
+	QueueURL string
+	// QueueName is the queue name, resolved with GetQueueUrl at first use.
+	QueueName string
+	// MessageGroupID is the dotted path of the event field whose value is
+	// the FIFO MessageGroupId (empty: namespace and document key). Only for
+	// FIFO queues.
+	MessageGroupID string
+}
+
+// FIFO reports whether the queue is a FIFO queue (its name ends in ".fifo").
+func (s *SQSSink) FIFO() bool {
+	return strings.HasSuffix(s.QueueURL, ".fifo") || strings.HasSuffix(s.QueueName, ".fifo")
 }
 
 // Header is one extra HTTP request header of a webhook sink.

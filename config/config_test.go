@@ -49,8 +49,8 @@ func TestExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("config.example.toml does not parse:\n%v", err)
 	}
-	if len(cfg.Sources) != 2 || len(cfg.Sinks) != 2 || len(cfg.Rules) != 2 {
-		t.Fatalf("got %d sources, %d sinks, %d rules; want 2 each", len(cfg.Sources), len(cfg.Sinks), len(cfg.Rules))
+	if len(cfg.Sources) != 2 || len(cfg.Sinks) != 4 || len(cfg.Rules) != 2 {
+		t.Fatalf("got %d sources, %d sinks, %d rules; want 2, 4, 2", len(cfg.Sources), len(cfg.Sinks), len(cfg.Rules))
 	}
 	if got := cfg.Mongo.URI.Value(); got != env["MONGODB_URI"] {
 		t.Errorf("mongo.uri = %q", got)

@@ -105,7 +105,7 @@ type = "webhok"
 url = "https://example.com/"
 `, nil, `sources[0].full_document: invalid value "updatelookup" (did you mean "updateLookup"?); allowed values: "default", "updateLookup", "whenAvailable", "required" at config.toml:6
 sources[0].on_history_lost: invalid value "ignore"; allowed values: "fail", "resume_from_now" at config.toml:7
-sinks[0].type: invalid value "webhok" (did you mean "webhook"?); allowed values: "webhook", "testbus" at config.toml:10`},
+sinks[0].type: invalid value "webhok" (did you mean "webhook"?); allowed values: "webhook", "eventbridge", "sqs", "testbus" at config.toml:10`},
 
 		{"bad durations", head + `
 [server]
@@ -237,6 +237,79 @@ event_bus = "orders"
 url = "https://example.com/"
 `, nil, `sinks[0].event_bus: not an option of webhook sinks at config.toml:8
 sinks[1].url: not an option of testbus sinks at config.toml:13`},
+
+		{"eventbridge options", head + `
+[[sinks]]
+name = "bus"
+type = "eventbridge"
+event_bus = "orders bus"
+region = "US East"
+endpoint = "localhost:4566"
+role_arn = "changegate"
+source = "aws.{source}"
+detail_type = "{db}.{operationtype}"
+resources = ["bucket"]
+max_request_bytes = 300000
+batch_size = 11
+timeout = "0s"
+url = "https://example.com/"
+queue_url = "https://sqs.us-east-1.amazonaws.com/1/q"
+`, nil, `sinks[0].event_bus: invalid event bus name "orders bus": use 1 to 256 letters, digits, ".", "-", "_" and "/", or an ARN at config.toml:7
+sinks[0].region: invalid region "US East": use a region code like "us-east-1" at config.toml:8
+sinks[0].endpoint: must be an absolute http:// or https:// URL at config.toml:9
+sinks[0].role_arn: must be an IAM role ARN like "arn:aws:iam::123456789012:role/changegate", got "changegate" at config.toml:10
+sinks[0].source: must not start with "aws." (reserved for AWS services) at config.toml:11
+sinks[0].detail_type: unknown placeholder {operationtype} (did you mean "operationType"?); allowed: {db}, {coll}, {operationType}, {source} at config.toml:12
+sinks[0].resources[0]: must be an ARN (arn:...), got "bucket" at config.toml:13
+sinks[0].max_request_bytes: must be between 1024 and 262144, got 300000 at config.toml:14
+sinks[0].batch_size: must be between 1 and 10, got 11 at config.toml:15
+sinks[0].timeout: must be at least 1ms, got 0s at config.toml:16
+sinks[0].url: not an option of eventbridge sinks at config.toml:17
+sinks[0].queue_url: not an option of eventbridge sinks at config.toml:18`},
+
+		{"eventbridge bus missing, bad ARN, bad template", head + `
+[[sinks]]
+name = "bus"
+type = "eventbridge"
+detail_type = "{db"
+[[sinks]]
+name = "bus2"
+type = "eventbridge"
+event_bus = "arn:aws:sqs:us-east-1:123456789012:orders"
+source = ""
+`, nil, `sinks[0].event_bus: required key is missing at config.toml:4
+sinks[0].detail_type: unterminated "{" (write "{{" for a literal brace) at config.toml:7
+sinks[1].event_bus: an ARN must be an event bus ARN like "arn:aws:events:us-east-1:123456789012:event-bus/orders" at config.toml:11
+sinks[1].source: must not be empty at config.toml:12`},
+
+		{"sqs options", head + `
+[[sinks]]
+name = "q"
+type = "sqs"
+queue_url = "https://sqs.us-east-1.amazonaws.com/123456789012/audit.fifo"
+queue_name = "audit.fifo"
+max_request_bytes = 2000000
+message_group_id = "fullDocument..customerId"
+event_bus = "orders"
+[[sinks]]
+name = "q2"
+type = "sqs"
+queue_name = "audit queue"
+[[sinks]]
+name = "q3"
+type = "sqs"
+queue_name = "audit"
+message_group_id = "fullDocument.customerId"
+[[sinks]]
+name = "q4"
+type = "sqs"
+`, nil, `sinks[0].queue_name: cannot be combined with queue_url (set one of them) at config.toml:8
+sinks[0].max_request_bytes: must be between 1024 and 1048576, got 2000000 at config.toml:9
+sinks[0].message_group_id: must be a dotted field path like "fullDocument.customerId", got "fullDocument..customerId" at config.toml:10
+sinks[0].event_bus: not an option of sqs sinks at config.toml:11
+sinks[1].queue_name: invalid queue name "audit queue": use 1 to 80 letters, digits, "-" and "_", ending in ".fifo" for a FIFO queue at config.toml:15
+sinks[2].message_group_id: only applies to FIFO queues (a queue name ending in ".fifo") at config.toml:20
+sinks[3].queue_url: required key is missing (or set queue_name) at config.toml:21`},
 
 		{"syntax error", head + `
 [[sources]]

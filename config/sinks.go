@@ -18,6 +18,8 @@ import (
 type sinkType struct {
 	name         string
 	maxBatchSize int64
+	// defaultBatchSize is batch_size when unset (0 means 1).
+	defaultBatchSize int64
 	// decode reads the type-specific keys of o into s. It must ask o for
 	// every key of the type (even when others are invalid), because the
 	// keys it asks for are what the type accepts.
@@ -29,6 +31,8 @@ type sinkType struct {
 func builtinSinkTypes() []sinkType {
 	return []sinkType{
 		{name: SinkWebhook, maxBatchSize: 1000, decode: decodeWebhook},
+		{name: SinkEventBridge, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeEventBridge},
+		{name: SinkSQS, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeSQS},
 	}
 }
 
@@ -71,11 +75,12 @@ func (d *decoder) sink(o *obj) (s Sink, nameVal *value) {
 
 	s.MaxInFlight = int(o.integer("max_in_flight", DefaultSinkMaxInFlight, 1, math.MaxInt32))
 	s.Ordering = Ordering(o.enum("ordering", string(OrderingKey), orderings))
-	maxBatch := int64(math.MaxInt32)
+	maxBatch, defBatch := int64(math.MaxInt32), int64(1)
 	if typ != nil {
 		maxBatch = typ.maxBatchSize
+		defBatch = max(typ.defaultBatchSize, 1)
 	}
-	s.BatchSize = int(o.integer("batch_size", 1, 1, maxBatch))
+	s.BatchSize = int(o.integer("batch_size", defBatch, 1, maxBatch))
 	s.BatchWait, _ = o.duration("batch_wait", 0, 0)
 	s.JSON = JSONFormat(o.enum("json", string(JSONRelaxed), jsonFormats))
 	s.ParkAfter, _ = o.duration("park_after", DefaultParkAfter, 0)
