@@ -10,9 +10,12 @@ import (
 const (
 	// DefaultAWSTimeout bounds one request of an AWS sink.
 	DefaultAWSTimeout = 10 * time.Second
-	// DefaultEventBridgeMaxRequestBytes is the PutEvents request limit
-	// (256 KiB), also the largest value allowed.
+	// DefaultEventBridgeMaxRequestBytes is the default PutEvents request
+	// limit (256 KiB, the documented limit and LocalStack's).
 	DefaultEventBridgeMaxRequestBytes = 256 << 10
+	// MaxEventBridgeMaxRequestBytes is the largest max_request_bytes of an
+	// eventbridge sink: 1 MiB, PutEvents' current limit per the SDK docs.
+	MaxEventBridgeMaxRequestBytes = 1 << 20
 	// DefaultSQSMaxRequestBytes is the default SendMessageBatch payload
 	// limit (256 KiB).
 	DefaultSQSMaxRequestBytes = 256 << 10
@@ -102,7 +105,7 @@ func decodeEventBridge(d *decoder, o *obj, s *Sink) {
 		}
 		e.EventBus = b
 	}
-	e.AWS = d.aws(o, DefaultEventBridgeMaxRequestBytes, DefaultEventBridgeMaxRequestBytes)
+	e.AWS = d.aws(o, DefaultEventBridgeMaxRequestBytes, MaxEventBridgeMaxRequestBytes)
 	e.Source = DefaultEventBridgeSource
 	if t, v, ok := o.str("source"); ok {
 		switch {

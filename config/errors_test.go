@@ -249,7 +249,7 @@ role_arn = "changegate"
 source = "aws.{source}"
 detail_type = "{db}.{operationtype}"
 resources = ["bucket"]
-max_request_bytes = 300000
+max_request_bytes = 2000000
 batch_size = 11
 timeout = "0s"
 url = "https://example.com/"
@@ -261,7 +261,7 @@ sinks[0].role_arn: must be an IAM role ARN like "arn:aws:iam::123456789012:role/
 sinks[0].source: must not start with "aws." (reserved for AWS services) at config.toml:11
 sinks[0].detail_type: unknown placeholder {operationtype} (did you mean "operationType"?); allowed: {db}, {coll}, {operationType}, {source} at config.toml:12
 sinks[0].resources[0]: must be an ARN (arn:...), got "bucket" at config.toml:13
-sinks[0].max_request_bytes: must be between 1024 and 262144, got 300000 at config.toml:14
+sinks[0].max_request_bytes: must be between 1024 and 1048576, got 2000000 at config.toml:14
 sinks[0].batch_size: must be between 1 and 10, got 11 at config.toml:15
 sinks[0].timeout: must be at least 1ms, got 0s at config.toml:16
 sinks[0].url: not an option of eventbridge sinks at config.toml:17

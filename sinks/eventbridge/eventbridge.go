@@ -12,7 +12,8 @@
 //
 // MaxBatch is 10, the PutEvents maximum. The engine hands Send up to
 // batch_size events; Send sends them in as few PutEvents calls as the
-// request-size limit (Config.MaxRequestBytes, default 256 KiB) allows, one
+// request-size limit (Config.MaxRequestBytes, default 256 KiB, up to 1 MiB
+// where AWS accepts it) allows, one
 // call after the other, in order. An entry's size is computed as AWS
 // documents it (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-putevent-size.html):
 // 14 bytes for Time, plus the UTF-8 bytes of Source, DetailType, Detail and
@@ -79,9 +80,15 @@ import (
 const (
 	// MaxEntries is the most entries one PutEvents call accepts.
 	MaxEntries = 10
-	// DefaultMaxRequestBytes is the PutEvents request size limit (256 KiB),
-	// computed as in the package documentation.
+	// DefaultMaxRequestBytes is the default PutEvents request size limit
+	// (256 KiB), computed as in the package documentation: the limit AWS
+	// documents in the EventBridge user guide, and LocalStack's.
 	DefaultMaxRequestBytes = 256 << 10
+	// MaxRequestBytesLimit is the largest MaxRequestBytes: AWS raised the
+	// PutEvents limit to 1 MB (the SDK's PutEvents documentation says
+	// "less than 1MB"; the user guide still says 256KB); set
+	// MaxRequestBytes to use it where the bus accepts it.
+	MaxRequestBytesLimit = 1 << 20
 	// DefaultDetailType is the DetailType template when none is configured.
 	DefaultDetailType = "{db}.{coll}.{operationType}"
 	// DefaultSource is the Source template when none is configured.
@@ -117,8 +124,8 @@ type Config struct {
 	DetailType string
 	// Resources are ARNs attached to every entry (optional).
 	Resources []string
-	// MaxRequestBytes caps the size of one PutEvents request (default and
-	// maximum 256 KiB).
+	// MaxRequestBytes caps the size of one PutEvents request (default 256
+	// KiB, at most 1 MiB).
 	MaxRequestBytes int
 	// Canonical selects canonical instead of relaxed Extended JSON.
 	Canonical bool
@@ -168,8 +175,8 @@ func New(cfg Config, logger *slog.Logger) (*EventBridge, error) {
 	if cfg.EventBus == "" {
 		bad("event_bus is required")
 	}
-	if cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > DefaultMaxRequestBytes {
-		bad("max_request_bytes must be between 1 and %d, got %d", DefaultMaxRequestBytes, cfg.MaxRequestBytes)
+	if cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > MaxRequestBytesLimit {
+		bad("max_request_bytes must be between 1 and %d, got %d", MaxRequestBytesLimit, cfg.MaxRequestBytes)
 	}
 	if cfg.Timeout < 0 {
 		bad("timeout must not be negative, got %s", cfg.Timeout)

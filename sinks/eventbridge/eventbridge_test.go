@@ -391,9 +391,9 @@ func TestTransportAndTimeout(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	_, err := New(Config{Name: "x", MaxRequestBytes: 300000, DetailType: "{bad}", Region: "us-east-1"}, nil)
+	_, err := New(Config{Name: "x", MaxRequestBytes: 2000000, DetailType: "{bad}", Region: "us-east-1"}, nil)
 	want := `eventbridge x: event_bus is required
-max_request_bytes must be between 1 and 262144, got 300000
+max_request_bytes must be between 1 and 1048576, got 2000000
 detail_type: unknown placeholder {bad}; allowed: {db}, {coll}, {operationType}, {source}`
 	if err == nil || err.Error() != want {
 		t.Errorf("err = %v\nwant %s", err, want)

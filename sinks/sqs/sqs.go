@@ -41,7 +41,7 @@
 //
 // MaxBatch is 10, the SendMessageBatch maximum. Send sends the batch in as
 // few calls as Config.MaxRequestBytes (default 256 KiB, at most 1 MiB, the
-// API limit since 2025) allows, one after the other, in order. A message's
+// API limit documented by the SDK) allows, one after the other, in order. A message's
 // size is its body plus, per attribute, the bytes of its name, its type
 // ("String") and its value, as SQS counts it. A message that alone exceeds
 // the limit fails permanently with reason "oversize". When a call fails as
@@ -89,8 +89,9 @@ const (
 	// MaxEntries is the most messages one SendMessageBatch call accepts.
 	MaxEntries = 10
 	// DefaultMaxRequestBytes is the default limit on the payload of one
-	// SendMessageBatch call (256 KiB: the limit of queues created before
-	// 2025 and of LocalStack; raise it for queues that accept more).
+	// SendMessageBatch call (256 KiB, the former API limit: safe for queues
+	// whose MaximumMessageSize was never raised and for LocalStack; raise
+	// it for queues that accept more).
 	DefaultMaxRequestBytes = 256 << 10
 	// MaxRequestBytesLimit is the SendMessageBatch payload limit of the API
 	// (1 MiB).
