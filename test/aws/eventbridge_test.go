@@ -142,15 +142,22 @@ func TestEventBridgeWrongSecretRejected(t *testing.T) {
 // signTime with the given secret.
 func signedRequest(t *testing.T, url, secret string, signTime time.Time, body string) *http.Request {
 	t.Helper()
+	return signedRequestFor(t, url, secret, "events", "AWSEvents.PutEvents", "application/x-amz-json-1.1", signTime, body)
+}
+
+// signedRequestFor builds a request signed by the SDK's signer for service
+// at signTime.
+func signedRequestFor(t *testing.T, url, secret, service, target, contentType string, signTime time.Time, body string) *http.Request {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url+"/", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
-	req.Header.Set("X-Amz-Target", "AWSEvents.PutEvents")
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set("X-Amz-Target", target)
 	sum := sha256.Sum256([]byte(body))
 	creds := aws.Credentials{AccessKeyID: AccessKeyID, SecretAccessKey: secret}
-	if err := v4.NewSigner().SignHTTP(context.Background(), creds, req, hex.EncodeToString(sum[:]), "events", DefaultRegion, signTime); err != nil {
+	if err := v4.NewSigner().SignHTTP(context.Background(), creds, req, hex.EncodeToString(sum[:]), service, DefaultRegion, signTime); err != nil {
 		t.Fatal(err)
 	}
 	return req
