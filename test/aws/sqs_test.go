@@ -40,9 +40,9 @@ func TestMD5OfMessageAttributesVectors(t *testing.T) {
 		{map[string]MessageAttribute{"timestamp": num("1493147359901")}, "994258b45346a2cc3f9cbb611aa7af30"},
 		{map[string]MessageAttribute{"SOME_Valid.attribute-Name": num("1493147359900")}, "36655e7e9d7c0e8479fa3f3f42247ae7"},
 		{map[string]MessageAttribute{
-			"ccc": {DataType: "String", StringValue: "testjunk"},
-			"aaa": {DataType: "Binary", BinaryValue: []byte{2, 3, 4}},
-			"zzz": num("0230.01"),
+			"ccc":             {DataType: "String", StringValue: "testjunk"},
+			"aaa":             {DataType: "Binary", BinaryValue: []byte{2, 3, 4}},
+			"zzz":             num("0230.01"),
 			"öther_encodings": {DataType: "String", StringValue: "T\u00fcst"},
 		}, "8ae21a7957029ef04146b42aeaa18a22"},
 	} {
