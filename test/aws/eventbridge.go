@@ -95,7 +95,7 @@ func (eb *EventBridge) FailEntries(f func(PutEventsEntry) (code, message string)
 }
 
 // Reset clears the stored events, counters and every fault (Throttle,
-// FailStatus, Stall, FailEntries).
+// FailStatus, Stall, StallNext, FailEntries).
 func (eb *EventBridge) Reset() {
 	eb.mu.Lock()
 	eb.events, eb.fail = nil, nil

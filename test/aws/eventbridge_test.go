@@ -386,3 +386,30 @@ func TestEventBridgeStall(t *testing.T) {
 		t.Fatal("Close did not release the stalled request")
 	}
 }
+
+func TestEventBridgeClockSkewCorrectedBySDK(t *testing.T) {
+	// The server clock is 10 minutes ahead: the first attempt is rejected as
+	// expired, the SDK reads the skew from the Date header and re-signs.
+	eb := NewEventBridge(Options{Now: func() time.Time { return time.Now().Add(10 * time.Minute) }})
+	defer eb.Close()
+	c := ebClient(t, eb)
+	if _, err := c.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{ebEntry("s", `{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if eb.Requests() != 2 || eb.Rejected() != 1 || len(eb.Events()) != 1 {
+		t.Errorf("requests %d rejected %d events %d", eb.Requests(), eb.Rejected(), len(eb.Events()))
+	}
+}
+
+func TestEventBridgeStallNextTimesOutThenSucceeds(t *testing.T) {
+	eb := NewEventBridge(Options{})
+	defer eb.Close()
+	c := ebClient(t, eb, func(o *eventbridge.Options) { o.HTTPClient = &http.Client{Timeout: 200 * time.Millisecond} })
+	eb.StallNext(1, 10*time.Second)
+	if _, err := c.PutEvents(context.Background(), &eventbridge.PutEventsInput{Entries: []ebtypes.PutEventsRequestEntry{ebEntry("s", `{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if eb.Requests() != 2 || eb.Calls("PutEvents") != 2 || len(eb.Events()) != 1 {
+		t.Errorf("requests %d calls %d events %d", eb.Requests(), eb.Calls("PutEvents"), len(eb.Events()))
+	}
+}

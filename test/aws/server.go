@@ -24,7 +24,6 @@
 package awstest
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -32,6 +31,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"time"
 
@@ -133,10 +133,13 @@ type core struct {
 	failN      int
 	failStatus int
 	stall      time.Duration
+	stallN     int
+	stallNext  time.Duration
+	calls      map[string]int
 }
 
 func newCore(opts Options, svc service) *core {
-	c := &core{opts: opts, svc: svc, closing: make(chan struct{})}
+	c := &core{opts: opts, svc: svc, closing: make(chan struct{}), calls: map[string]int{}}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(fmt.Sprintf("awstest: listen: %v", err))
@@ -209,10 +212,28 @@ func (c *core) Stall(d time.Duration) {
 	c.stall = max(d, 0)
 }
 
+// StallNext holds the next n authenticated requests for d each; it takes
+// precedence over Stall. n <= 0 cancels.
+func (c *core) StallNext(n int, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stallN, c.stallNext = max(n, 0), max(d, 0)
+}
+
+// Calls is the number of authenticated requests for operation op (for
+// example "PutEvents", "SendMessageBatch", "GetQueueUrl"), including ones
+// then answered with an injected fault.
+func (c *core) Calls(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[op]
+}
+
 func (c *core) resetCore() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.requests, c.rejected, c.throttle, c.failN, c.failStatus, c.stall = 0, 0, 0, 0, 0, 0
+	c.stallN, c.stallNext, c.calls = 0, 0, map[string]int{}
 }
 
 // maxBody bounds a request body; AWS request limits are far below it.
@@ -227,7 +248,11 @@ func (c *core) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	if ae := verifySigV4(r, body, c.opts, c.svc.signingName(), c.opts.Now()); ae != nil {
+	now := c.opts.Now()
+	// The SDK corrects its clock from the Date header when a signature is
+	// rejected for skew, so Date must come from the server clock.
+	w.Header().Set("Date", now.UTC().Format(http.TimeFormat))
+	if ae := verifySigV4(r, body, c.opts, c.svc.signingName(), now); ae != nil {
 		c.mu.Lock()
 		c.rejected++
 		c.mu.Unlock()
@@ -235,8 +260,17 @@ func (c *core) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	target := r.Header.Get("X-Amz-Target")
+	op, hasPrefix := strings.CutPrefix(target, c.svc.targetPrefix()+".")
 	c.mu.Lock()
+	if hasPrefix {
+		c.calls[op]++
+	}
 	stall := c.stall
+	if c.stallN > 0 {
+		c.stallN--
+		stall = c.stallNext
+	}
 	c.mu.Unlock()
 	if stall > 0 {
 		t := time.NewTimer(stall)
@@ -273,9 +307,7 @@ func (c *core) serve(w http.ResponseWriter, r *http.Request) {
 		c.writeError(w, apiError{status: http.StatusMethodNotAllowed, typ: "UnknownOperationException", message: "Only POST is supported."})
 		return
 	}
-	target := r.Header.Get("X-Amz-Target")
-	op, ok := bytes.CutPrefix([]byte(target), []byte(c.svc.targetPrefix()+"."))
-	if !ok {
+	if !hasPrefix {
 		c.writeError(w, apiError{status: http.StatusBadRequest, typ: "UnknownOperationException", message: "Unknown target: " + target})
 		return
 	}
@@ -283,7 +315,7 @@ func (c *core) serve(w http.ResponseWriter, r *http.Request) {
 		c.writeError(w, apiError{status: http.StatusBadRequest, typ: "SerializationException", message: "Unexpected Content-Type " + ct})
 		return
 	}
-	out, aerr := c.svc.handle(string(op), body)
+	out, aerr := c.svc.handle(op, body)
 	if aerr != nil {
 		c.writeError(w, *aerr)
 		return

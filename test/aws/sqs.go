@@ -172,7 +172,7 @@ func (s *SQS) FailEntries(f func(Message) (code, message string, senderFault boo
 }
 
 // Reset clears stored messages, deduplication state, counters and every
-// fault (Throttle, FailStatus, Stall, FailEntries). Queues remain.
+// fault (Throttle, FailStatus, Stall, StallNext, FailEntries). Queues remain.
 func (s *SQS) Reset() {
 	s.mu.Lock()
 	for _, q := range s.queues {

@@ -82,8 +82,8 @@ func TestSQSGetQueueURL(t *testing.T) {
 	if !errors.As(err, &qdne) {
 		t.Errorf("send to unknown queue: %v", err)
 	}
-	if s.Requests() != 3 {
-		t.Errorf("requests = %d (client errors are not retried)", s.Requests())
+	if s.Requests() != 3 || s.Calls("GetQueueUrl") != 2 || s.Calls("SendMessageBatch") != 1 {
+		t.Errorf("requests = %d, calls %d/%d (client errors are not retried)", s.Requests(), s.Calls("GetQueueUrl"), s.Calls("SendMessageBatch"))
 	}
 }
 
@@ -420,5 +420,18 @@ func TestSQSBatchLimits(t *testing.T) {
 	}})
 	if err != nil || len(out.Failed) != 1 || aws.ToString(out.Failed[0].Id) != "big" || !out.Failed[0].SenderFault {
 		t.Errorf("max message size: %v %+v", err, out)
+	}
+}
+
+func TestSQSClockSkewCorrectedBySDK(t *testing.T) {
+	s := NewSQS(Options{Now: func() time.Time { return time.Now().Add(-10 * time.Minute) }})
+	defer s.Close()
+	s.CreateQueue("q")
+	c := sqsClient(t, s)
+	if _, err := c.GetQueueUrl(context.Background(), &sqs.GetQueueUrlInput{QueueName: aws.String("q")}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Requests() != 2 || s.Rejected() != 1 {
+		t.Errorf("requests %d rejected %d", s.Requests(), s.Rejected())
 	}
 }
