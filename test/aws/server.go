@@ -21,6 +21,23 @@
 //
 // Servers store what they accept for assertions and can be told to throttle,
 // fail entries, answer 5xx or stall. All methods are safe for concurrent use.
+//
+// Error answers, as the SDK sees them (ErrorCode() / Go type):
+//
+//	                     EventBridge (JSON 1.1)               SQS (JSON 1.0; code from x-amzn-query-error)
+//	bad signature/skew   403/400 InvalidSignatureException    403 SignatureDoesNotMatch
+//	unknown access key   403 UnrecognizedClientException      403 InvalidClientTokenId
+//	Throttle             400 *types.ThrottlingException       400 *types.RequestThrottled
+//	FailStatus(n, 500)   500 *types.InternalException         500 InternalFailure
+//	FailStatus(n, 503)   503 ServiceUnavailable               503 ServiceUnavailable
+//	request validation   400 ValidationException              400 *types.TooManyEntriesInBatchRequest,
+//	                                                          BatchRequestTooLong, BatchEntryIdsNotDistinct,
+//	                                                          InvalidBatchEntryId, EmptyBatchRequest,
+//	                                                          QueueDoesNotExist (code AWS.SimpleQueueService.*)
+//
+// Throttling codes and 5xx statuses are retryable for the SDK's standard
+// retryer; the signature-expired answers carry a Date header from the server
+// clock, so the SDK's clock-skew correction re-signs and retries once.
 package awstest
 
 import (
