@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -274,6 +275,12 @@ func (l *Lane) take(ctx context.Context, p *partition, max int, wait time.Durati
 			if n > max {
 				n = max
 			}
+			if n > 1 && l.spec.Ordering != OrderNone {
+				// A batch API may fail one entry and accept the next:
+				// a document appears at most once per batch, so its
+				// later events cannot overtake a failed one.
+				n = distinctKeys(p.q[:n])
+			}
 			batch := make([]*item, n)
 			copy(batch, p.q)
 			clear(p.q[:n])
@@ -294,6 +301,31 @@ func (l *Lane) take(ctx context.Context, p *partition, max int, wait time.Durati
 			return nil
 		}
 	}
+}
+
+// distinctKeys returns the length of the longest prefix of q in which no two
+// events have the same ordering key (at least 1).
+func distinctKeys(q []*item) int {
+	if len(q) <= 16 {
+		for i := 1; i < len(q); i++ {
+			for _, prev := range q[:i] {
+				a, b := prev.ev, q[i].ev
+				if a.DB == b.DB && a.Coll == b.Coll && bytes.Equal(a.DocumentKey, b.DocumentKey) {
+					return i
+				}
+			}
+		}
+		return len(q)
+	}
+	seen := make(map[string]struct{}, len(q))
+	for i, it := range q {
+		k := it.ev.OrderingKey()
+		if _, dup := seen[k]; dup {
+			return i
+		}
+		seen[k] = struct{}{}
+	}
+	return len(q)
 }
 
 func (l *Lane) live() context.Context {

@@ -1,0 +1,48 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks"
+)
+
+// A batch API that fails one entry and accepts the next must not let a later
+// event of the same document overtake the failed one: the retry of the failed
+// entry would then arrive after its successor.
+func TestEnginePartialBatchFailureKeepsPerKeyOrder(t *testing.T) {
+	for _, tc := range []struct{ docs, batch int }{{4, 10}, {30, 50}} {
+		t.Run(fmt.Sprintf("docs=%d,batch=%d", tc.docs, tc.batch), func(t *testing.T) {
+			testPartialBatchOrder(t, tc.docs, tc.batch)
+		})
+	}
+}
+
+func testPartialBatchOrder(t *testing.T, docs, batch int) {
+	s := &fakeSink{name: "s", max: batch}
+	var failedOnce sync.Map
+	s.setFail(func(e *event.Event) error {
+		if e.Seq%3 == 0 {
+			if _, done := failedOnce.LoadOrStore(e.Seq, true); !done {
+				return sinks.Retryable("throttled", 0, errors.New("throttled"))
+			}
+		}
+		return nil
+	})
+	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 1, BatchSize: batch, BatchWait: 20 * time.Millisecond})
+	const n = 300
+	var acked atomic.Int64
+	for i := 0; i < n; i++ {
+		eng.Dispatch(mkEvent(t, i, i%docs), func() { acked.Add(1) })
+	}
+	waitUntil(t, "all acked", func() bool { return acked.Load() == n })
+	if got := len(s.received()); got != n {
+		t.Fatalf("delivered %d of %d", got, n)
+	}
+	checkPerDocOrder(t, s.received())
+}
