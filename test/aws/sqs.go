@@ -241,7 +241,9 @@ func (sqsService) statusError(status int) apiError {
 	}
 }
 
-var errQueueDoesNotExist = sqsModeled("QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue", "The specified queue does not exist.")
+func errQueueDoesNotExist() *apiError {
+	return sqsModeled("QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue", "The specified queue does not exist.")
+}
 
 func missingParameter(name string) *apiError {
 	return sqsError(http.StatusBadRequest, "com.amazon.coral.validate#ValidationException", "MissingParameter", "Sender", "The request must contain the parameter "+name+".")
@@ -273,13 +275,13 @@ func (s sqsService) getQueueURL(body []byte) (any, *apiError) {
 		return nil, missingParameter("QueueName")
 	}
 	if o := deref(req.QueueOwnerAWSAccountId); o != "" && o != s.s.opts.AccountID {
-		return nil, errQueueDoesNotExist
+		return nil, errQueueDoesNotExist()
 	}
 	s.s.mu.Lock()
 	_, ok := s.s.queues[*req.QueueName]
 	s.s.mu.Unlock()
 	if !ok {
-		return nil, errQueueDoesNotExist
+		return nil, errQueueDoesNotExist()
 	}
 	return map[string]string{"QueueUrl": s.s.QueueURL(*req.QueueName)}, nil
 }
@@ -389,7 +391,7 @@ func (s sqsService) sendMessageBatch(body []byte) (any, *apiError) {
 	}
 	qname, ok := s.queueFromURL(*req.QueueUrl)
 	if !ok {
-		return nil, errQueueDoesNotExist
+		return nil, errQueueDoesNotExist()
 	}
 	n := len(req.Entries)
 	if n == 0 {
