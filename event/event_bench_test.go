@@ -1,0 +1,85 @@
+package event
+
+import (
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// benchChange is an update event of a ~300-byte order with updateLookup.
+func benchChange(tb testing.TB) bson.Raw {
+	tb.Helper()
+	now := time.Date(2026, 11, 22, 10, 0, 0, 123e6, time.UTC)
+	doc := bson.D{
+		{Key: "_id", Value: bson.NewObjectIDFromTimestamp(now)},
+		{Key: "customer", Value: "customer-000042"},
+		{Key: "status", Value: "paid"},
+		{Key: "total", Value: 129.99},
+		{Key: "currency", Value: "EUR"},
+		{Key: "items", Value: bson.A{
+			bson.D{{Key: "sku", Value: "SKU-00017"}, {Key: "qty", Value: int32(2)}, {Key: "price", Value: 19.99}},
+			bson.D{{Key: "sku", Value: "SKU-00311"}, {Key: "qty", Value: int32(1)}, {Key: "price", Value: 90.01}},
+		}},
+		{Key: "shipping", Value: bson.D{{Key: "city", Value: "Lyon"}, {Key: "zip", Value: "69002"}, {Key: "country", Value: "FR"}}},
+		{Key: "updatedAt", Value: bson.NewDateTimeFromTime(now)},
+	}
+	raw, err := bson.Marshal(bson.D{
+		{Key: "_id", Value: bson.D{{Key: "_data", Value: "8266A1B2C3000000012B022C0100296E5A1004"}}},
+		{Key: "operationType", Value: "update"},
+		{Key: "clusterTime", Value: bson.Timestamp{T: uint32(now.Unix()), I: 1}},
+		{Key: "wallTime", Value: bson.NewDateTimeFromTime(now)},
+		{Key: "fullDocument", Value: doc},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: "shop"}, {Key: "coll", Value: "orders"}}},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: doc[0].Value}}},
+		{Key: "updateDescription", Value: bson.D{
+			{Key: "updatedFields", Value: bson.D{{Key: "status", Value: "paid"}, {Key: "updatedAt", Value: bson.NewDateTimeFromTime(now)}}},
+			{Key: "removedFields", Value: bson.A{}},
+			{Key: "truncatedArrays", Value: bson.A{}},
+		}},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return raw
+}
+
+// BenchmarkFromChange measures building an Event from a raw change (done
+// once per change read).
+func BenchmarkFromChange(b *testing.B) {
+	raw := benchChange(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := FromChange("orders", 1, raw); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEnvelope measures encoding one envelope (done once per event and
+// format; sinks share the cached bytes).
+func BenchmarkEnvelope(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		canonical bool
+	}{{"relaxed", false}, {"canonical", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			e, err := FromChange("orders", 1, benchChange(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			e.Rules = []string{"paid-orders"}
+			out, err := e.encode(tc.canonical)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(out)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := e.encode(tc.canonical); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
