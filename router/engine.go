@@ -203,6 +203,9 @@ func (e *Engine) handOver(prev, next *Lane) {
 	e.bg.Add(1)
 	go func() {
 		defer e.bg.Done()
+		// prev may itself wait for its predecessor (two reloads in a
+		// row): it has to run and drain before next may start.
+		prev.waitStarted(ctx)
 		prev.waitIdle(ctx)
 		prev.stop()
 		_ = prev.spec.Sink.Close()

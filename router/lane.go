@@ -50,8 +50,9 @@ type Lane struct {
 	parts []*partition
 	rr    atomic.Uint64
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	started chan struct{} // closed by start
 
 	queued atomic.Int64 // in partitions
 	held   atomic.Int64 // taken by a worker, not finished
@@ -102,6 +103,7 @@ func newLane(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Logger) 
 	l := &Lane{
 		name: name, spec: sp, dl: dl, log: log,
 		redrive:      make(chan struct{}, 1),
+		started:      make(chan struct{}),
 		mDelivered:   m.Deliveries.WithLabelValues(name, metrics.OutcomeDelivered),
 		mRetried:     m.Deliveries.WithLabelValues(name, metrics.OutcomeRetried),
 		mDead:        m.Deliveries.WithLabelValues(name, metrics.OutcomeDeadLettered),
@@ -190,6 +192,19 @@ func (l *Lane) start(ctx context.Context) {
 			defer wg.Done()
 			l.redriveLoop(ctx)
 		}()
+	}
+	close(l.started)
+}
+
+// waitStarted returns once start has run (or ctx is done; at once for a nil
+// ctx).
+func (l *Lane) waitStarted(ctx context.Context) {
+	if ctx == nil {
+		return
+	}
+	select {
+	case <-l.started:
+	case <-ctx.Done():
 	}
 }
 
