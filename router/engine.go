@@ -190,14 +190,26 @@ func (e *Engine) Reload(rules *Rules, updates []LaneUpdate) error {
 }
 
 // handOver retires prev (if any) once it has drained and then starts next
-// (if any). Must be called with e.mu held.
+// (if any). A next without prev follows the latest retired lane of its name,
+// if one is still finishing (a sink removed and added back). Must be called
+// with e.mu held.
 func (e *Engine) handOver(prev, next *Lane) {
 	if prev == nil {
+		for _, r := range e.retired {
+			if r.name == next.name {
+				prev = r
+			}
+		}
+		if prev != nil {
+			prev.successor = next // started by prev's retirement
+			return
+		}
 		if e.ctx != nil {
 			next.start(e.ctx)
 		}
 		return
 	}
+	prev.successor = next
 	e.retired = append(e.retired, prev)
 	ctx := e.ctx
 	e.bg.Add(1)
@@ -216,7 +228,7 @@ func (e *Engine) handOver(prev, next *Lane) {
 				break
 			}
 		}
-		if next != nil && ctx != nil && ctx.Err() == nil {
+		if next := prev.successor; next != nil && ctx != nil && ctx.Err() == nil {
 			next.start(ctx)
 		}
 		e.mu.Unlock()

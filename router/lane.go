@@ -54,6 +54,8 @@ type Lane struct {
 	wg      sync.WaitGroup
 	started chan struct{} // closed by start
 
+	successor *Lane // the lane of this name to start once this one retired; guarded by Engine.mu
+
 	queued atomic.Int64 // in partitions
 	held   atomic.Int64 // taken by a worker, not finished
 

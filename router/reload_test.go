@@ -95,3 +95,48 @@ func TestEngineReloadTwiceKeepsPerKeyOrder(t *testing.T) {
 		t.Fatalf("delivered %v, want [%s %s]", got, e1.ID, e3.ID)
 	}
 }
+
+// A sink removed by one reload and added back by the next: the new lane must
+// not deliver before the removed one has finished what it held.
+func TestEngineReloadRemoveThenAddKeepsPerKeyOrder(t *testing.T) {
+	log := &orderLog{}
+	gate := make(chan struct{})
+	a := &loggingSink{name: "s", log: log, gate: gate}
+	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: a, Retry: fastRetry(3)})
+	rules := eng.Rules()
+
+	e1 := mkEvent(t, 1, 7)
+	acked := make(chan string, 4)
+	eng.Dispatch(e1, func() { acked <- e1.ID })
+	waitUntil(t, "first lane busy with e1", func() bool { return eng.Lane("s").Status().InProgress == 1 })
+
+	none, err := CompileRules(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Reload(none, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := &loggingSink{name: "s", log: log}
+	if err := eng.Reload(rules, []LaneUpdate{{Name: "s", Spec: SinkSpec{Sink: c, Retry: fastRetry(3)}}}); err != nil {
+		t.Fatal(err)
+	}
+	e3 := mkEvent(t, 3, 7)
+	eng.Dispatch(e3, func() { acked <- e3.ID })
+
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) && len(log.list()) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(gate)
+	for range 2 {
+		select {
+		case <-acked:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("not every event acked; delivered %v", log.list())
+		}
+	}
+	if got := log.list(); len(got) != 2 || got[0] != e1.ID || got[1] != e3.ID {
+		t.Fatalf("delivered %v, want [%s %s]", got, e1.ID, e3.ID)
+	}
+}
