@@ -117,18 +117,19 @@ func GapID(source string, from time.Time) string {
 // to sink, with the event fields filled in: ID, Kind, EventID, Source, Sink,
 // Rules, Operation, Namespace, DocumentKey, Change, Envelope (parsed from
 // e.Envelope(false)) and ClusterTime. The caller sets Attempts, Reason, the
-// errors, the times and, for parked entries, Order.
+// errors, the times and, for parked entries, Order. Envelope is left out
+// when it cannot be encoded or read back (a document with field names such
+// as "$oid"): the entry must still be written, and Change is what replay
+// uses. The only error is a kind other than failed or parked.
 func EntryFor(e *event.Event, sink string, kind Kind) (Entry, error) {
 	if kind != KindFailed && kind != KindParked {
 		return Entry{}, fmt.Errorf("dead letter for event %s: kind %q is not failed or parked", e.ID, kind)
 	}
-	env, err := e.Envelope(false)
-	if err != nil {
-		return Entry{}, fmt.Errorf("dead letter for event %s: %w", e.ID, err)
-	}
 	var envDoc bson.Raw
-	if err := bson.UnmarshalExtJSON(env, false, &envDoc); err != nil {
-		return Entry{}, fmt.Errorf("dead letter for event %s: parse envelope: %w", e.ID, err)
+	if env, err := e.Envelope(false); err == nil {
+		if err := bson.UnmarshalExtJSON(env, false, &envDoc); err != nil {
+			envDoc = nil
+		}
 	}
 	ns := e.DB
 	if e.Coll != "" {
