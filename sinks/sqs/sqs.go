@@ -30,12 +30,14 @@
 // Order: SQS keeps the order in which messages of a group are sent; the
 // engine sends the events of one document in change-stream order only with
 // ordering = "key" (the default) or "strict", and a batch keeps their order.
-// With ordering = "none" a FIFO queue's order is arbitrary. With GroupBy
-// grouping several documents, only ordering = "strict" sends their events
-// in stream order. A batch entry that fails and is retried while later
-// entries of the same group were accepted is enqueued after them: per-entry
-// failures other than throttling of the whole call are rare, but they can
-// reorder a group.
+// With ordering = "none" a FIFO queue's order is arbitrary. A partial
+// failure cannot reorder a document: the engine puts at most one event per
+// document in a batch, and Send makes no further call of a batch after a
+// call failed as a whole. With GroupBy grouping several documents, events of
+// different documents may be sent out of stream order (they travel in
+// parallel lanes, and a failed entry is retried after later entries of its
+// group were accepted); ordering = "strict" with batch_size = 1 keeps
+// their stream order.
 //
 // # Batching and the request size
 //
