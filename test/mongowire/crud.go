@@ -86,7 +86,6 @@ func (s *Server) retryableWrite(cmd *command, dst []byte) ([]byte, error) {
 type writeError struct {
 	index int
 	err   *CommandError
-	extra bson.Raw // extra fields (keyPattern, keyValue)
 }
 
 func dupKeyErr(c *collection, ix *index, doc bson.Raw) *CommandError {
@@ -103,8 +102,13 @@ func dupKeyErr(c *collection, ix *index, doc bson.Raw) *CommandError {
 		}
 		desc += f + ": " + v.String()
 	}
+	// Like the server's DuplicateKeyErrorInfo: the index key pattern and the
+	// offending key, both in write errors and in command errors.
+	info := bsoncore.NewDocumentBuilder().AppendDocument("keyPattern", bsoncore.Document(ix.key)).
+		AppendDocument("keyValue", kv.Build()).Build()
 	return &CommandError{Code: codeDuplicateKey,
-		Message: fmt.Sprintf("E11000 duplicate key error collection: %s.%s index: %s dup key: { %s }", c.db, c.name, ix.name, desc)}
+		Message: fmt.Sprintf("E11000 duplicate key error collection: %s.%s index: %s dup key: { %s }", c.db, c.name, ix.name, desc),
+		info:    bson.Raw(info)}
 }
 
 func ordered(cmd *command) bool {
@@ -223,6 +227,7 @@ func appendWriteErrors(dst []byte, werrs []writeError) []byte {
 		eidx, d := bsoncore.AppendDocumentElementStart(dst, arrayKey(i))
 		d = bsoncore.AppendInt32Element(d, "index", int32(we.index))
 		d = bsoncore.AppendInt32Element(d, "code", we.err.Code)
+		d = we.err.appendInfo(d)
 		d = bsoncore.AppendStringElement(d, "errmsg", we.err.Message)
 		dst, _ = bsoncore.AppendDocumentEnd(d, eidx)
 	}

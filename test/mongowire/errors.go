@@ -3,6 +3,8 @@ package mongowire
 import (
 	"fmt"
 	"strconv"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // Server error codes used by mongowire (src/mongo/base/error_codes.yml).
@@ -88,6 +90,19 @@ type CommandError struct {
 	Code    int32
 	Message string
 	Labels  []string
+
+	// info holds further fields of the error document (a BSON document
+	// whose elements are appended), e.g. keyPattern and keyValue of a
+	// duplicate key error.
+	info bson.Raw
+}
+
+// appendInfo appends the elements of e.info to a document being built.
+func (e *CommandError) appendInfo(dst []byte) []byte {
+	if len(e.info) <= 5 {
+		return dst
+	}
+	return append(dst, e.info[4:len(e.info)-1]...)
 }
 
 // Error implements error.

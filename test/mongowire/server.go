@@ -34,6 +34,11 @@
 // update operators, aggregation expressions beyond field paths and
 // literals, idle-cursor timeouts, and streaming (awaitable) hello.
 //
+// Besides the Go driver, the package is checked with the official MongoDB
+// Node.js driver by compat/node/compat.mjs (node and npm needed):
+//
+//	CHANGEGATE_NODE_COMPAT=1 go test ./test/mongowire -run NodeCompat
+//
 // A Server is safe for concurrent use. Start one per test:
 //
 //	srv, err := mongowire.Start(mongowire.Options{})
@@ -519,6 +524,7 @@ func (s *Server) appendError(dst []byte, err error) []byte {
 	dst = bsoncore.AppendStringElement(dst, "errmsg", ce.Message)
 	dst = bsoncore.AppendInt32Element(dst, "code", ce.Code)
 	dst = bsoncore.AppendStringElement(dst, "codeName", codeName(ce.Code))
+	dst = ce.appendInfo(dst)
 	if len(ce.Labels) > 0 {
 		aidx, d := bsoncore.AppendArrayElementStart(dst, "errorLabels")
 		dst = d
