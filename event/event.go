@@ -145,6 +145,56 @@ func (e *Event) Envelope(canonical bool) ([]byte, error) {
 }
 
 func (e *Event) encode(canonical bool) ([]byte, error) {
+	if b, err := e.encodeFast(canonical); err == nil {
+		return b, nil
+	}
+	return e.encodeDriver(canonical)
+}
+
+// encodeFast encodes the envelope with the direct encoder of extjson.go;
+// it fails (and encode falls back to encodeDriver) on malformed BSON.
+func (e *Event) encodeFast(canonical bool) ([]byte, error) {
+	b := make([]byte, 0, 128+len(e.Raw)*3/2)
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, e.ID)
+	b = append(b, `,"source":`...)
+	b = appendJSONString(b, e.Source)
+	b = append(b, `,"operationType":`...)
+	b = appendJSONString(b, e.OperationType)
+	for _, k := range envelopeFields {
+		v, err := e.Raw.LookupErr(k)
+		if err != nil {
+			continue
+		}
+		b = append(b, ',')
+		b = appendJSONString(b, k)
+		b = append(b, ':')
+		if b, _, err = appendExtJSONValue(b, v.Type, v.Value, canonical); err != nil {
+			return nil, err
+		}
+	}
+	if e.ClusterTime.T != 0 {
+		b = append(b, `,"clusterTime":"`...)
+		b = time.Unix(int64(e.ClusterTime.T), 0).UTC().AppendFormat(b, time.RFC3339)
+		b = append(b, '"')
+	}
+	if !e.WallTime.IsZero() {
+		b = append(b, `,"wallTime":`...)
+		b = appendJSONString(b, e.WallTime.Format(time.RFC3339Nano))
+	}
+	b = append(b, `,"rules":[`...)
+	for i, r := range e.Rules {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, r)
+	}
+	return append(b, "]}"...), nil
+}
+
+// encodeDriver encodes the envelope with bson.MarshalExtJSON: the reference
+// encoding, used when encodeFast cannot handle the event.
+func (e *Event) encodeDriver(canonical bool) ([]byte, error) {
 	d := make(bson.D, 0, 12)
 	d = append(d,
 		bson.E{Key: "id", Value: e.ID},
