@@ -74,6 +74,7 @@ import (
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/awsutil"
 )
 
 // Limits and defaults.
@@ -200,15 +201,15 @@ func New(cfg Config, logger *slog.Logger) (*EventBridge, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s: %w", prefix, errors.Join(errs...))
 	}
-	awsCfg, err := loadAWSConfig(awsOptions{
-		name: cfg.Name, region: cfg.Region, roleARN: cfg.RoleARN,
-		credentials: cfg.Credentials, maxConns: cfg.MaxConns,
+	awsCfg, err := awsutil.LoadConfig(awsutil.Options{
+		Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN,
+		Credentials: cfg.Credentials, MaxConns: cfg.MaxConns,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
 	client := eventbridge.NewFromConfig(awsCfg, func(o *eventbridge.Options) {
-		o.Retryer = serviceRetryer()
+		o.Retryer = awsutil.ServiceRetryer()
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
@@ -308,7 +309,7 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 		entries[i], sizes[i] = ent, size
 	}
 
-	ctx, cancel := withTimeout(ctx, b.timeout)
+	ctx, cancel := awsutil.WithTimeout(ctx, b.timeout)
 	defer cancel()
 
 	// Greedy chunks of consecutive sendable entries within both limits.
@@ -335,7 +336,7 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 		err := b.put(ctx, batch, entries, idx, fail)
 		calls++
 		if err != nil {
-			if cancelled(ctx) {
+			if awsutil.Cancelled(ctx) {
 				return err
 			}
 			callErr = err
@@ -394,7 +395,7 @@ func (b *EventBridge) put(ctx context.Context, batch []*event.Event, entries []t
 	prefix := "eventbridge " + b.name
 	out, err := b.client.PutEvents(ctx, in)
 	if err != nil {
-		return classifyCall(ctx, prefix+": PutEvents", err)
+		return awsutil.ClassifyCall(ctx, prefix+": PutEvents", err)
 	}
 	if out.FailedEntryCount == 0 && len(out.Entries) == len(idx) {
 		return nil
@@ -437,7 +438,7 @@ func EntryError(prefix, eventID, code, message string) *sinks.Error {
 	switch {
 	case permanentEntryCodes[code]:
 		return sinks.Permanent(code, err)
-	case isThrottle(code):
+	case awsutil.IsThrottle(code):
 		return sinks.Retryable("throttled", 0, err)
 	default:
 		return sinks.Retryable(code, 0, err)

@@ -84,6 +84,7 @@ import (
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/awsutil"
 )
 
 // Limits and defaults.
@@ -207,15 +208,15 @@ func New(cfg Config, logger *slog.Logger) (*SQS, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s: %w", prefix, errors.Join(errs...))
 	}
-	awsCfg, err := loadAWSConfig(awsOptions{
-		name: cfg.Name, region: cfg.Region, roleARN: cfg.RoleARN,
-		credentials: cfg.Credentials, maxConns: cfg.MaxConns,
+	awsCfg, err := awsutil.LoadConfig(awsutil.Options{
+		Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN,
+		Credentials: cfg.Credentials, MaxConns: cfg.MaxConns,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
 	client := sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
-		o.Retryer = serviceRetryer()
+		o.Retryer = awsutil.ServiceRetryer()
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
@@ -266,7 +267,7 @@ func (s *SQS) url(ctx context.Context) (string, error) {
 	}
 	out, err := s.client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(s.queueName)})
 	if err != nil {
-		return "", classifyCall(ctx, fmt.Sprintf("sqs %s: GetQueueUrl %s", s.name, s.queueName), err)
+		return "", awsutil.ClassifyCall(ctx, fmt.Sprintf("sqs %s: GetQueueUrl %s", s.name, s.queueName), err)
 	}
 	u := aws.ToString(out.QueueUrl)
 	if u == "" {
@@ -372,7 +373,7 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 	if s.closed.Load() {
 		return sinks.Retryable("closed", 0, fmt.Errorf("%s: send after close", prefix))
 	}
-	ctx, cancel := withTimeout(ctx, s.timeout)
+	ctx, cancel := awsutil.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	url, err := s.url(ctx)
 	if err != nil {
@@ -427,7 +428,7 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 		err := s.sendBatch(ctx, url, batch, entries, idx, fail)
 		calls++
 		if err != nil {
-			if cancelled(ctx) {
+			if awsutil.Cancelled(ctx) {
 				return err
 			}
 			callErr = err
@@ -485,7 +486,7 @@ func (s *SQS) sendBatch(ctx context.Context, url string, batch []*event.Event, e
 	prefix := "sqs " + s.name
 	out, err := s.client.SendMessageBatch(ctx, in)
 	if err != nil {
-		return classifyCall(ctx, prefix+": SendMessageBatch", err)
+		return awsutil.ClassifyCall(ctx, prefix+": SendMessageBatch", err)
 	}
 	if len(out.Failed) == 0 && len(out.Successful) == len(idx) {
 		return nil
@@ -524,7 +525,7 @@ func EntryError(prefix, eventID, code, message string, senderFault bool) *sinks.
 	switch {
 	case senderFault:
 		return sinks.Permanent(code, err)
-	case isThrottle(code):
+	case awsutil.IsThrottle(code):
 		return sinks.Retryable("throttled", 0, err)
 	default:
 		return sinks.Retryable(code, 0, err)

@@ -1,8 +1,7 @@
-package sqs
-
-// This file is duplicated from sinks/eventbridge (package name aside): the AWS client
-// setup and the classification of whole-call errors. The two sinks are kept
-// independent packages, as every sink kind is; keep the copies in sync.
+// Package awsutil is what the AWS sinks (EventBridge, SQS) share: the SDK
+// client setup (credential chain, assumed role, transport-only retries) and
+// the classification of whole-call errors into retry decisions.
+package awsutil
 
 import (
 	"context"
@@ -33,32 +32,32 @@ const (
 	transportMaxBackoff = 200 * time.Millisecond
 )
 
-// awsOptions are the client options shared by the AWS sinks.
-type awsOptions struct {
-	name        string // sink name, for the assumed role's session name
-	region      string
-	roleARN     string
-	credentials aws.CredentialsProvider
-	maxConns    int
+// Options are the client options shared by the AWS sinks.
+type Options struct {
+	Name        string // sink name, for the assumed role's session name
+	Region      string
+	RoleARN     string
+	Credentials aws.CredentialsProvider // nil: the SDK's default chain
+	MaxConns    int
 }
 
-// loadAWSConfig builds the SDK configuration: the default credential chain
-// (or o.credentials), then role_arn assumed on top of it through STS. It
+// LoadConfig builds the SDK configuration: the default credential chain
+// (or o.Credentials), then role_arn assumed on top of it through STS. It
 // reads the environment and shared config files only; it does not connect.
 //
-// The retryer given to the service client (see serviceRetryer) is not used
+// The retryer given to the service client (see ServiceRetryer) is not used
 // by STS, which keeps the SDK's standard retries for credential refreshes.
-func loadAWSConfig(o awsOptions) (aws.Config, error) {
+func LoadConfig(o Options) (aws.Config, error) {
 	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
-		tr.MaxIdleConns = max(o.maxConns, 10)
-		tr.MaxIdleConnsPerHost = max(o.maxConns, 10)
+		tr.MaxIdleConns = max(o.MaxConns, 10)
+		tr.MaxIdleConnsPerHost = max(o.MaxConns, 10)
 	})
 	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithHTTPClient(httpClient)}
-	if o.region != "" {
-		opts = append(opts, awsconfig.WithRegion(o.region))
+	if o.Region != "" {
+		opts = append(opts, awsconfig.WithRegion(o.Region))
 	}
-	if o.credentials != nil {
-		opts = append(opts, awsconfig.WithCredentialsProvider(o.credentials))
+	if o.Credentials != nil {
+		opts = append(opts, awsconfig.WithCredentialsProvider(o.Credentials))
 	}
 	cfg, err := awsconfig.LoadDefaultConfig(context.Background(), opts...)
 	if err != nil {
@@ -67,21 +66,21 @@ func loadAWSConfig(o awsOptions) (aws.Config, error) {
 	if cfg.Region == "" {
 		return aws.Config{}, errors.New("no region: set region or AWS_REGION")
 	}
-	if o.roleARN != "" {
+	if o.RoleARN != "" {
 		stsClient := sts.NewFromConfig(cfg)
-		cfg.Credentials = aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(stsClient, o.roleARN,
-			func(ao *stscreds.AssumeRoleOptions) { ao.RoleSessionName = "changegate-" + o.name }))
+		cfg.Credentials = aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(stsClient, o.RoleARN,
+			func(ao *stscreds.AssumeRoleOptions) { ao.RoleSessionName = "changegate-" + o.Name }))
 	}
 	return cfg, nil
 }
 
-// serviceRetryer is the service client's retryer: up to transportAttempts
+// ServiceRetryer is the service client's retryer: up to transportAttempts
 // tries of one request, only when the connection failed. Throttling, 5xx
 // and every other answer are returned at once, classified, to the delivery
 // engine, which owns backoff (a second backoff inside the SDK would hide
 // throttling from the engine and multiply waits). No client-side retry
 // quota either: the engine's backoff is the rate limiter.
-func serviceRetryer() aws.Retryer {
+func ServiceRetryer() aws.Retryer {
 	return retry.NewStandard(func(so *retry.StandardOptions) {
 		so.MaxAttempts = transportAttempts
 		so.MaxBackoff = transportMaxBackoff
@@ -90,21 +89,21 @@ func serviceRetryer() aws.Retryer {
 	})
 }
 
-// errSendTimeout is the cause of a Send's context when Config.Timeout
+// ErrSendTimeout is the cause of a Send's context when Config.Timeout
 // expires.
-var errSendTimeout = errors.New("timeout (the sink's timeout option) exceeded")
+var ErrSendTimeout = errors.New("timeout (the sink's timeout option) exceeded")
 
-// withTimeout returns the context of one Send: ctx bounded by d, with
-// errSendTimeout as the cause when d expires.
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeoutCause(ctx, d, errSendTimeout)
+// WithTimeout returns the context of one Send: ctx bounded by d, with
+// ErrSendTimeout as the cause when d expires.
+func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, d, ErrSendTimeout)
 }
 
-// cancelled reports whether the caller's context of a Send (not the sink's
+// Cancelled reports whether the caller's context of a Send (not the sink's
 // own timeout) has ended: then Send returns ctx's error, not a
 // *sinks.Error.
-func cancelled(ctx context.Context) bool {
-	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), errSendTimeout)
+func Cancelled(ctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), ErrSendTimeout)
 }
 
 // Error codes of whole-call failures that are worth retrying besides the
@@ -127,13 +126,13 @@ var transientCodes = map[string]bool{
 	"RequestTimeTooSkewed":  true,
 }
 
-// isThrottle reports whether an AWS error code means throttling.
-func isThrottle(code string) bool {
+// IsThrottle reports whether an AWS error code means throttling.
+func IsThrottle(code string) bool {
 	_, ok := retry.DefaultThrottleErrorCodes[code]
 	return ok || code == "KmsThrottled"
 }
 
-// classifyCall turns the error of a whole API call into Send's result:
+// ClassifyCall turns the error of a whole API call into Send's result:
 //
 //   - ctx ended: ctx's error, wrapped (not a *sinks.Error);
 //   - credentials could not be retrieved (default chain, assumed role):
@@ -146,12 +145,12 @@ func isThrottle(code string) bool {
 //   - a timeout (Config.Timeout): retryable, reason "timeout";
 //   - anything else (connection failures already retried by the SDK):
 //     retryable, reason "transport".
-func classifyCall(ctx context.Context, prefix string, err error) error {
-	if cancelled(ctx) {
+func ClassifyCall(ctx context.Context, prefix string, err error) error {
+	if Cancelled(ctx) {
 		return fmt.Errorf("%s: %w", prefix, ctx.Err())
 	}
-	if errors.Is(context.Cause(ctx), errSendTimeout) {
-		return sinks.Retryable("timeout", 0, fmt.Errorf("%s: %w", prefix, errSendTimeout))
+	if errors.Is(context.Cause(ctx), ErrSendTimeout) {
+		return sinks.Retryable("timeout", 0, fmt.Errorf("%s: %w", prefix, ErrSendTimeout))
 	}
 	var se *v4.SigningError
 	if errors.As(err, &se) {
@@ -177,7 +176,7 @@ func classifyCall(ctx context.Context, prefix string, err error) error {
 		}
 		msg := fmt.Errorf("%s: %w", prefix, err)
 		switch {
-		case isThrottle(code) || status == http.StatusTooManyRequests:
+		case IsThrottle(code) || status == http.StatusTooManyRequests:
 			return sinks.Retryable("throttled", 0, msg)
 		case transientCodes[code] || status == http.StatusRequestTimeout || status >= 500:
 			return sinks.Retryable(reason, 0, msg)
