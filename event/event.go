@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
 // Event is one change read from a MongoDB change stream, as delivered to sinks.
@@ -128,9 +129,30 @@ func (e *Event) OrderingKey() string {
 
 // envelopeFields are copied from the change event into the envelope, in this
 // order, when present.
-var envelopeFields = []string{
+var envelopeFields = [...]string{
 	"ns", "documentKey", "fullDocument", "fullDocumentBeforeChange",
 	"updateDescription", "to", "collectionUUID",
+}
+
+// envelopeField returns the index of key in envelopeFields, or -1.
+func envelopeField(key []byte) int {
+	switch string(key) {
+	case "ns":
+		return 0
+	case "documentKey":
+		return 1
+	case "fullDocument":
+		return 2
+	case "fullDocumentBeforeChange":
+		return 3
+	case "updateDescription":
+		return 4
+	case "to":
+		return 5
+	case "collectionUUID":
+		return 6
+	}
+	return -1
 }
 
 // Envelope returns the JSON envelope delivered to receivers. It is encoded
@@ -161,15 +183,33 @@ func (e *Event) encodeFast(canonical bool) ([]byte, error) {
 	b = appendJSONString(b, e.Source)
 	b = append(b, `,"operationType":`...)
 	b = appendJSONString(b, e.OperationType)
-	for _, k := range envelopeFields {
-		v, err := e.Raw.LookupErr(k)
-		if err != nil {
+	// One pass over the change finds the envelope fields (the first
+	// occurrence of each, as LookupErr would).
+	var vals [len(envelopeFields)]bsoncore.Value
+	var found [len(envelopeFields)]bool
+	doc := bsoncore.Document(e.Raw)
+	if len(doc) < 5 {
+		return nil, errSlowPath
+	}
+	for rem := doc[4 : len(doc)-1]; len(rem) > 0; {
+		el, rest, ok := bsoncore.ReadElement(rem)
+		if !ok {
+			return nil, errSlowPath
+		}
+		rem = rest
+		if i := envelopeField(el.KeyBytes()); i >= 0 && !found[i] {
+			vals[i], found[i] = el.Value(), true
+		}
+	}
+	for i, k := range envelopeFields {
+		if !found[i] {
 			continue
 		}
 		b = append(b, ',')
 		b = appendJSONString(b, k)
 		b = append(b, ':')
-		if b, _, err = appendExtJSONValue(b, v.Type, v.Value, canonical); err != nil {
+		var err error
+		if b, _, err = appendExtJSONValue(b, bson.Type(vals[i].Type), vals[i].Data, canonical); err != nil {
 			return nil, err
 		}
 	}
