@@ -25,6 +25,7 @@ type Metrics struct {
 	EventsUnmatched   *prometheus.CounterVec   // source
 	Deliveries        *prometheus.CounterVec   // sink, outcome
 	Attempts          *prometheus.CounterVec   // sink
+	DeliveryFailures  *prometheus.CounterVec   // sink, reason: failed attempts per event
 	DeliveryDuration  *prometheus.HistogramVec // sink: one request, seconds
 	EndToEndLag       *prometheus.HistogramVec // sink: now - change wall time at delivery
 	InFlight          *prometheus.GaugeVec     // source
@@ -54,6 +55,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "changegate_deliveries_total", Help: "Event deliveries to sinks, by outcome (delivered, retried, dead_lettered, parked, redriven, dropped_oversize).",
 		}, []string{"sink", "outcome"}),
+		DeliveryFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_delivery_failures_total", Help: "Failed delivery attempts per event, by sink and reason (http_503, throttled, transport, oversize, ...).",
+		}, []string{"sink", "reason"}),
 		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "changegate_delivery_attempts_total", Help: "Requests made to sinks (a batch counts once).",
 		}, []string{"sink"}),
@@ -94,7 +98,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"sink", "kind"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts,
+		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts, m.DeliveryFailures,
 			m.DeliveryDuration, m.EndToEndLag, m.InFlight, m.QueueDepth, m.SinkParked,
 			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -76,6 +76,7 @@ type Lane struct {
 
 	mDelivered, mRetried, mDead, mParked, mRedriven prometheus.Counter
 	mOversize                                       prometheus.Counter
+	mFailures                                       *prometheus.CounterVec // sink, reason
 	mAttempts                                       prometheus.Counter
 	mDuration, mLag                                 prometheus.Observer
 	mQueue, mParkedGauge                            prometheus.Gauge
@@ -112,6 +113,7 @@ func newLane(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Logger) 
 		mParked:      m.Deliveries.WithLabelValues(name, metrics.OutcomeParked),
 		mRedriven:    m.Deliveries.WithLabelValues(name, metrics.OutcomeRedriven),
 		mOversize:    m.Deliveries.WithLabelValues(name, metrics.OutcomeDroppedOversz),
+		mFailures:    m.DeliveryFailures,
 		mAttempts:    m.Attempts.WithLabelValues(name),
 		mDuration:    m.DeliveryDuration.WithLabelValues(name),
 		mLag:         m.EndToEndLag.WithLabelValues(name),
@@ -427,6 +429,7 @@ func (l *Lane) deliver(ctx context.Context, items []*item, mode deliveryMode) ([
 					de = &sinks.Error{Err: ferr, Reason: "error"}
 				}
 				it.noteErr(de)
+				l.mFailures.WithLabelValues(l.name, de.Reason).Inc()
 				if de.Permanent {
 					if mode != modeLive {
 						return []*item{it}, de
@@ -453,6 +456,7 @@ func (l *Lane) deliver(ctx context.Context, items []*item, mode deliveryMode) ([
 			for _, it := range pending {
 				it.noteErr(de)
 			}
+			l.mFailures.WithLabelValues(l.name, de.Reason).Add(float64(len(pending)))
 			if de.Permanent {
 				if mode != modeLive {
 					return pending, de
@@ -657,16 +661,24 @@ func (l *Lane) watch(ctx context.Context) {
 		if failingFor >= l.spec.ParkAfter || (l.spec.ParkBacklog > 0 && backlog >= int64(l.spec.ParkBacklog)) {
 			l.log.Warn("sink keeps failing: parking its backlog in the dead-letter store for an ordered re-drive",
 				"failing_for", failingFor.Round(time.Millisecond), "backlog", backlog)
-			l.setParked(true)
-			l.liveMu.Lock()
-			l.liveCancel()
-			l.liveMu.Unlock()
-			for _, p := range l.parts {
-				select {
-				case p.wake <- struct{}{}:
-				default:
-				}
-			}
+			l.parkLane()
+		}
+	}
+}
+
+// parkLane parks the lane: deliveries in progress are cancelled (and
+// parked by their workers), and the re-drive takes over.
+func (l *Lane) parkLane() {
+	// Under liveMu, as tryGoLive: a lane going live concurrently must not
+	// end up live with the cancelled context.
+	l.liveMu.Lock()
+	l.liveCancel()
+	l.setParked(true)
+	l.liveMu.Unlock()
+	for _, p := range l.parts {
+		select {
+		case p.wake <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -716,9 +728,9 @@ func (l *Lane) tryGoLive(ctx context.Context) bool {
 	}
 	l.liveMu.Lock()
 	l.liveCtx, l.liveCancel = context.WithCancel(l.baseCtx)
-	l.liveMu.Unlock()
 	l.failingSince.Store(0)
 	l.setParked(false)
+	l.liveMu.Unlock()
 	l.log.Info("parked backlog re-driven; sink is live again")
 	return true
 }

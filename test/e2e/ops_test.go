@@ -203,6 +203,7 @@ func TestMetricsMatchWhatHappened(t *testing.T) {
 		{"changegate_delivery_attempts_total", map[string]string{"sink": "hook"}, 20},
 		{"changegate_events_in_flight", map[string]string{"source": "items"}, 0},
 		{"changegate_sink_queue_depth", map[string]string{"sink": "hook"}, 0},
+		{"changegate_delivery_failures_total", map[string]string{"sink": "hook", "reason": "http_400"}, 2},
 	}
 	for _, c := range checks {
 		if got := value(fams, c.name, c.labels); got != c.want {
