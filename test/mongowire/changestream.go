@@ -46,6 +46,16 @@ type streamCursor struct {
 	// scanned after it, so the post-batch token equals that event's _id.
 	lastEvent *resumeToken
 	closed    bool
+
+	// killed is closed by killCursors: it interrupts a getMore waiting for
+	// events, which then fails with CursorKilled like on the server.
+	killed   chan struct{}
+	killOnce sync.Once
+}
+
+// kill interrupts a waiting getMore; the cursor is already unregistered.
+func (c *streamCursor) kill() {
+	c.killOnce.Do(func() { close(c.killed) })
 }
 
 func (c *streamCursor) namespace() string { return c.ns }
@@ -89,7 +99,7 @@ func (s *Server) openChangeStream(cmd *command, dst []byte, stages []bson.Raw) (
 	if !ok {
 		return nil, cmdErr(50808, "$changeStream stage expects a document as argument")
 	}
-	c := &streamCursor{db: cmd.db, fullDocument: "default", beforeChange: "off"}
+	c := &streamCursor{db: cmd.db, fullDocument: "default", beforeChange: "off", killed: make(chan struct{})}
 	target := cmd.body.Lookup("aggregate")
 	allCluster, _ := spec.Lookup("allChangesForCluster").BooleanOK()
 	switch {
@@ -317,6 +327,8 @@ func (s *Server) streamGetMore(cmd *command, dst []byte, id int64, c *streamCurs
 			}
 		case <-timer.C:
 			deadline = time.Now() // reply with what we have
+		case <-c.killed:
+			return nil, cmdErr(codeCursorKilled, "cursor id %d was killed by killCursors while a getMore was waiting", id)
 		case <-cmd.ctx.Done():
 			return nil, cmdErr(11600, "connection closed")
 		}

@@ -959,9 +959,12 @@ func (s *Server) cmdKillCursors(cmd *command, dst []byte) ([]byte, error) {
 	s.curMu.Lock()
 	for _, v := range vals {
 		id, _ := v.AsInt64OK()
-		if _, ok := s.cursors[id]; ok {
+		if cur, ok := s.cursors[id]; ok {
 			delete(s.cursors, id)
 			killed = append(killed, id)
+			if sc, ok := cur.(*streamCursor); ok {
+				sc.kill() // interrupt a getMore waiting on it
+			}
 		} else {
 			notFound = append(notFound, id)
 		}

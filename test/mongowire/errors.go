@@ -26,6 +26,7 @@ const (
 	codeIndexKeySpecsConflict  = 86
 	codeIndexNotFound          = 27
 	codeInvalidResumeToken     = 260
+	codeCursorKilled           = 237
 	codeChangeStreamFatalError = 280
 	codeChangeStreamHistory    = 286
 	codeUnsupportedOpQuery     = 352
@@ -51,6 +52,7 @@ var codeNames = map[int32]string{
 	codeIndexOptionsConflict:   "IndexOptionsConflict",
 	codeIndexKeySpecsConflict:  "IndexKeySpecsConflict",
 	codeInvalidResumeToken:     "InvalidResumeToken",
+	codeCursorKilled:           "CursorKilled",
 	codeChangeStreamFatalError: "ChangeStreamFatalError",
 	codeChangeStreamHistory:    "ChangeStreamHistoryLost",
 	codeUnsupportedOpQuery:     "UnsupportedOpQueryCommand",

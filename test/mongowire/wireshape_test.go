@@ -5,6 +5,7 @@ package mongowire_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/changegate/changegate/test/mongowire"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -60,4 +61,34 @@ func docOf(doc bson.Raw, key string) bson.Raw {
 		return bson.Raw{5, 0, 0, 0, 0}
 	}
 	return d
+}
+
+// TestKillCursorsInterruptsWaitingGetMore: killing a change stream cursor
+// while a getMore waits for events (as a driver does when a stream is closed
+// from another task) ends that getMore at once with CursorKilled (237),
+// instead of holding it until maxTimeMS.
+func TestKillCursorsInterruptsWaitingGetMore(t *testing.T) {
+	srv := startServer(t, mongowire.Options{})
+	a, b := dialRaw(t, srv.Addr()), dialRaw(t, srv.Addr())
+	a.msg(0, bson.D{{Key: "aggregate", Value: "c"}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$changeStream", Value: bson.D{}}}}},
+		{Key: "cursor", Value: bson.D{}}, {Key: "$db", Value: "app"}})
+	_, _, open := a.reply()
+	id, ok := open.Lookup("cursor", "id").Int64OK()
+	if !ok || id == 0 {
+		t.Fatalf("aggregate = %v", open)
+	}
+	a.msg(0, bson.D{{Key: "getMore", Value: id}, {Key: "collection", Value: "c"}, {Key: "maxTimeMS", Value: int64(10000)}, {Key: "$db", Value: "app"}})
+	time.Sleep(100 * time.Millisecond) // let the getMore start waiting
+	start := time.Now()
+	b.msg(0, bson.D{{Key: "killCursors", Value: "c"}, {Key: "cursors", Value: bson.A{id}}, {Key: "$db", Value: "app"}})
+	if _, _, kill := b.reply(); kill.Lookup("cursorsKilled", "0").Int64() != id {
+		t.Fatalf("killCursors = %v", kill)
+	}
+	_, _, gm := a.reply()
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Errorf("getMore returned %v after killCursors", waited)
+	}
+	if gm.Lookup("code").Int32() != 237 || gm.Lookup("codeName").StringValue() != "CursorKilled" {
+		t.Fatalf("interrupted getMore = %v", gm)
+	}
 }

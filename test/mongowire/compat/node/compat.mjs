@@ -633,6 +633,20 @@ const main = async () => {
     assert.equal(await coll.countDocuments(), 2);
   });
 
+  await check('closing a change stream while next() waits ends the wait at once', async () => {
+    const coll = db.collection('cs_close');
+    await coll.insertOne({ _id: 0 });
+    const cs = await openStream(coll, [], { maxAwaitTimeMS: 8000 });
+    const pending = cs.next().then(v => ({ v }), e => ({ e }));
+    await new Promise(r => setTimeout(r, 300)); // the getMore is now waiting on the server
+    const t0 = Date.now();
+    await cs.close();
+    const settled = await pending;
+    const waited = Date.now() - t0;
+    assert.ok(settled.e, `next() after close: ${JSON.stringify(settled.v)}`);
+    assert.ok(waited < 3000, `pending next() settled ${waited} ms after close (server held the killed cursor's getMore)`);
+  });
+
   await check('unacknowledged writes (w: 0, moreToCome)', async () => {
     const coll = db.collection('w0', { writeConcern: { w: 0 } });
     const r = await coll.insertOne({ _id: 1 });
