@@ -22,8 +22,8 @@ import (
 var version = "dev"
 
 const usage = `changegate tails MongoDB change streams and delivers every change to
-webhooks (and, with their sinks configured, EventBridge and SQS), routed by
-rules in a TOML file. Deliveries are at-least-once with stable event ids; what
+webhooks, AWS EventBridge buses and AWS SQS queues, routed by rules in a TOML
+file. Deliveries are at-least-once with stable event ids; what
 cannot be delivered goes to a dead-letter collection in MongoDB.
 
 Usage:
