@@ -222,6 +222,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	for i := range specs {
+		specs[i].ParkBacklog = parkBacklog(cfg)
+	}
 	engine, err := router.NewEngine(rules, specs, dls, m, log)
 	if err != nil {
 		return err
@@ -401,4 +404,17 @@ func (g *gateway) countDeadLetters(ctx context.Context, m *metrics.Metrics) {
 		case <-t.C:
 		}
 	}
+}
+
+// parkBacklog is the backlog at which a failing sink is parked before
+// park_after has passed: half the smallest source in-flight cap, so a failing
+// sink cannot fill a source's cap and stall the healthy sinks.
+func parkBacklog(cfg *config.Config) int {
+	n := 0
+	for _, s := range cfg.Sources {
+		if n == 0 || s.MaxInFlightEvents < n {
+			n = s.MaxInFlightEvents
+		}
+	}
+	return max(n/2, 1)
 }

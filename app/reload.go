@@ -56,6 +56,7 @@ func (g *gateway) reload() error {
 			continue
 		}
 		sp, err := buildSink(sc, g.log)
+		sp.ParkBacklog = parkBacklog(next)
 		if err != nil {
 			for _, b := range built {
 				_ = b.Sink.Close()

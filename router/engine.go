@@ -296,6 +296,10 @@ func (e *Engine) DeliverNow(ctx context.Context, sink string, ev *event.Event) e
 	if l == nil {
 		return fmt.Errorf("unknown sink %q", sink)
 	}
+	if l.parked.Load() {
+		// Delivering now would overtake the parked backlog of this sink.
+		return fmt.Errorf("sink %s: %w: its parked backlog is being re-driven; replay once it is live again", sink, ErrParked)
+	}
 	_, err := l.deliver(ctx, []*item{{ev: ev}}, modeReplay)
 	return err
 }

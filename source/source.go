@@ -464,7 +464,15 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			return token, false, err
 		}
 		if cs.ID() == 0 {
-			return token, invalidated, nil
+			// The server closed the cursor: an invalidate. Its event may have
+			// been filtered out by the source's own pipeline stages; the
+			// final post-batch token then marks it, and startAfter that
+			// token continues after it.
+			if rt := cs.ResumeToken(); rt != nil && !invalidated {
+				tr.SetResumePoint(rt)
+				token = rt
+			}
+			return token, true, nil
 		}
 		if rt := cs.ResumeToken(); rt != nil && cs.RemainingBatchLength() == 0 {
 			tr.SetResumePoint(rt)
@@ -481,7 +489,7 @@ func (s *Source) recordGap(ctx context.Context, tr *checkpoint.Tracker, cause er
 		from = time.Unix(int64(pos.ClusterTime.T), 0).UTC()
 	}
 	e := deadletter.Entry{
-		ID:        fmt.Sprintf("gap/%s/%d", s.spec.Name, now.UnixNano()),
+		ID:        deadletter.GapID(s.spec.Name, from),
 		Kind:      deadletter.KindGap,
 		Source:    s.spec.Name,
 		Reason:    "history_lost",
