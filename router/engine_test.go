@@ -337,6 +337,10 @@ func TestEngineParksAndRedrivesInOrder(t *testing.T) {
 	if !eng.Lane("sick").Status().Parked {
 		t.Fatal("lane not parked")
 	}
+	// A replay must not overtake the parked backlog.
+	if err := eng.DeliverNow(context.Background(), "sick", mkEvent(t, 10000, 1)); !errors.Is(err, ErrParked) {
+		t.Fatalf("DeliverNow on a parked sink: %v, want ErrParked", err)
+	}
 	for i := n / 2; i < n; i++ {
 		eng.Dispatch(mkEvent(t, i, i%5), func() { acked.Add(1) })
 	}
