@@ -48,6 +48,9 @@ type Options struct {
 	// LoadConfig re-reads the configuration for a reload; nil means
 	// config.Load of the file the running configuration came from.
 	LoadConfig func() (*config.Config, error)
+	// NoPushdown evaluates rule filters only in changegate, never inside the
+	// change stream (for benchmarks and diagnosis; the result is the same).
+	NoPushdown bool
 	// Started, when non-nil, is called with the admin server's address
 	// ("" when disabled) once everything is running.
 	Started func(adminAddr string)
@@ -58,6 +61,7 @@ type gateway struct {
 	loadConfig func() (*config.Config, error)
 	reloadMu   sync.Mutex
 	pushdowns  pushdowns
+	noPushdown bool
 	log        *slog.Logger
 	client     *mongo.Client
 	cps        *checkpoint.Store
@@ -229,7 +233,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	g := &gateway{log: log, client: client, cps: cps, dls: dls, engine: engine, staleAfter: 30 * time.Second, stuckAfter: 5 * time.Second,
+	g := &gateway{log: log, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, staleAfter: 30 * time.Second, stuckAfter: 5 * time.Second,
 		loadConfig: opts.LoadConfig, pushdowns: pushdowns{}}
 	g.cfgPtr.Store(cfg)
 	if g.loadConfig == nil {
@@ -244,6 +248,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	for _, sc := range cfg.Sources {
 		g.stuckAfter = max(g.stuckAfter, sc.MaxAwait+5*time.Second)
 		push, _ := rules.Pushdown(sc.Name)
+		if opts.NoPushdown {
+			push = nil
+		}
 		g.pushdowns[sc.Name] = push
 		var pipeline bson.A
 		for _, st := range sc.Pipeline {

@@ -71,6 +71,9 @@ func (g *gateway) reload() error {
 	}
 	for _, s := range g.sources {
 		push, _ := rules.Pushdown(s.Name())
+		if g.noPushdown {
+			push = nil
+		}
 		if !reflect.DeepEqual(push, g.pushdowns[s.Name()]) {
 			g.pushdowns[s.Name()] = push
 			s.SetPushdown(push)

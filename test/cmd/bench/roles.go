@@ -27,9 +27,7 @@ import (
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/event"
-	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks/webhook"
-	"github.com/changegate/changegate/source"
 )
 
 // roleEnv names the child-process role when the bench binary re-executes
@@ -286,8 +284,7 @@ func syntheticChange(i int) bson.Raw {
 // roleGateway runs changegate in this process (what cmd/changegate run
 // does) until SIGTERM or SIGINT, optionally with CPU and allocation
 // profiles, or, with -no-pushdown, with the rule filters evaluated only
-// client-side (the same wiring as app.Run without the $match pushdown and
-// the admin server).
+// client-side.
 func roleGateway(args []string) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	path := fs.String("config", "", "config file")
@@ -324,57 +321,5 @@ func roleGateway(args []string) error {
 		}()
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if !*noPushdown {
-		return app.Run(ctx, cfg, app.Options{Logger: log})
-	}
-	return runWithoutPushdown(ctx, cfg, log)
-}
-
-func runWithoutPushdown(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	client, err := app.Connect(cfg)
-	if err != nil {
-		return err
-	}
-	defer client.Disconnect(context.Background())
-	cps, dls := app.Stores(cfg, client)
-	rules, err := app.CompileRules(cfg)
-	if err != nil {
-		return err
-	}
-	specs, err := app.BuildSinks(cfg, log)
-	if err != nil {
-		return err
-	}
-	engine, err := router.NewEngine(rules, specs, dls, nil, log)
-	if err != nil {
-		return err
-	}
-	ectx, stopEngine := context.WithCancel(context.Background())
-	defer stopEngine()
-	engine.Start(ectx)
-	defer engine.Stop()
-	var wg sync.WaitGroup
-	var srcs []*source.Source
-	for _, sc := range cfg.Sources {
-		s := source.New(source.Spec{
-			Name: sc.Name, Database: sc.Database, Collection: sc.Collection,
-			FullDocument: sc.FullDocument, StartAt: sc.StartAt, OnHistoryLost: string(sc.OnHistoryLost),
-			BatchSize: sc.BatchSize, MaxAwait: sc.MaxAwait, MaxInFlight: sc.MaxInFlightEvents,
-			CheckpointInterval: sc.CheckpointInterval,
-		}, client, cps, dls, engine, nil, log)
-		srcs = append(srcs, s)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.Run(ctx); err != nil {
-				log.Error("source failed", "err", err)
-			}
-		}()
-	}
-	<-ctx.Done()
-	for _, s := range srcs {
-		s.StopReading()
-	}
-	wg.Wait()
-	return nil
+	return app.Run(ctx, cfg, app.Options{Logger: log, NoPushdown: *noPushdown})
 }
