@@ -118,6 +118,7 @@ func (s *Server) cmdHello(cmd *command, dst []byte) ([]byte, error) {
 	dst = bsoncore.AppendInt32Element(dst, "minWireVersion", 0)
 	dst = bsoncore.AppendInt32Element(dst, "maxWireVersion", maxWireVersion)
 	dst = bsoncore.AppendBooleanElement(dst, "readOnly", false)
+	dst = s.appendTopologyVersion(dst)
 	return s.appendOK(dst, idx), nil
 }
 

@@ -43,12 +43,22 @@ func TestNodeCompat(t *testing.T) {
 		}
 	}
 
-	srv := startServer(t, mongowire.Options{})
-	cmd := exec.CommandContext(ctx, node, "compat.mjs", srv.URI())
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node compat.mjs %s: %v\n%s", srv.URI(), err, out)
+	for _, tc := range []struct {
+		name string
+		opts mongowire.Options
+	}{
+		{"polled-hello", mongowire.Options{}},
+		{"streaming-hello", mongowire.Options{StreamingHello: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startServer(t, tc.opts)
+			cmd := exec.CommandContext(ctx, node, "compat.mjs", srv.URI())
+			cmd.Dir = dir
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("node compat.mjs %s: %v\n%s", srv.URI(), err, out)
+			}
+			t.Logf("node compat.mjs %s:\n%s", srv.URI(), out)
+		})
 	}
-	t.Logf("node compat.mjs %s:\n%s", srv.URI(), out)
 }

@@ -32,7 +32,10 @@
 // transactions (their commands are accepted but writes apply at once and
 // abortTransaction does not roll back), pipeline-style updates, positional
 // update operators, aggregation expressions beyond field paths and
-// literals, idle-cursor timeouts, and streaming (awaitable) hello.
+// literals, idle-cursor timeouts, and showExpandedEvents events. Streaming
+// (awaitable, exhaust) hello is served, but hello reports the
+// topologyVersion that makes drivers use it only with
+// Options.StreamingHello.
 //
 // Besides the Go driver, the package is checked with the official MongoDB
 // Node.js driver by compat/node/compat.mjs (node and npm needed):
@@ -49,6 +52,7 @@ package mongowire
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -77,6 +81,13 @@ type Options struct {
 	CommandLogLimit int
 	// Logger receives connection and protocol diagnostics; default discards.
 	Logger *slog.Logger
+	// StreamingHello makes hello report a topologyVersion, as every real
+	// replica-set member does, so that drivers monitor the server with the
+	// streaming (awaitable, exhaust) hello protocol; "not primary" and
+	// shutdown errors then carry it too. Off by default: drivers poll, and
+	// a Go driver Disconnect after the server stopped then returns at once
+	// rather than waiting out its context.
+	StreamingHello bool
 }
 
 // Server is a running (or stopped) mongowire server. Its data and history
@@ -97,6 +108,9 @@ type Server struct {
 
 	connSeq atomic.Int32
 	reqSeq  atomic.Int32
+	// processID is hello's topologyVersion.processId, new for every
+	// listen (a restarted server is a new process); the counter stays 0.
+	processID atomic.Pointer[bson.ObjectID]
 
 	curMu   sync.Mutex
 	cursors map[int64]cursor
@@ -154,6 +168,10 @@ func (s *Server) listen(addr string) error {
 	defer s.mu.Unlock()
 	s.ln = ln
 	s.addr = ln.Addr().String()
+	if s.opts.StreamingHello {
+		pid := bson.NewObjectID()
+		s.processID.Store(&pid)
+	}
 	s.running = true
 	s.wg.Add(1)
 	go s.acceptLoop(ln)
@@ -308,6 +326,11 @@ type conn struct {
 	id      int32
 	appName string
 	w       msgWriter
+	// exhaust is set while the connection streams hello replies (an
+	// awaitable hello sent with exhaustAllowed).
+	exhaust *command
+	// helloWait is how long an awaitable hello waits (maxAwaitTimeMS).
+	helloWait time.Duration
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -357,7 +380,78 @@ func (c *conn) serve() {
 		if cap(c.w.buf) > 4*maxBSONSize {
 			c.w.buf = nil // don't pin a huge batch buffer
 		}
+		if c.exhaust != nil {
+			c.streamHello(bw, out)
+			return
+		}
 	}
+}
+
+// streamHello serves the streaming (exhaust) hello protocol: after an
+// awaitable hello sent with exhaustAllowed, the server sends a further hello
+// reply every maxAwaitTimeMS, each flagged moreToCome and answering the
+// previous reply, without further requests, until the connection closes.
+// The topology of a one-node set never changes, so every reply waits the
+// full maxAwaitTimeMS.
+func (c *conn) streamHello(bw *bufio.Writer, prev []byte) {
+	s := c.srv
+	cmd := c.exhaust
+	for {
+		prevID := int32(binary.LittleEndian.Uint32(prev[4:]))
+		t := time.NewTimer(c.helloWait)
+		select {
+		case <-t.C:
+		case <-c.done:
+			t.Stop()
+			return
+		}
+		select {
+		case <-s.currentGate():
+		case <-c.done:
+			return
+		}
+		c.w.startMsg(prevID)
+		out, err := s.cmdHello(cmd, c.w.buf)
+		if err != nil {
+			return
+		}
+		c.w.buf = out
+		c.w.setMoreToCome()
+		prev = c.w.finish(s.reqSeq.Add(1))
+		if _, err := bw.Write(prev); err != nil {
+			return
+		}
+		if err := bw.Flush(); err != nil {
+			return
+		}
+	}
+}
+
+// awaitableHello reports whether cmd is an awaitable hello: one carrying
+// topologyVersion and maxAwaitTimeMS, which the server answers when its
+// topology changes or maxAwaitTimeMS passes. It returns the time to wait
+// (0 when the client's topologyVersion is stale, so the answer is
+// immediate) or an error for a malformed request.
+func (s *Server) awaitableHello(cmd *command) (bool, time.Duration, error) {
+	tv, hasTV := cmd.body.Lookup("topologyVersion").DocumentOK()
+	mv, err := cmd.body.LookupErr("maxAwaitTimeMS")
+	hasMax := err == nil
+	if !hasTV && !hasMax {
+		return false, 0, nil
+	}
+	if hasTV != hasMax {
+		return false, 0, cmdErr(codeFailedToParse, "A request with a 'topologyVersion' must include 'maxAwaitTimeMS'")
+	}
+	if !mv.IsNumber() || num(mv) < 0 {
+		return false, 0, cmdErr(codeBadValue, "maxAwaitTimeMS must be a non-negative integer")
+	}
+	wait := time.Duration(num(mv)) * time.Millisecond
+	pid, _ := tv.Lookup("processId").ObjectIDOK()
+	counter, _ := tv.Lookup("counter").AsInt64OK()
+	if cur := s.processID.Load(); cur == nil || pid != *cur || counter < 0 {
+		return true, 0, nil // stale: answer at once with the current state
+	}
+	return true, wait, nil
 }
 
 // command is one decoded command.
@@ -452,6 +546,32 @@ func (c *conn) handle(m *message) ([]byte, bool) {
 		err = cmdErr(codeUnsupportedOpQuery, "Unsupported OP_QUERY command: %s. The client driver may require an upgrade.", cmd.name)
 	case cmd.db == "" && !isLegacy:
 		err = cmdErr(codeFailedToParse, "OP_MSG requests require a $db argument")
+	case !isLegacy && isHello(cmd.name):
+		var (
+			awaitable bool
+			wait      time.Duration
+		)
+		awaitable, wait, err = s.awaitableHello(cmd)
+		if err != nil {
+			break
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-c.done:
+				t.Stop()
+				return nil, false
+			}
+		}
+		if out, err = s.dispatch(cmd, c.w.buf); err == nil && awaitable && m.flags&flagExhaustAllowed != 0 {
+			c.w.buf = out
+			c.w.setMoreToCome()
+			c.exhaust, c.helloWait = cmd, wait
+			if wait <= 0 {
+				c.helloWait = time.Second
+			}
+		}
 	default:
 		out, err = s.dispatch(cmd, c.w.buf)
 	}
@@ -525,6 +645,13 @@ func (s *Server) appendError(dst []byte, err error) []byte {
 	dst = bsoncore.AppendInt32Element(dst, "code", ce.Code)
 	dst = bsoncore.AppendStringElement(dst, "codeName", codeName(ce.Code))
 	dst = ce.appendInfo(dst)
+	if stateChangeCodes[ce.Code] {
+		// Like a replica-set member, attach the current topologyVersion
+		// to "not primary" and shutdown errors: a client compares it with
+		// the one it monitors and ignores the error for server discovery
+		// when it is not newer (no topology change happened).
+		dst = s.appendTopologyVersion(dst)
+	}
 	if len(ce.Labels) > 0 {
 		aidx, d := bsoncore.AppendArrayElementStart(dst, "errorLabels")
 		dst = d
@@ -664,6 +791,23 @@ func (s *Server) DiscardHistory() {
 // ResumableChangeStreamError.
 var retryableCodes = map[int32]bool{6: true, 7: true, 89: true, 91: true, 189: true, 262: true, 9001: true,
 	10107: true, 11600: true, 11602: true, 13435: true, 13436: true}
+
+// stateChangeCodes are the server's NotPrimaryError and ShutdownError
+// categories, whose error replies carry topologyVersion.
+var stateChangeCodes = map[int32]bool{10107: true, 13435: true, 13436: true, 11602: true, 189: true, 91: true, 11600: true}
+
+// appendTopologyVersion appends hello's topologyVersion element.
+func (s *Server) appendTopologyVersion(dst []byte) []byte {
+	pid := s.processID.Load()
+	if pid == nil {
+		return dst
+	}
+	idx, dst := bsoncore.AppendDocumentElementStart(dst, "topologyVersion")
+	dst = bsoncore.AppendObjectIDElement(dst, "processId", *pid)
+	dst = bsoncore.AppendInt64Element(dst, "counter", 0)
+	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
+	return dst
+}
 
 // resumableOnlyCodes are further codes resumable for change streams.
 var resumableOnlyCodes = map[int32]bool{63: true, 133: true, 150: true, 234: true, 13388: true}

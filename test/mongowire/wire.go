@@ -22,6 +22,7 @@ const (
 const (
 	flagChecksumPresent = 1 << 0
 	flagMoreToCome      = 1 << 1
+	flagExhaustAllowed  = 1 << 16
 )
 
 const (
@@ -221,6 +222,11 @@ func (w *msgWriter) bodyOffset(op int32) int {
 		return headerLen + 20
 	}
 	return headerLen + 5
+}
+
+// setMoreToCome marks an OP_MSG reply as one of a stream (exhaust).
+func (w *msgWriter) setMoreToCome() {
+	w.buf[headerLen] |= flagMoreToCome
 }
 
 // finish stamps the length and request id.

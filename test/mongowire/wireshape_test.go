@@ -4,6 +4,8 @@ package mongowire_test
 // see compat/node) relies on and MongoDB 7 produces.
 
 import (
+	"encoding/binary"
+	"io"
 	"testing"
 	"time"
 
@@ -91,4 +93,76 @@ func TestKillCursorsInterruptsWaitingGetMore(t *testing.T) {
 	if gm.Lookup("code").Int32() != 237 || gm.Lookup("codeName").StringValue() != "CursorKilled" {
 		t.Fatalf("interrupted getMore = %v", gm)
 	}
+}
+
+// TestStreamingHello: with Options.StreamingHello, hello reports a
+// topologyVersion; an awaitable hello (topologyVersion + maxAwaitTimeMS)
+// sent with exhaustAllowed is answered by a stream of moreToCome replies,
+// one per maxAwaitTimeMS, each answering the previous; and "not primary"
+// errors carry the same topologyVersion.
+func TestStreamingHello(t *testing.T) {
+	srv := startServer(t, mongowire.Options{StreamingHello: true})
+	r := dialRaw(t, srv.Addr())
+	r.legacyQuery("admin.$cmd", bson.D{{Key: "isMaster", Value: 1}, {Key: "helloOk", Value: true}})
+	_, _, hello := r.reply()
+	tv, ok := hello.Lookup("topologyVersion").DocumentOK()
+	if !ok {
+		t.Fatalf("hello without topologyVersion: %v", hello)
+	}
+	if _, ok := tv.Lookup("processId").ObjectIDOK(); !ok || tv.Lookup("counter").Type != bson.TypeInt64 {
+		t.Fatalf("topologyVersion = %v", tv)
+	}
+
+	// A stale topologyVersion is answered at once, without streaming.
+	start := time.Now()
+	r.msg(0, bson.D{{Key: "hello", Value: 1}, {Key: "topologyVersion", Value: bson.D{{Key: "processId", Value: bson.NewObjectID()}, {Key: "counter", Value: int64(0)}}},
+		{Key: "maxAwaitTimeMS", Value: int64(5000)}, {Key: "$db", Value: "admin"}})
+	if _, _, doc := r.reply(); doc.Lookup("isWritablePrimary").Boolean() != true || time.Since(start) > 2*time.Second {
+		t.Fatalf("stale awaitable hello = %v after %v", doc, time.Since(start))
+	}
+
+	start = time.Now()
+	req := r.msg(1<<16, bson.D{{Key: "hello", Value: 1}, {Key: "topologyVersion", Value: tv}, {Key: "maxAwaitTimeMS", Value: int64(150)}, {Key: "$db", Value: "admin"}})
+	prev := req
+	for i := 0; i < 3; i++ {
+		flags, reqID, responseTo, doc := readMsg(t, r)
+		if responseTo != prev || flags&2 == 0 || doc.Lookup("isWritablePrimary").Boolean() != true {
+			t.Fatalf("streamed hello %d: flags %#x responseTo %d (want %d): %v", i, flags, responseTo, prev, doc)
+		}
+		prev = reqID
+	}
+	if d := time.Since(start); d < 400*time.Millisecond {
+		t.Fatalf("three awaited replies in %v, want >= 450ms", d)
+	}
+
+	c := dialRaw(t, srv.Addr())
+	srv.FailCommand(mongowire.FailPoint{Commands: []string{"find"}, Times: 1, ErrorCode: 10107})
+	c.msg(0, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "app"}})
+	_, _, fe := c.reply()
+	if got, ok := fe.Lookup("topologyVersion").DocumentOK(); !ok || got.String() != tv.String() {
+		t.Fatalf("NotWritablePrimary error = %v, want topologyVersion %v", fe, tv)
+	}
+	// The Go driver monitors with the streaming protocol and retries.
+	client, ctx := connect(t, srv.URI()), ctxFor(t, 20*time.Second)
+	srv.FailCommand(mongowire.FailPoint{Commands: []string{"insert"}, Times: 1, ErrorCode: 91})
+	if _, err := client.Database("app").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 1}}); err != nil {
+		t.Fatalf("insert after a ShutdownInProgress error: %v", err)
+	}
+}
+
+// readMsg reads one OP_MSG and returns its flags, requestID, responseTo and body.
+func readMsg(t *testing.T, r *rawConn) (uint32, int32, int32, bson.Raw) {
+	t.Helper()
+	var hdr [16]byte
+	if _, err := io.ReadFull(r.c, hdr[:]); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, binary.LittleEndian.Uint32(hdr[0:])-16)
+	if _, err := io.ReadFull(r.c, buf); err != nil {
+		t.Fatal(err)
+	}
+	if op := binary.LittleEndian.Uint32(hdr[12:]); op != 2013 || buf[4] != 0 {
+		t.Fatalf("not an OP_MSG reply: opcode %d", op)
+	}
+	return binary.LittleEndian.Uint32(buf), int32(binary.LittleEndian.Uint32(hdr[4:])), int32(binary.LittleEndian.Uint32(hdr[8:])), bson.Raw(buf[5:])
 }

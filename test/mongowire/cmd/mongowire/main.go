@@ -40,6 +40,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&opts.OplogMaxEntries, "oplog-max-entries", 0, "keep at most this many changes for resuming change streams (0: unbounded)")
 	fs.DurationVar(&opts.OplogMaxAge, "oplog-max-age", 0, "keep changes at most this long for resuming change streams (0: unbounded)")
 	fs.IntVar(&opts.CommandLogLimit, "command-log", -1, "keep this many received commands in memory (-1: none)")
+	fs.BoolVar(&opts.StreamingHello, "streaming-hello", false, "report topologyVersion in hello, so drivers use the streaming (awaitable) hello protocol")
 	verbose := fs.Bool("v", false, "log connections and protocol errors")
 	if err := fs.Parse(args); err != nil {
 		return err
