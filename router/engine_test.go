@@ -387,3 +387,23 @@ func TestPushdown(t *testing.T) {
 		t.Fatal("a rule without conditions must disable pushdown")
 	}
 }
+
+// A sink that returns context.Canceled on its own (its context is live) is
+// retried, not mistaken for the lane being parked or stopped.
+func TestEngineSinkSideCancellationIsRetried(t *testing.T) {
+	s := &fakeSink{name: "s"}
+	var calls atomic.Int64
+	s.setFail(func(e *event.Event) error {
+		if calls.Add(1) <= 2 {
+			return fmt.Errorf("client gave up: %w", context.Canceled)
+		}
+		return nil
+	})
+	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 1})
+	var acked atomic.Int64
+	eng.Dispatch(mkEvent(t, 1, 1), func() { acked.Add(1) })
+	waitUntil(t, "the event delivered after two sink-side cancellations", func() bool { return acked.Load() == 1 })
+	if len(s.received()) != 1 {
+		t.Fatalf("delivered %d times", len(s.received()))
+	}
+}

@@ -450,7 +450,9 @@ func (l *Lane) deliver(ctx context.Context, items []*item, mode deliveryMode) ([
 		} else {
 			de, ok := sinks.Classify(err)
 			if !ok {
-				return pending, err
+				// A cancellation the sink reports while our context is
+				// live is the sink's own: retry it like a transport error.
+				de = &sinks.Error{Err: err, Reason: "canceled"}
 			}
 			decision = de
 			for _, it := range pending {
