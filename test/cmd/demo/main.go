@@ -34,7 +34,7 @@ const demoConfig = `
 uri = "%URI%"
 
 [server]
-listen = "127.0.0.1:9464"
+listen = "127.0.0.1:0"   # any free port; the demo prints it
 
 [[sources]]
 name = "orders"
@@ -97,13 +97,14 @@ func run(stay bool) error {
 	}
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	started := make(chan struct{})
+	started := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- app.Run(gctx, cfg, app.Options{Logger: log, Started: func(string) { close(started) }})
+		done <- app.Run(gctx, cfg, app.Options{Logger: log, Started: func(addr string) { started <- addr }})
 	}()
+	var admin string
 	select {
-	case <-started:
+	case admin = <-started:
 	case err := <-done:
 		return err
 	}
@@ -149,7 +150,7 @@ func run(stay bool) error {
 			return fmt.Errorf("the receiver got %d of 2 expected events", i)
 		}
 	}
-	fmt.Printf("\nThe receiver got 2 events (the two matching paid orders). Metrics: http://127.0.0.1:9464/metrics\n")
+	fmt.Printf("\nThe receiver got 2 events (the two matching paid orders). Status: http://%s/api/v1/status  Metrics: http://%s/metrics\n", admin, admin)
 	if stay {
 		fmt.Printf("Still running; write to %s with any MongoDB client. Ctrl-C to stop.\n", srv.URI())
 		<-ctx.Done()
