@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -74,13 +75,95 @@ func MakeID(source string, token bson.Raw) string {
 	return source + ":" + TokenData(token)
 }
 
+// Top-level change fields FromChange reads, found in one pass.
+const (
+	chID = iota
+	chOperationType
+	chNS
+	chDocumentKey
+	chClusterTime
+	chWallTime
+	chFields
+)
+
+// changeField returns the chXxx index of a top-level change field, or -1.
+func changeField(key []byte) int {
+	switch string(key) {
+	case "_id":
+		return chID
+	case "operationType":
+		return chOperationType
+	case "ns":
+		return chNS
+	case "documentKey":
+		return chDocumentKey
+	case "clusterTime":
+		return chClusterTime
+	case "wallTime":
+		return chWallTime
+	}
+	return -1
+}
+
+// scanChange finds the fields FromChange reads in one pass over raw, with
+// the results raw.LookupErr would give for each: the first occurrence of a
+// key, and nothing from a malformed element on.
+func scanChange(raw bson.Raw) (vals [chFields]bsoncore.Value, found [chFields]bool) {
+	length, rem, ok := bsoncore.ReadLength(raw)
+	if !ok {
+		return vals, found
+	}
+	length -= 4
+	for length > 1 {
+		el, rest, ok := bsoncore.ReadElement(rem)
+		length -= int32(len(el))
+		if !ok {
+			return vals, found
+		}
+		rem = rest
+		if i := changeField(el.KeyBytes()); i >= 0 && !found[i] {
+			// A value that cannot be read stays the zero Value (type 0):
+			// found, but of no usable type, as LookupErr's error.
+			found[i] = true
+			if v, err := el.ValueErr(); err == nil {
+				vals[i] = v
+			}
+		}
+	}
+	return vals, found
+}
+
+// stringBytes returns the bytes of a BSON string value, with the checks of
+// bsoncore's Value.StringValueOK, without allocating.
+func stringBytes(v bsoncore.Value) ([]byte, bool) {
+	if v.Type != bsoncore.TypeString {
+		return nil, false
+	}
+	l, rem, ok := bsoncore.ReadLength(v.Data)
+	if !ok || len(rem) < int(l) || l <= 0 {
+		return nil, false
+	}
+	return rem[:l-1], true
+}
+
+// tokenData returns TokenData(token) as bytes when the token has a _data
+// string (without allocating), or nil, false.
+func tokenData(token bson.Raw) ([]byte, bool) {
+	v, err := bsoncore.Document(token).LookupErr("_data")
+	if err != nil {
+		return nil, false
+	}
+	return stringBytes(v)
+}
+
 // FromChange builds an Event from a raw change stream document. seq is the
 // position assigned by the source.
 func FromChange(source string, seq uint64, raw bson.Raw) (*Event, error) {
-	idv, err := raw.LookupErr("_id")
-	if err != nil {
+	vals, found := scanChange(raw)
+	if !found[chID] || vals[chID].Type == 0 {
 		return nil, fmt.Errorf("change event has no _id (resume token)")
 	}
+	idv := bson.RawValue{Type: bson.Type(vals[chID].Type), Value: vals[chID].Data}
 	tok, ok := idv.DocumentOK()
 	if !ok {
 		return nil, fmt.Errorf("change event _id is a %s, not a document", idv.Type)
@@ -91,25 +174,58 @@ func FromChange(source string, seq uint64, raw bson.Raw) (*Event, error) {
 		Token:  tok,
 		Raw:    raw,
 	}
-	e.ID = MakeID(source, tok)
-	if v, err := raw.LookupErr("operationType"); err == nil {
-		e.OperationType, _ = v.StringValueOK()
+	// The event's strings (id, operation type, database, collection) share
+	// one allocation.
+	data, hasData := tokenData(tok)
+	var op, db, coll []byte
+	if found[chOperationType] {
+		op, _ = stringBytes(vals[chOperationType])
 	}
-	if v, err := raw.LookupErr("ns", "db"); err == nil {
-		e.DB, _ = v.StringValueOK()
+	if found[chNS] {
+		// As raw.LookupErr("ns", "db"): ns may be a document or an array.
+		if ns := vals[chNS]; ns.Type == bsoncore.TypeEmbeddedDocument || ns.Type == bsoncore.TypeArray {
+			if v, err := bsoncore.Document(ns.Data).LookupErr("db"); err == nil {
+				db, _ = stringBytes(v)
+			}
+			if v, err := bsoncore.Document(ns.Data).LookupErr("coll"); err == nil {
+				coll, _ = stringBytes(v)
+			}
+		}
 	}
-	if v, err := raw.LookupErr("ns", "coll"); err == nil {
-		e.Coll, _ = v.StringValueOK()
+	var sb strings.Builder
+	if hasData {
+		sb.Grow(len(source) + 1 + len(data) + len(op) + len(db) + len(coll))
+		sb.WriteString(source)
+		sb.WriteByte(':')
+		sb.Write(data)
+	} else {
+		sb.Grow(len(op) + len(db) + len(coll))
 	}
-	if v, err := raw.LookupErr("documentKey"); err == nil {
-		e.DocumentKey, _ = v.DocumentOK()
+	sb.Write(op)
+	sb.Write(db)
+	sb.Write(coll)
+	all := sb.String()
+	n := 0
+	if hasData {
+		n = len(source) + 1 + len(data)
+		e.ID = all[:n]
+	} else {
+		e.ID = MakeID(source, tok)
 	}
-	if v, err := raw.LookupErr("clusterTime"); err == nil {
-		t, i, _ := v.TimestampOK()
+	e.OperationType = all[n : n+len(op)]
+	n += len(op)
+	e.DB = all[n : n+len(db)]
+	n += len(db)
+	e.Coll = all[n : n+len(coll)]
+	if found[chDocumentKey] {
+		e.DocumentKey, _ = bson.RawValue{Type: bson.Type(vals[chDocumentKey].Type), Value: vals[chDocumentKey].Data}.DocumentOK()
+	}
+	if found[chClusterTime] {
+		t, i, _ := vals[chClusterTime].TimestampOK()
 		e.ClusterTime = bson.Timestamp{T: t, I: i}
 	}
-	if v, err := raw.LookupErr("wallTime"); err == nil {
-		if dt, ok := v.DateTimeOK(); ok {
+	if found[chWallTime] {
+		if dt, ok := vals[chWallTime].DateTimeOK(); ok {
 			e.WallTime = time.UnixMilli(dt).UTC()
 		}
 	}
@@ -219,8 +335,10 @@ func (e *Event) encodeFast(canonical bool) ([]byte, error) {
 		b = append(b, '"')
 	}
 	if !e.WallTime.IsZero() {
-		b = append(b, `,"wallTime":`...)
-		b = appendJSONString(b, e.WallTime.Format(time.RFC3339Nano))
+		// RFC 3339 needs no JSON escaping.
+		b = append(b, `,"wallTime":"`...)
+		b = e.WallTime.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
 	}
 	b = append(b, `,"rules":[`...)
 	for i, r := range e.Rules {

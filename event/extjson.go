@@ -184,6 +184,15 @@ func readString(src []byte) (string, []byte, bool) {
 	return string(rem[:l-1]), rem[l:], true
 }
 
+// readStringBytes is readString without the copy into a string.
+func readStringBytes(src []byte) ([]byte, []byte, bool) {
+	l, rem, ok := bsoncore.ReadLength(src)
+	if !ok || l <= 0 || int(l) > len(rem) || rem[l-1] != 0 {
+		return nil, src, false
+	}
+	return rem[:l-1], rem[l:], true
+}
+
 // readSubdoc returns the length-prefixed document at the start of src.
 func readSubdoc(src []byte) ([]byte, []byte, bool) {
 	l, _, ok := bsoncore.ReadLength(src)
@@ -216,11 +225,11 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 		}
 		return dst, rem, nil
 	case bson.TypeString:
-		s, rem, ok := readString(src)
+		s, rem, ok := readStringBytes(src)
 		if !ok {
 			return dst, src, errSlowPath
 		}
-		return appendJSONString(dst, s), rem, nil
+		return appendJSONBytesString(dst, s), rem, nil
 	case bson.TypeEmbeddedDocument:
 		doc, rem, ok := readSubdoc(src)
 		if !ok {
