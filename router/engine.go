@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/metrics"
@@ -71,6 +73,11 @@ type Engine struct {
 	cancel  context.CancelFunc
 	retired []*Lane // lanes replaced or removed by a reload, finishing their work
 	bg      sync.WaitGroup
+
+	// unmatched caches EventsUnmatched's counter per source (copy on
+	// write under unmatchedMu).
+	unmatched   atomic.Pointer[map[string]prometheus.Counter]
+	unmatchedMu sync.Mutex
 }
 
 // engineState is what Dispatch routes with: the rules and the lanes their
@@ -78,6 +85,47 @@ type Engine struct {
 type engineState struct {
 	rules *Rules
 	lanes []*Lane
+	// matched caches EventsMatched's counter of each rule (by rule.idx),
+	// created on the rule's first match as WithLabelValues would.
+	matched []atomic.Pointer[prometheus.Counter]
+}
+
+func newEngineState(rules *Rules) *engineState {
+	return &engineState{rules: rules, matched: make([]atomic.Pointer[prometheus.Counter], len(rules.rules))}
+}
+
+// countMatch counts an event matched by rule idx.
+func (e *Engine) countMatch(st *engineState, idx int) {
+	p := st.matched[idx].Load()
+	if p == nil {
+		r := st.rules.rules[idx]
+		c := e.metrics.EventsMatched.WithLabelValues(r.source, r.name)
+		p = &c
+		st.matched[idx].Store(p)
+	}
+	(*p).Inc()
+}
+
+// countUnmatched counts an event of source that matched no rule.
+func (e *Engine) countUnmatched(source string) {
+	if c, ok := (*e.unmatched.Load())[source]; ok {
+		c.Inc()
+		return
+	}
+	e.unmatchedMu.Lock()
+	defer e.unmatchedMu.Unlock()
+	old := *e.unmatched.Load()
+	c, ok := old[source]
+	if !ok {
+		c = e.metrics.EventsUnmatched.WithLabelValues(source)
+		next := make(map[string]prometheus.Counter, len(old)+1)
+		for k, v := range old {
+			next[k] = v
+		}
+		next[source] = c
+		e.unmatched.Store(&next)
+	}
+	c.Inc()
 }
 
 // NewEngine builds the lanes. rules' sink indexes refer to specs in order.
@@ -89,7 +137,8 @@ func NewEngine(rules *Rules, specs []SinkSpec, dl DeadLetters, m *metrics.Metric
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{dl: dl, metrics: m, log: log}
-	st := &engineState{rules: rules}
+	e.unmatched.Store(&map[string]prometheus.Counter{})
+	st := newEngineState(rules)
 	for _, sp := range specs {
 		l, err := newLane(sp, dl, m, log.With("sink", sp.Sink.Name()))
 		if err != nil {
@@ -153,7 +202,7 @@ func (e *Engine) Reload(rules *Rules, updates []LaneUpdate) error {
 	for _, l := range old.lanes {
 		byName[l.name] = l
 	}
-	st := &engineState{rules: rules}
+	st := newEngineState(rules)
 	var fresh []*Lane
 	for _, u := range updates {
 		if u.Keep {
@@ -257,12 +306,9 @@ func (e *Engine) Rules() *Rules { return e.state.Load().rules }
 // bounds memory).
 func (e *Engine) Dispatch(ev *event.Event, ack func()) {
 	st := e.state.Load()
-	m := st.rules.Route(ev)
-	for _, r := range m.Rules {
-		e.metrics.EventsMatched.WithLabelValues(ev.Source, r).Inc()
-	}
+	m := st.rules.route(ev, func(idx int) { e.countMatch(st, idx) })
 	if len(m.Sinks) == 0 {
-		e.metrics.EventsUnmatched.WithLabelValues(ev.Source).Inc()
+		e.countUnmatched(ev.Source)
 		ack()
 		return
 	}

@@ -6,6 +6,7 @@ package router
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -27,12 +28,19 @@ type RuleSpec struct {
 
 type rule struct {
 	name   string
+	source string
+	idx    int // in Rules.rules
 	ops    map[string]bool
 	nsDB   map[string]bool // db.* patterns
 	nsFull map[string]bool // db.coll patterns
 	filter *query.Filter
 	sinks  []int
 	match  bson.D // the rule as a $match condition; nil when it matches everything
+
+	// The Match of an event that matches this rule only, shared by those
+	// events: read-only, and with len == cap so that appending copies.
+	onlyRules []string
+	onlySinks []int // sinks, sorted
 }
 
 // Rules is the immutable, compiled routing table. It is safe for concurrent
@@ -40,6 +48,7 @@ type rule struct {
 type Rules struct {
 	sinkNames []string
 	bySource  map[string][]*rule
+	rules     []*rule // every rule, in config order (rule.idx)
 }
 
 // Match is the outcome of routing one event: the names of the rules that
@@ -64,7 +73,7 @@ func CompileRules(specs []RuleSpec, sinkNames []string) (*Rules, error) {
 	}
 	rs := &Rules{sinkNames: append([]string(nil), sinkNames...), bySource: map[string][]*rule{}}
 	for _, sp := range specs {
-		r := &rule{name: sp.Name}
+		r := &rule{name: sp.Name, source: sp.Source, idx: len(rs.rules)}
 		var conds bson.A
 		if len(sp.Operations) > 0 {
 			r.ops = map[string]bool{}
@@ -123,7 +132,10 @@ func CompileRules(specs []RuleSpec, sinkNames []string) (*Rules, error) {
 				r.sinks = append(r.sinks, i)
 			}
 		}
+		r.onlyRules = []string{r.name}
+		r.onlySinks = slices.Clip(slices.Sorted(slices.Values(r.sinks)))
 		rs.bySource[sp.Source] = append(rs.bySource[sp.Source], r)
+		rs.rules = append(rs.rules, r)
 	}
 	return rs, nil
 }
@@ -133,16 +145,35 @@ func (rs *Rules) SinkNames() []string { return rs.sinkNames }
 
 // Route returns the rules of e's source that match e and the sinks they send
 // to. A nil Match.Sinks means nothing matched: the event is acknowledged at
-// once.
-func (rs *Rules) Route(e *event.Event) Match {
+// once. The returned slices may be shared with other events: they must not
+// be modified.
+func (rs *Rules) Route(e *event.Event) Match { return rs.route(e, nil) }
+
+// route is Route, calling hit (when not nil) with the index of every
+// matching rule. An event that matches one rule gets that rule's shared
+// Match, without allocating.
+func (rs *Rules) route(e *event.Event, hit func(idx int)) Match {
 	var m Match
 	var seen uint64 // bit set for the first 64 sinks; a map past that
 	var seenMap map[int]bool
+	matched := 0
+	copied := false // m.Sinks is no longer a rule's shared slice
 	for _, r := range rs.bySource[e.Source] {
 		if !r.matches(e) {
 			continue
 		}
-		m.Rules = append(m.Rules, r.name)
+		if hit != nil {
+			hit(r.idx)
+		}
+		matched++
+		if matched == 1 {
+			m.Rules, m.Sinks = r.onlyRules, r.onlySinks
+			if len(r.sinks) == 0 {
+				m.Sinks = nil
+			}
+		} else {
+			m.Rules = append(m.Rules, r.name) // cap == len: copies the shared slice first
+		}
 		for _, s := range r.sinks {
 			if s < 64 {
 				if seen&(1<<uint(s)) != 0 {
@@ -158,10 +189,13 @@ func (rs *Rules) Route(e *event.Event) Match {
 				}
 				seenMap[s] = true
 			}
-			m.Sinks = append(m.Sinks, s)
+			if matched > 1 {
+				m.Sinks = append(m.Sinks, s) // cap == len: copies the shared slice first
+				copied = true
+			}
 		}
 	}
-	if len(m.Sinks) > 1 {
+	if copied && len(m.Sinks) > 1 {
 		sort.Ints(m.Sinks)
 	}
 	return m
