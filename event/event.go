@@ -243,6 +243,33 @@ func (e *Event) OrderingKey() string {
 	return e.DB + "." + e.Coll + "\x00" + string(e.DocumentKey)
 }
 
+// OrderingKeyHash returns the 64-bit FNV-1a hash of OrderingKey(), without
+// building the key.
+func (e *Event) OrderingKeyHash() uint64 {
+	const (
+		offset64 = 14695981039346656037
+		prime64  = 1099511628211
+	)
+	h := uint64(offset64)
+	for i := 0; i < len(e.DB); i++ {
+		h = (h ^ uint64(e.DB[i])) * prime64
+	}
+	h = (h ^ '.') * prime64
+	for i := 0; i < len(e.Coll); i++ {
+		h = (h ^ uint64(e.Coll[i])) * prime64
+	}
+	h = (h ^ 0) * prime64
+	for _, c := range e.DocumentKey {
+		h = (h ^ uint64(c)) * prime64
+	}
+	return h
+}
+
+// SameOrderingKey reports whether e and o have the same OrderingKey().
+func (e *Event) SameOrderingKey(o *Event) bool {
+	return e.DB == o.DB && e.Coll == o.Coll && string(e.DocumentKey) == string(o.DocumentKey)
+}
+
 // envelopeFields are copied from the change event into the envelope, in this
 // order, when present.
 var envelopeFields = [...]string{

@@ -3,6 +3,7 @@ package event
 import (
 	"bytes"
 	"fmt"
+	"hash/fnv"
 	"testing"
 	"time"
 
@@ -144,5 +145,51 @@ func FuzzFromChangeMatchesLookups(f *testing.F) {
 	f.Add([]byte(mustRaw(f, bson.D{{Key: "_id", Value: bson.D{{Key: "_data", Value: "x"}}}, {Key: "ns", Value: bson.A{"a"}}})))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		sameEvent(t, raw)
+	})
+}
+
+func TestOrderingKeyHash(t *testing.T) {
+	evs := []*Event{
+		{},
+		{DB: "shop", Coll: "orders", DocumentKey: mustRaw(t, bson.D{{Key: "_id", Value: 1}})},
+		{DB: "shop", Coll: "orders", DocumentKey: mustRaw(t, bson.D{{Key: "_id", Value: 2}})},
+		{DB: "shop.orders", Coll: ""},
+		{DB: "shop", Coll: "orders"},
+		{DB: "bäse", Coll: "a\x00b", DocumentKey: bson.Raw{0xff, 0x00}},
+	}
+	for i, e := range evs {
+		h := fnv.New64a()
+		h.Write([]byte(e.OrderingKey()))
+		if got, want := e.OrderingKeyHash(), h.Sum64(); got != want {
+			t.Errorf("%d: OrderingKeyHash %x, want fnv-1a of OrderingKey %x", i, got, want)
+		}
+		for j, o := range evs {
+			if got, want := e.SameOrderingKey(o), e.OrderingKey() == o.OrderingKey(); got != want {
+				t.Errorf("SameOrderingKey(%d, %d) = %v, want %v", i, j, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkOrderingKey compares hashing the ordering key without building
+// it (done once per event by the router) with building and hashing it.
+func BenchmarkOrderingKey(b *testing.B) {
+	e, err := FromChange("orders", 1, benchChange(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("hash", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = e.OrderingKeyHash()
+		}
+	})
+	b.Run("string+fnv", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			h := fnv.New64a()
+			h.Write([]byte(e.OrderingKey()))
+			_ = h.Sum64()
+		}
 	})
 }

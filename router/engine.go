@@ -325,8 +325,9 @@ func (e *Engine) Dispatch(ev *event.Event, ack func()) {
 			}
 		}
 	}
+	key := ev.OrderingKeyHash()
 	for _, s := range m.Sinks {
-		st.lanes[s].enqueue(ev, done)
+		st.lanes[s].enqueue(ev, key, done)
 	}
 }
 

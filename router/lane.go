@@ -1,11 +1,9 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -24,6 +22,7 @@ import (
 type item struct {
 	ev       *event.Event
 	done     func() // nil for replays
+	key      uint64 // ev.OrderingKeyHash()
 	order    int64
 	attempts int
 	first    time.Time
@@ -37,6 +36,7 @@ type partition struct {
 	mu   sync.Mutex
 	q    []*item
 	wake chan struct{}
+	seen map[uint64]int // distinctKeys' scratch space, guarded by mu
 }
 
 // Lane drives one sink: partitions that keep per-key order, retries, dead
@@ -243,22 +243,22 @@ func (l *Lane) nextOrder() int64 {
 	return v
 }
 
-func (l *Lane) partitionFor(ev *event.Event) *partition {
+func (l *Lane) partitionFor(key uint64) *partition {
 	switch {
 	case len(l.parts) == 1:
 		return l.parts[0]
 	case l.spec.Ordering == OrderNone:
 		return l.parts[l.rr.Add(1)%uint64(len(l.parts))]
 	default:
-		h := fnv.New64a()
-		h.Write([]byte(ev.OrderingKey()))
-		return l.parts[h.Sum64()%uint64(len(l.parts))]
+		return l.parts[key%uint64(len(l.parts))]
 	}
 }
 
-func (l *Lane) enqueue(ev *event.Event, done func()) {
-	it := &item{ev: ev, done: done, order: l.nextOrder()}
-	p := l.partitionFor(ev)
+// enqueue queues ev; key is ev.OrderingKeyHash() (computed once per event
+// by Dispatch for all its sinks).
+func (l *Lane) enqueue(ev *event.Event, key uint64, done func()) {
+	it := &item{ev: ev, done: done, key: key, order: l.nextOrder()}
+	p := l.partitionFor(key)
 	l.mode.RLock()
 	p.mu.Lock()
 	p.q = append(p.q, it)
@@ -298,7 +298,7 @@ func (l *Lane) take(ctx context.Context, p *partition, max int, wait time.Durati
 				// A batch API may fail one entry and accept the next:
 				// a document appears at most once per batch, so its
 				// later events cannot overtake a failed one.
-				n = distinctKeys(p.q[:n])
+				n = p.distinctKeys(p.q[:n])
 			}
 			batch := make([]*item, n)
 			copy(batch, p.q)
@@ -323,19 +323,38 @@ func (l *Lane) take(ctx context.Context, p *partition, max int, wait time.Durati
 }
 
 // distinctKeys returns the length of the longest prefix of q in which no two
-// events have the same ordering key (at least 1).
-func distinctKeys(q []*item) int {
+// events have the same ordering key (at least 1). Must be called with p.mu
+// held.
+func (p *partition) distinctKeys(q []*item) int {
 	if len(q) <= 16 {
 		for i := 1; i < len(q); i++ {
 			for _, prev := range q[:i] {
-				a, b := prev.ev, q[i].ev
-				if a.DB == b.DB && a.Coll == b.Coll && bytes.Equal(a.DocumentKey, b.DocumentKey) {
+				if prev.key == q[i].key && prev.ev.SameOrderingKey(q[i].ev) {
 					return i
 				}
 			}
 		}
 		return len(q)
 	}
+	if p.seen == nil {
+		p.seen = make(map[uint64]int, len(q))
+	}
+	defer clear(p.seen)
+	for i, it := range q {
+		if j, dup := p.seen[it.key]; dup {
+			if q[j].ev.SameOrderingKey(it.ev) {
+				return i
+			}
+			// Two keys with the same hash: compare the keys themselves.
+			return distinctKeysSlow(q)
+		}
+		p.seen[it.key] = i
+	}
+	return len(q)
+}
+
+// distinctKeysSlow is distinctKeys comparing the ordering keys themselves.
+func distinctKeysSlow(q []*item) int {
 	seen := make(map[string]struct{}, len(q))
 	for i, it := range q {
 		k := it.ev.OrderingKey()
