@@ -3,12 +3,9 @@ package deadletter_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -16,43 +13,15 @@ import (
 
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
-	"github.com/changegate/changegate/test/mongowire"
+	"github.com/changegate/changegate/test/mongotest"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// testDB returns a fresh database for one test: on the MongoDB deployment
-// named by CHANGEGATE_TEST_MONGODB_URI when it is set (a uniquely named
-// database, dropped at the end of the test), otherwise on a test/mongowire
-// server started for the test.
+// testDB returns a fresh database for one test (see package mongotest: a
+// real MongoDB with CHANGEGATE_TEST_MONGODB_URI, otherwise test/mongowire).
 func testDB(t *testing.T) *mongo.Database {
-	t.Helper()
-	uri := os.Getenv("CHANGEGATE_TEST_MONGODB_URI")
-	if uri == "" {
-		srv, err := mongowire.Start(mongowire.Options{})
-		if err != nil {
-			t.Fatalf("start mongowire: %v", err)
-		}
-		t.Cleanup(func() { _ = srv.Close() })
-		uri = srv.URI()
-	}
-	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetServerSelectionTimeout(10 * time.Second))
-	if err != nil {
-		t.Fatalf("connect %s: %v", uri, err)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	db := client.Database("cgtest_deadletter_" + hex.EncodeToString(b[:]))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := db.Drop(ctx); err != nil {
-			t.Errorf("drop test database: %v", err)
-		}
-		_ = client.Disconnect(ctx)
-	})
-	return db
+	return mongotest.Database(t, "cgtest_deadletter_")
 }
 
 func testCtx(t *testing.T) context.Context {

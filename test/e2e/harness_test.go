@@ -18,10 +18,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/test/mongotest"
 	"github.com/changegate/changegate/test/mongowire"
 )
 
@@ -41,22 +41,8 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{t: t}
-	if uri := os.Getenv("CHANGEGATE_TEST_MONGODB_URI"); uri != "" {
-		e.uri = uri
-	} else {
-		srv, err := mongowire.Start(mongowire.Options{})
-		if err != nil {
-			t.Fatalf("start mongowire: %v", err)
-		}
-		t.Cleanup(func() { srv.Close() })
-		e.srv = srv
-		e.uri = srv.URI()
-	}
-	c, err := mongo.Connect(options.Client().ApplyURI(e.uri))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Disconnect(context.Background()) })
+	e.uri, e.srv = mongotest.URI(t)
+	c := mongotest.Client(t, e.uri)
 	e.client = c
 	name := strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(t.Name(), "_"))
 	if len(name) > 30 {
