@@ -248,6 +248,11 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 		DisableCompression:     true, // response bodies are not used
 		MaxResponseHeaderBytes: 64 << 10,
 	}
+	if batch > 1 {
+		// A batch body is tens of KiB: with the default 4 KiB buffer the
+		// write path allocates a fresh 32 KiB copy buffer per request.
+		tr.WriteBufferSize = 64 << 10
+	}
 
 	w := &Webhook{
 		name:      cfg.Name,
