@@ -312,76 +312,10 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 	ctx, cancel := awsutil.WithTimeout(ctx, b.timeout)
 	defer cancel()
 
-	// Greedy chunks of consecutive sendable entries within both limits.
-	idx := make([]int, 0, MaxEntries)
-	var callErr error
-	calls, callFailed := 0, 0
-	flush := func() error {
-		if len(idx) == 0 {
-			return nil
-		}
-		defer func() { idx = idx[:0] }()
-		if callErr != nil {
-			// Not attempted: an earlier call failed. A permanent failure
-			// of that call says nothing about these entries.
-			err := callErr
-			if de, ok := callErr.(*sinks.Error); ok && de.Permanent {
-				err = sinks.Retryable("not_sent", 0, fmt.Errorf("eventbridge %s: not sent after an earlier PutEvents call of the batch failed: %w", b.name, callErr))
-			}
-			for _, i := range idx {
-				fail(i, err)
-			}
-			return nil
-		}
-		err := b.put(ctx, batch, entries, idx, fail)
-		calls++
-		if err != nil {
-			if awsutil.Cancelled(ctx) {
-				return err
-			}
-			callErr = err
-			callFailed++
-			for _, i := range idx {
-				fail(i, err)
-			}
-		}
-		return nil
-	}
-	size := 0
-	for i := range batch {
-		if failed[i] != nil {
-			continue
-		}
-		if len(idx) == MaxEntries || size+sizes[i] > b.maxBytes {
-			if err := flush(); err != nil {
-				return err
-			}
-			size = 0
-		}
-		idx = append(idx, i)
-		size += sizes[i]
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	switch {
-	case len(failed) == 0:
-		return nil
-	case calls > 0 && callFailed == calls && len(failed) == len(batch) && onlyErr(failed, callErr):
-		return callErr // the whole batch failed the same way
-	default:
-		return &sinks.BatchError{Failed: failed}
-	}
-}
-
-// onlyErr reports whether every error of failed is err.
-func onlyErr(failed map[int]error, err error) bool {
-	for _, e := range failed {
-		if e != err {
-			return false
-		}
-	}
-	return true
+	return awsutil.SendInChunks(ctx, prefix+": PutEvents", len(batch), sizes, MaxEntries, b.maxBytes, failed,
+		func(ctx context.Context, idx []int, fail func(int, error)) error {
+			return b.put(ctx, batch, entries, idx, fail)
+		})
 }
 
 // put makes one PutEvents call with the entries at idx and reports the

@@ -404,75 +404,10 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 		entries[i], sizes[i] = ent, size
 	}
 
-	idx := make([]int, 0, MaxEntries)
-	var callErr error
-	calls, callFailed := 0, 0
-	flush := func() error {
-		if len(idx) == 0 {
-			return nil
-		}
-		defer func() { idx = idx[:0] }()
-		if callErr != nil {
-			// Not attempted: an earlier call failed (and FIFO order
-			// forbids sending later messages first). A permanent failure
-			// of that call says nothing about these messages.
-			err := callErr
-			if de, ok := callErr.(*sinks.Error); ok && de.Permanent {
-				err = sinks.Retryable("not_sent", 0, fmt.Errorf("%s: not sent after an earlier SendMessageBatch call of the batch failed: %w", prefix, callErr))
-			}
-			for _, i := range idx {
-				fail(i, err)
-			}
-			return nil
-		}
-		err := s.sendBatch(ctx, url, batch, entries, idx, fail)
-		calls++
-		if err != nil {
-			if awsutil.Cancelled(ctx) {
-				return err
-			}
-			callErr = err
-			callFailed++
-			for _, i := range idx {
-				fail(i, err)
-			}
-		}
-		return nil
-	}
-	size := 0
-	for i := range batch {
-		if failed[i] != nil {
-			continue
-		}
-		if len(idx) == MaxEntries || size+sizes[i] > s.maxBytes {
-			if err := flush(); err != nil {
-				return err
-			}
-			size = 0
-		}
-		idx = append(idx, i)
-		size += sizes[i]
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	switch {
-	case len(failed) == 0:
-		return nil
-	case calls > 0 && callFailed == calls && len(failed) == len(batch) && onlyErr(failed, callErr):
-		return callErr
-	default:
-		return &sinks.BatchError{Failed: failed}
-	}
-}
-
-func onlyErr(failed map[int]error, err error) bool {
-	for _, e := range failed {
-		if e != err {
-			return false
-		}
-	}
-	return true
+	return awsutil.SendInChunks(ctx, prefix+": SendMessageBatch", len(batch), sizes, MaxEntries, s.maxBytes, failed,
+		func(ctx context.Context, idx []int, fail func(int, error)) error {
+			return s.sendBatch(ctx, url, batch, entries, idx, fail)
+		})
 }
 
 // sendBatch makes one SendMessageBatch call with the entries at idx and

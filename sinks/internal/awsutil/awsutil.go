@@ -192,3 +192,92 @@ func ClassifyCall(ctx context.Context, prefix string, err error) error {
 	}
 	return sinks.Retryable("transport", 0, fmt.Errorf("%s: %w", prefix, err))
 }
+
+// SendInChunks sends the entries 0..n-1 of a batch that did not already fail
+// (failed holds the indexes that failed while being prepared; it may be nil)
+// in consecutive chunks of at most maxEntries entries and maxBytes bytes
+// (sizes[i] each), in order, one send call per chunk. send reports per-entry
+// failures through fail and returns the classified error of a call that
+// failed as a whole. Once a call has failed, later chunks are not sent (that
+// would put them before the failed ones): their entries fail with the same
+// error, or, when it was permanent, with a retryable "not_sent" error naming
+// it. what names the operation in those errors ("eventbridge bus: PutEvents").
+//
+// It returns nil when every entry was accepted; the call error when every
+// entry failed with it; a *sinks.BatchError with the failed indexes
+// otherwise; or ctx's error when ctx was cancelled during a call.
+func SendInChunks(ctx context.Context, what string, n int, sizes []int, maxEntries, maxBytes int, failed map[int]error,
+	send func(ctx context.Context, idx []int, fail func(int, error)) error) error {
+	fail := func(i int, err error) {
+		if failed == nil {
+			failed = make(map[int]error, n)
+		}
+		failed[i] = err
+	}
+	idx := make([]int, 0, maxEntries)
+	var callErr error
+	calls, callFailed := 0, 0
+	flush := func() error {
+		if len(idx) == 0 {
+			return nil
+		}
+		defer func() { idx = idx[:0] }()
+		if callErr != nil {
+			err := callErr
+			if de, ok := callErr.(*sinks.Error); ok && de.Permanent {
+				err = sinks.Retryable("not_sent", 0, fmt.Errorf("%s: not sent after an earlier call for the same batch failed: %w", what, callErr))
+			}
+			for _, i := range idx {
+				fail(i, err)
+			}
+			return nil
+		}
+		err := send(ctx, idx, fail)
+		calls++
+		if err != nil {
+			if Cancelled(ctx) {
+				return err
+			}
+			callErr = err
+			callFailed++
+			for _, i := range idx {
+				fail(i, err)
+			}
+		}
+		return nil
+	}
+	size := 0
+	for i := 0; i < n; i++ {
+		if failed[i] != nil {
+			continue
+		}
+		if len(idx) == maxEntries || size+sizes[i] > maxBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+			size = 0
+		}
+		idx = append(idx, i)
+		size += sizes[i]
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	switch {
+	case len(failed) == 0:
+		return nil
+	case calls > 0 && callFailed == calls && len(failed) == n && onlyErr(failed, callErr):
+		return callErr // the whole batch failed the same way
+	default:
+		return &sinks.BatchError{Failed: failed}
+	}
+}
+
+func onlyErr(failed map[int]error, err error) bool {
+	for _, e := range failed {
+		if e != err {
+			return false
+		}
+	}
+	return true
+}
