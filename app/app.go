@@ -233,7 +233,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	g := &gateway{log: log, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, staleAfter: 30 * time.Second, stuckAfter: 5 * time.Second,
+	g := &gateway{log: log, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, staleAfter: cfg.Server.ReadyMaxLag, stuckAfter: 5 * time.Second,
 		loadConfig: opts.LoadConfig, pushdowns: pushdowns{}}
 	g.cfgPtr.Store(cfg)
 	if g.loadConfig == nil {

@@ -100,6 +100,10 @@ type Server struct {
 	// ShutdownGrace is how long in-flight deliveries may drain after
 	// SIGINT/SIGTERM before they are abandoned (default 30s).
 	ShutdownGrace time.Duration
+	// ReadyMaxLag is how long a source's checkpoint may stand still while
+	// events are in flight, or a sink may go without a delivery while it
+	// fails, before /readyz reports it (default 30s, >= 1s).
+	ReadyMaxLag time.Duration
 	// AdminToken is the bearer token required by mutating admin API calls
 	// (optional, secret-capable). Empty disables those calls.
 	AdminToken Secret

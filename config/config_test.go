@@ -122,7 +122,7 @@ sinks = ["hook"]
 			CheckpointCollection: "checkpoints",
 			DeadLetterCollection: "deadletters",
 		},
-		Server: Server{Listen: ":9464", ShutdownGrace: 30 * time.Second},
+		Server: Server{Listen: ":9464", ShutdownGrace: 30 * time.Second, ReadyMaxLag: 30 * time.Second},
 		Sources: []Source{{
 			Name:                     "orders",
 			FullDocument:             "default",

@@ -15,6 +15,7 @@ const (
 	DefaultDeadLetterCollection = "deadletters"
 	DefaultListen               = ":9464"
 	DefaultShutdownGrace        = 30 * time.Second
+	DefaultReadyMaxLag          = 30 * time.Second
 
 	DefaultMaxAwait           = time.Second
 	DefaultMaxInFlightEvents  = 10000
@@ -201,6 +202,7 @@ func (d *decoder) server(o *obj) Server {
 		s.Listen = l
 	}
 	s.ShutdownGrace, _ = o.duration("shutdown_grace", DefaultShutdownGrace, 0)
+	s.ReadyMaxLag, _ = o.duration("ready_max_lag", DefaultReadyMaxLag, time.Second)
 	s.AdminToken, _ = o.secret("admin_token")
 	o.done()
 	return s
