@@ -398,11 +398,15 @@ func (g *gateway) countDeadLetters(ctx context.Context, m *metrics.Metrics) {
 				}
 				continue
 			}
+			// Every running sink gets a value (0 too), and so does every
+			// sink that still has entries although a reload removed it.
 			for _, l := range g.engine.Lanes() {
-				m.DeadLetters.WithLabelValues(l.Name(), string(kind)).Set(float64(counts[l.Name()]))
+				if _, ok := counts[l.Name()]; !ok {
+					counts[l.Name()] = 0
+				}
 			}
-			if kind == deadletter.KindGap {
-				m.DeadLetters.WithLabelValues("", string(kind)).Set(float64(counts[""]))
+			for sink, n := range counts {
+				m.DeadLetters.WithLabelValues(sink, string(kind)).Set(float64(n))
 			}
 		}
 		select {
