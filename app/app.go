@@ -387,7 +387,13 @@ func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f dea
 func (g *gateway) countDeadLetters(ctx context.Context, m *metrics.Metrics) {
 	t := time.NewTicker(15 * time.Second)
 	defer t.Stop()
+	type series struct {
+		sink string
+		kind deadletter.Kind
+	}
 	for {
+		values := map[series]int64{}
+		ok := true
 		for _, kind := range []deadletter.Kind{deadletter.KindFailed, deadletter.KindParked, deadletter.KindGap} {
 			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			counts, err := g.dls.CountBySink(qctx, kind)
@@ -396,17 +402,23 @@ func (g *gateway) countDeadLetters(ctx context.Context, m *metrics.Metrics) {
 				if ctx.Err() == nil {
 					g.log.Debug("cannot count dead letters", "err", err)
 				}
-				continue
+				ok = false
+				break
 			}
 			// Every running sink gets a value (0 too), and so does every
 			// sink that still has entries although a reload removed it.
 			for _, l := range g.engine.Lanes() {
-				if _, ok := counts[l.Name()]; !ok {
-					counts[l.Name()] = 0
-				}
+				values[series{l.Name(), kind}] = counts[l.Name()]
 			}
 			for sink, n := range counts {
-				m.DeadLetters.WithLabelValues(sink, string(kind)).Set(float64(n))
+				values[series{sink, kind}] = n
+			}
+		}
+		if ok {
+			// Replace the whole set, so sinks whose entries are gone drop out.
+			m.DeadLetters.Reset()
+			for s, n := range values {
+				m.DeadLetters.WithLabelValues(s.sink, string(s.kind)).Set(float64(n))
 			}
 		}
 		select {
