@@ -437,6 +437,24 @@ func (s *Store) Count(ctx context.Context, f Filter) (int64, error) {
 	return n, nil
 }
 
+// LastOrder returns the highest Order among the parked entries of sink, and 0
+// when it has none. A lane continues its order above it, so entries parked
+// after a restart sort after older ones even if the clock went back.
+func (s *Store) LastOrder(ctx context.Context, sink string) (int64, error) {
+	var r struct {
+		Order int64 `bson:"order"`
+	}
+	err := s.coll.FindOne(ctx, bson.D{{Key: "kind", Value: KindParked}, {Key: "sink", Value: sink}},
+		options.FindOne().SetSort(bson.D{{Key: "order", Value: -1}}).SetProjection(bson.D{{Key: "order", Value: 1}})).Decode(&r)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("dead letters: last order of %s: %w", sink, err)
+	}
+	return r.Order, nil
+}
+
 // CountBySink returns the number of entries of kind (every kind when empty)
 // per sink. Gaps have no sink: they are counted under "".
 func (s *Store) CountBySink(ctx context.Context, kind Kind) (map[string]int64, error) {

@@ -403,6 +403,12 @@ func TestPutManyOrder(t *testing.T) {
 	if n, err := s.Count(ctx, deadletter.Filter{Kind: deadletter.KindParked}); err != nil || n != 50 {
 		t.Errorf("Count = %d, %v; want 50", n, err)
 	}
+	if last, err := s.LastOrder(ctx, "slow"); err != nil || last != 1049 {
+		t.Errorf("LastOrder(slow) = %d, %v; want 1049", last, err)
+	}
+	if last, err := s.LastOrder(ctx, "other"); err != nil || last != 0 {
+		t.Errorf("LastOrder(other) = %d, %v; want 0", last, err)
+	}
 	// An invalid entry is refused before anything is written.
 	bad := []deadletter.Entry{entry(t, ev(t, "orders", "orders", 1, 100), "slow", deadletter.KindParked), {ID: "x", Kind: "weird"}}
 	if err := s.PutMany(ctx, bad); err == nil {

@@ -55,6 +55,7 @@ type DeadLetters interface {
 	PutMany(ctx context.Context, es []deadletter.Entry) error
 	List(ctx context.Context, f deadletter.Filter) ([]deadletter.Entry, error)
 	Count(ctx context.Context, f deadletter.Filter) (int64, error)
+	LastOrder(ctx context.Context, sink string) (int64, error)
 	Delete(ctx context.Context, id string) (bool, error)
 	Convert(ctx context.Context, id string, to deadletter.Kind, reason, lastErr string) error
 }

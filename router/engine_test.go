@@ -64,6 +64,18 @@ func (m *memDL) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 	return int64(len(l)), nil
 }
 
+func (m *memDL) LastOrder(_ context.Context, sink string) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var last int64
+	for _, e := range m.entries {
+		if e.Kind == deadletter.KindParked && e.Sink == sink {
+			last = max(last, e.Order)
+		}
+	}
+	return last, nil
+}
+
 func (m *memDL) Delete(_ context.Context, id string) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -405,5 +417,29 @@ func TestEngineSinkSideCancellationIsRetried(t *testing.T) {
 	waitUntil(t, "the event delivered after two sink-side cancellations", func() bool { return acked.Load() == 1 })
 	if len(s.received()) != 1 {
 		t.Fatalf("delivered %d times", len(s.received()))
+	}
+}
+
+// Events parked after a restart sort after those parked before it, even when
+// the clock is behind the stored order (it went back, or another host's).
+func TestEngineParkOrderContinuesAfterRestart(t *testing.T) {
+	dl := newMemDL()
+	future := time.Now().Add(time.Hour).UnixNano()
+	old := mkEvent(t, 1, 1)
+	e, err := deadletter.EntryFor(old, "sick", deadletter.KindParked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Order = future
+	dl.Put(context.Background(), e)
+	s := &fakeSink{name: "sick"}
+	s.setFail(func(*event.Event) error { return sinks.Retryable("http_503", 0, errors.New("503")) })
+	eng := newTestEngine(t, dl, SinkSpec{Sink: s, Retry: fastRetry(1000), MaxInFlight: 1, ParkAfter: 50 * time.Millisecond})
+	var acked atomic.Int64
+	eng.Dispatch(mkEvent(t, 2, 1), func() { acked.Add(1) })
+	waitUntil(t, "the new event parked", func() bool { return acked.Load() == 1 })
+	es, _ := dl.List(context.Background(), deadletter.Filter{Kind: deadletter.KindParked, Sink: "sick"})
+	if len(es) != 2 || es[0].EventID != old.ID {
+		t.Fatalf("parked order %v, want the earlier run's event first", es)
 	}
 }

@@ -173,6 +173,14 @@ func (l *Lane) start(ctx context.Context) {
 				l.log.Warn("cannot count parked events; starting parked until the re-drive finds none", "err", err)
 			} else {
 				l.log.Info("re-driving events parked by an earlier run", "parked", n)
+				// Park new events after those, even if the clock went back.
+				if last, err := l.dl.LastOrder(ctx, l.name); err == nil {
+					l.orderMu.Lock()
+					l.lastOrder = max(l.lastOrder, last)
+					l.orderMu.Unlock()
+				} else {
+					l.log.Warn("cannot read the order of parked events", "err", err)
+				}
 			}
 		}
 	}
