@@ -806,7 +806,16 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) {
 func (l *Lane) redriveOne(ctx context.Context, e deadletter.Entry) bool {
 	ev, err := event.FromChange(e.Source, 0, e.Change)
 	if err != nil {
-		_ = l.dl.Convert(ctx, e.ID, deadletter.KindFailed, "corrupt", fmt.Sprintf("cannot rebuild parked event: %v", err))
+		reason, msg := "corrupt", fmt.Sprintf("cannot rebuild parked event: %v", err)
+		if e.ChangeDropped {
+			reason, msg = "too_large_to_park", "the change was too large to store with its parked entry (over 16 MiB with its envelope); it cannot be re-driven"
+		}
+		// Loud: this event reaches the sink only if someone acts on it.
+		l.log.Error("parked event cannot be re-driven; it stays in the dead-letter collection as failed", "event", e.EventID, "reason", reason, "err", msg)
+		l.persist(ctx, "convert", func(ctx context.Context) error {
+			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, reason, msg)
+		})
+		l.mDead.Inc()
 		return true
 	}
 	ev.Rules = e.Rules
