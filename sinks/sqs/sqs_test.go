@@ -83,6 +83,12 @@ func (f *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status, code, fails = f.answer(call, in.Entries)
 		}
 		if status != 200 {
+			// "Shape|QueryCode": the modeled shape plus the
+			// X-Amzn-Query-Error header real SQS sends (awsQueryCompatible).
+			if shape, query, ok := strings.Cut(code, "|"); ok {
+				code = shape
+				w.Header().Set("X-Amzn-Query-Error", query+";Sender")
+			}
 			w.WriteHeader(status)
 			fmt.Fprintf(w, `{"__type":"com.amazonaws.sqs#%s","message":"injected"}`, code)
 			return
@@ -402,6 +408,11 @@ func TestCallErrors(t *testing.T) {
 		{400, "QueueDoesNotExist", true, "QueueDoesNotExist"},
 		{400, "BatchRequestTooLong", true, "BatchRequestTooLong"},
 		{400, "KmsThrottled", false, "throttled"},
+		// Real SQS answers with the query-compatible code, which the SDK
+		// reports as the error code.
+		{400, "KmsThrottled|KMS.ThrottlingException", false, "throttled"},
+		{400, "RequestThrottled|RequestThrottled", false, "throttled"},
+		{400, "QueueDoesNotExist|AWS.SimpleQueueService.NonExistentQueue", true, "AWS.SimpleQueueService.NonExistentQueue"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.code, func(t *testing.T) {

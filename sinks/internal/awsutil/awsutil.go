@@ -118,6 +118,7 @@ var transientCodes = map[string]bool{
 	"RequestTimeout":          true,
 	"RequestTimeoutException": true,
 	"KmsThrottled":            true,
+	"KMS.ThrottlingException": true,
 	// Credentials that expired or a clock that drifted: the SDK refreshes
 	// credentials and corrects the skew for the next attempt.
 	"ExpiredToken":          true,
@@ -126,10 +127,13 @@ var transientCodes = map[string]bool{
 	"RequestTimeTooSkewed":  true,
 }
 
-// IsThrottle reports whether an AWS error code means throttling.
+// IsThrottle reports whether an AWS error code means throttling. SQS's KMS
+// throttling has two codes: KmsThrottled (the JSON shape) and
+// KMS.ThrottlingException (its query-compatible code, which real SQS sends
+// in X-Amzn-Query-Error and the SDK reports as the error code).
 func IsThrottle(code string) bool {
 	_, ok := retry.DefaultThrottleErrorCodes[code]
-	return ok || code == "KmsThrottled"
+	return ok || code == "KmsThrottled" || code == "KMS.ThrottlingException"
 }
 
 // ClassifyCall turns the error of a whole API call into Send's result:
