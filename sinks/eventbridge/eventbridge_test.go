@@ -429,3 +429,28 @@ func BenchmarkTemplate(b *testing.B) {
 		_ = t.Execute(e)
 	}
 }
+
+// TestCredentialsFailure: credentials that cannot be retrieved (here
+// role_arn assumed through an STS endpoint that refuses with 403, as it does
+// for a few seconds after a role or its trust policy changes) are retried
+// with reason "credentials", not dead-lettered as if PutEvents had refused
+// the entries.
+func TestCredentialsFailure(t *testing.T) {
+	stsSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>not authorized to perform sts:AssumeRole</Message></Error><RequestId>1</RequestId></ErrorResponse>`)
+	}))
+	defer stsSrv.Close()
+	t.Setenv("AWS_ENDPOINT_URL_STS", stsSrv.URL)
+	bus := &fakeBus{}
+	b := newTestSink(t, bus, func(c *Config) { c.RoleARN = "arn:aws:iam::123456789012:role/publisher" })
+	err := b.Send(context.Background(), []*event.Event{testEvent(t, 0, 0)})
+	var de *sinks.Error
+	if !errors.As(err, &de) || de.Permanent || de.Reason != "credentials" {
+		t.Fatalf("%v: want a retryable error with reason credentials", err)
+	}
+	if n := len(bus.snapshot()); n != 0 {
+		t.Errorf("%d PutEvents calls without credentials", n)
+	}
+}

@@ -71,7 +71,32 @@ func LoadConfig(o Options) (aws.Config, error) {
 		cfg.Credentials = aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(stsClient, o.RoleARN,
 			func(ao *stscreds.AssumeRoleOptions) { ao.RoleSessionName = "changegate-" + o.Name }))
 	}
+	if cfg.Credentials != nil {
+		// The SDK reports a failed retrieval as a plain wrapped error
+		// ("get identity: ..."), often around the credential source's own
+		// HTTP error (STS AccessDenied, IMDS 404) that ClassifyCall would
+		// otherwise take for the service's answer.
+		cfg.Credentials = aws.NewCredentialsCache(markedCredentials{cfg.Credentials})
+	}
 	return cfg, nil
+}
+
+// CredentialsError is the error of a credentials provider that could not
+// retrieve credentials, as marked by the providers LoadConfig returns.
+type CredentialsError struct{ Err error }
+
+func (e *CredentialsError) Error() string { return "retrieve credentials: " + e.Err.Error() }
+func (e *CredentialsError) Unwrap() error { return e.Err }
+
+// markedCredentials wraps a provider's errors in *CredentialsError.
+type markedCredentials struct{ p aws.CredentialsProvider }
+
+func (m markedCredentials) Retrieve(ctx context.Context) (aws.Credentials, error) {
+	c, err := m.p.Retrieve(ctx)
+	if err != nil {
+		return c, &CredentialsError{Err: err}
+	}
+	return c, nil
 }
 
 // ServiceRetryer is the service client's retryer: up to transportAttempts
@@ -157,7 +182,8 @@ func ClassifyCall(ctx context.Context, prefix string, err error) error {
 		return sinks.Retryable("timeout", 0, fmt.Errorf("%s: %w", prefix, ErrSendTimeout))
 	}
 	var se *v4.SigningError
-	if errors.As(err, &se) {
+	var ce *CredentialsError
+	if errors.As(err, &se) || errors.As(err, &ce) {
 		return sinks.Retryable("credentials", 0, fmt.Errorf("%s: %w", prefix, err))
 	}
 	var ae smithy.APIError
