@@ -212,6 +212,9 @@ func (s *Source) setState(st State, err error) {
 func (s *Source) Run(ctx context.Context) error {
 	cp, found, err := s.load(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before the checkpoint could be read: a clean stop
+		}
 		return err
 	}
 	start := checkpoint.Position{}
