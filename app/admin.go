@@ -209,14 +209,17 @@ func (g *gateway) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *gateway) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
-	q := queryOf(r)
-	if q == (DeadLetterQuery{}) && r.URL.Query().Get("all") != "true" {
-		writeJSON(w, http.StatusBadRequest, apiError{"refusing to purge every dead letter without a filter: add all=true to mean it"})
-		return
-	}
-	f, err := q.Filter(time.Now(), 0)
+	f, err := queryOf(r).Filter(time.Now(), 0)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
+		return
+	}
+	// Judge the filter, not the parameters: limit=0 (no limit) or empty
+	// values select everything too.
+	everything := f.Sink == "" && f.Source == "" && f.Kind == "" && f.Since.IsZero() &&
+		f.DocumentKey == nil && f.Limit == 0 && f.AfterID == ""
+	if everything && r.URL.Query().Get("all") != "true" {
+		writeJSON(w, http.StatusBadRequest, apiError{"refusing to purge every dead letter without a filter: add all=true to mean it"})
 		return
 	}
 	n, err := g.dls.Purge(r.Context(), f)

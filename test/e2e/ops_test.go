@@ -117,6 +117,10 @@ admin_token = "s3cret"`, 1))
 	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters", "s3cret", nil); code != http.StatusBadRequest {
 		t.Fatalf("unfiltered purge without all=true: %d, want 400", code)
 	}
+	// limit=0 means no limit: it selects everything and needs all=true too.
+	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters?limit=0", "s3cret", nil); code != http.StatusBadRequest {
+		t.Fatalf("purge with only limit=0 without all=true: %d, want 400", code)
+	}
 	var purged struct{ Purged int }
 	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters?sink=hook", "s3cret", &purged); code != 200 || purged.Purged != 2 {
 		t.Fatalf("purge: %d %+v", code, purged)
