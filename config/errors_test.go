@@ -80,6 +80,11 @@ sinks[0].max_in_flight: expected an integer, got string at config.toml:10
 sinks[0].allow_private_networks: expected a boolean (true or false), got string at config.toml:11
 sinks[0].headers: expected a table, got array at config.toml:12`},
 
+		{"listen port out of range", head + `
+[server]
+listen = "127.0.0.1:99999"
+`, nil, `server.listen: invalid address "127.0.0.1:99999": the port must be a number from 0 to 65535 at config.toml:5`},
+
 		{"missing required keys", head + `
 [[sources]]
 database = "shop"

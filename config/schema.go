@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -197,6 +198,8 @@ func (d *decoder) server(o *obj) Server {
 		if l != "" {
 			if _, port, err := net.SplitHostPort(l); err != nil || port == "" {
 				d.errorf(o.keyPath("listen"), v.line, `invalid address %q: want "host:port" or ":port" (or "" to disable the server)`, l)
+			} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+				d.errorf(o.keyPath("listen"), v.line, `invalid address %q: the port must be a number from 0 to 65535`, l)
 			}
 		}
 		s.Listen = l
