@@ -50,6 +50,9 @@ type sinkReport struct {
 
 func (g *gateway) report() statusReport {
 	r := statusReport{Ready: true}
+	// server.ready_max_lag: a checkpoint or sink this long without progress
+	// is not ready. Read per report, so a reload applies it.
+	staleAfter := g.config().Server.ReadyMaxLag
 	for _, s := range g.sources {
 		st := s.Status()
 		sr := sourceReport{
@@ -71,7 +74,7 @@ func (g *gateway) report() statusReport {
 			}
 		case time.Since(st.LastPoll) > g.stuckAfter:
 			sr.Reason = "change stream has not answered for " + time.Since(st.LastPoll).Round(time.Second).String()
-		case st.InFlight > 0 && !st.CheckpointSave.IsZero() && time.Since(st.CheckpointSave) > g.staleAfter:
+		case st.InFlight > 0 && !st.CheckpointSave.IsZero() && time.Since(st.CheckpointSave) > staleAfter:
 			sr.Reason = "checkpoint has not advanced for " + time.Since(st.CheckpointSave).Round(time.Second).String()
 		}
 		sr.Ready = sr.Reason == ""
@@ -86,7 +89,7 @@ func (g *gateway) report() statusReport {
 		}
 		// A parked sink does not hold the sources back, but it is not
 		// delivering: report it so an operator sees it.
-		if st.Failing && st.Queued+st.InProgress > 0 && time.Since(st.LastSuccess) > g.staleAfter {
+		if st.Failing && st.Queued+st.InProgress > 0 && time.Since(st.LastSuccess) > staleAfter {
 			kr.Reason = "sink has not delivered for " + time.Since(st.LastSuccess).Round(time.Second).String() + ": " + st.LastError
 		}
 		kr.Ready = kr.Reason == ""

@@ -68,7 +68,6 @@ type gateway struct {
 	dls        *deadletter.Store
 	engine     *router.Engine
 	sources    []*source.Source
-	staleAfter time.Duration // a checkpoint or sink this long without progress is not ready
 	stuckAfter time.Duration // a stream whose getMore takes this much longer than max_await is not ready
 }
 
@@ -233,7 +232,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	g := &gateway{log: log, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, staleAfter: cfg.Server.ReadyMaxLag, stuckAfter: 5 * time.Second,
+	g := &gateway{log: log, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, stuckAfter: 5 * time.Second,
 		loadConfig: opts.LoadConfig, pushdowns: pushdowns{}}
 	g.cfgPtr.Store(cfg)
 	if g.loadConfig == nil {
