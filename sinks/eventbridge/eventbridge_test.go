@@ -454,3 +454,36 @@ func TestCredentialsFailure(t *testing.T) {
 		t.Errorf("%d PutEvents calls without credentials", n)
 	}
 }
+
+// TestClockSkew: with the machine's clock 15 minutes behind, EventBridge
+// refuses the signature (InvalidSignatureException, "Signature expired")
+// and its Date header shows the skew. That is not the entries' fault: the
+// SDK corrects its clock from the answer, so the batch must be retried, not
+// dead-lettered; the next call succeeds.
+func TestClockSkew(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		if n == 1 {
+			w.Header().Set("Date", time.Now().Add(15*time.Minute).UTC().Format(http.TimeFormat))
+			w.WriteHeader(http.StatusBadRequest)
+			fmt.Fprint(w, `{"__type":"InvalidSignatureException","message":"Signature expired: 20260101T000000Z is now earlier than 20260101T001000Z (20260101T001500Z - 5 min.)"}`)
+			return
+		}
+		fmt.Fprint(w, `{"FailedEntryCount":0,"Entries":[{"EventId":"1"}]}`)
+	})
+	b := newTestSink(t, h, nil)
+	err := b.Send(context.Background(), events(t, 1, 0))
+	var de *sinks.Error
+	if !errors.As(err, &de) || de.Permanent {
+		t.Fatalf("%v: want a retryable error", err)
+	}
+	if err := b.Send(context.Background(), events(t, 1, 0)); err != nil {
+		t.Fatalf("after the skew was corrected: %v", err)
+	}
+}

@@ -171,6 +171,9 @@ func IsThrottle(code string) bool {
 //     any other code (validation, access denied, unknown queue or bus, 4xx)
 //     is permanent. The reason is the error code ("http_<status>" without
 //     one);
+//   - a signature refused because of the clock skew the SDK detected (it
+//     corrects its clock for the next call): retryable, reason
+//     "clock_skew";
 //   - a timeout (Config.Timeout): retryable, reason "timeout";
 //   - anything else (connection failures already retried by the SDK):
 //     retryable, reason "transport".
@@ -185,6 +188,13 @@ func ClassifyCall(ctx context.Context, prefix string, err error) error {
 	var ce *CredentialsError
 	if errors.As(err, &se) || errors.As(err, &ce) {
 		return sinks.Retryable("credentials", 0, fmt.Errorf("%s: %w", prefix, err))
+	}
+	// The SDK marks a signature refused because of a clock skew it saw in
+	// the answer's Date header (InvalidSignatureException, ...); it signs
+	// the next call with the corrected time, so retrying fixes it.
+	var sr interface{ RetryableError() bool }
+	if errors.As(err, &sr) && sr.RetryableError() {
+		return sinks.Retryable("clock_skew", 0, fmt.Errorf("%s: %w", prefix, err))
 	}
 	var ae smithy.APIError
 	status := 0
