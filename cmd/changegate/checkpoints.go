@@ -40,6 +40,10 @@ func cmdCheckpoints(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	sub, rest := args[0], args[1:]
+	if sub != "show" && sub != "reset" {
+		fmt.Fprintf(stderr, "changegate checkpoints: unknown command %q\n\n%s", sub, checkpointsUsage)
+		return 2
+	}
 	fs := newFlags("checkpoints "+sub, checkpointsUsage, stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	src := fs.String("source", "", "the source's name")

@@ -39,6 +39,12 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	sub, rest := args[0], args[1:]
+	switch sub {
+	case "list", "show", "replay", "purge":
+	default:
+		fmt.Fprintf(stderr, "changegate deadletters: unknown command %q\n\n%s", sub, deadlettersUsage)
+		return 2
+	}
 	fs := newFlags("deadletters "+sub, deadlettersUsage, stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	var q app.DeadLetterQuery
