@@ -80,6 +80,16 @@ sinks[0].max_in_flight: expected an integer, got string at config.toml:10
 sinks[0].allow_private_networks: expected a boolean (true or false), got string at config.toml:11
 sinks[0].headers: expected a table, got array at config.toml:12`},
 
+		{"mongo uri the driver rejects", `
+[mongo]
+uri = "mongodb://localhost/?maxPoolSize=lots"
+`, nil, `mongo.uri: invalid connection string: error parsing uri: invalid value for "maxPoolSize": "lots" at config.toml:2`},
+
+		{"mongo uri password never quoted", `
+[mongo]
+uri = "mongodb://user:hunter2%zz@localhost/"
+`, nil, `mongo.uri: invalid connection string: error parsing uri: invalid password: not a valid percent-encoding (the password is not shown) at config.toml:2`},
+
 		{"listen port out of range", head + `
 [server]
 listen = "127.0.0.1:99999"

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/connstring"
 )
 
 // Defaults of optional keys.
@@ -123,6 +125,19 @@ func (d *decoder) mongo(o *obj) Mongo {
 	case !strings.HasPrefix(string(uri), "mongodb://") && !strings.HasPrefix(string(uri), "mongodb+srv://"):
 		d.errorf(o.keyPath("uri"), v.line, `must start with "mongodb://" or "mongodb+srv://"`)
 	default:
+		// Parse what can be parsed without the network (a mongodb+srv URI
+		// needs DNS lookups), so check rejects what the driver would.
+		if strings.HasPrefix(string(uri), "mongodb://") {
+			if _, err := connstring.ParseAndValidate(string(uri)); err != nil {
+				msg := err.Error()
+				if strings.Contains(msg, "invalid password:") {
+					// The driver quotes the bad escape, a piece of the secret.
+					msg = "error parsing uri: invalid password: not a valid percent-encoding (the password is not shown)"
+				}
+				d.errorf(o.keyPath("uri"), v.line, "invalid connection string: %s", msg)
+				break
+			}
+		}
 		m.URI = uri
 	}
 	m.StateDatabase = o.dbName("state_database", DefaultStateDatabase)
