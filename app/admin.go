@@ -195,8 +195,12 @@ func (g *gateway) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
 		return
 	}
-	if f.Kind == "" {
+	switch f.Kind {
+	case "":
 		f.Kind = deadletter.KindFailed
+	case deadletter.KindParked:
+		writeJSON(w, http.StatusBadRequest, apiError{"parked entries are re-driven automatically, in order, once their sink accepts again; only failed entries can be replayed"})
+		return
 	}
 	res, err := g.dls.Replay(r.Context(), f, g.engine.DeliverNow)
 	rep := replayReport{Replayed: res.Replayed, Failed: res.Failed, Skipped: res.Skipped}

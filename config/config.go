@@ -18,6 +18,7 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"os"
@@ -492,5 +493,8 @@ func Parse(filename string, data []byte, lookupEnv func(string) (string, bool)) 
 		lookupEnv = func(string) (string, bool) { return "", false }
 	}
 	d := &decoder{file: filename, lookupEnv: lookupEnv, sinkTypes: builtinSinkTypes()}
+	// Editors on some systems save a UTF-8 byte order mark; TOML has no use
+	// for it (line numbers are unaffected).
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	return d.parse(data)
 }

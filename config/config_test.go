@@ -433,3 +433,12 @@ uri = "mongodb+srv://cluster.example.com"
 		t.Errorf("retry = %+v", cfg.Sinks[0].Retry)
 	}
 }
+
+// A UTF-8 byte order mark, as some editors write, is not an error and does
+// not shift line numbers.
+func TestByteOrderMark(t *testing.T) {
+	_, err := Parse("config.toml", []byte("\xef\xbb\xbf[mongo]\nuri = \"mongodb://localhost\"\nbogus = 1\n"), nil)
+	if err == nil || err.Error() != "mongo.bogus: unknown key at config.toml:3" {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -51,6 +51,11 @@ database = "shop"
 colection = "orders"
 `, nil, `sources[0].colection: unknown key (did you mean "collection"?) at config.toml:7`},
 
+		{"white-space admin token", head + `
+[server]
+admin_token = "  "
+`, nil, `server.admin_token: is only white space: set a real token, or leave it empty to disable mutating admin API calls at config.toml:5`},
+
 		{"unknown table and missing mongo", `
 [mongodb]
 uri = "mongodb://localhost"

@@ -222,6 +222,9 @@ func (d *decoder) server(o *obj) Server {
 	s.ShutdownGrace, _ = o.duration("shutdown_grace", DefaultShutdownGrace, 0)
 	s.ReadyMaxLag, _ = o.duration("ready_max_lag", DefaultReadyMaxLag, time.Second)
 	s.AdminToken, _ = o.secret("admin_token")
+	if s.AdminToken != "" && strings.TrimSpace(s.AdminToken.Value()) == "" {
+		d.errorf(o.keyPath("admin_token"), o.lineOf("admin_token"), "is only white space: set a real token, or leave it empty to disable mutating admin API calls")
+	}
 	o.done()
 	return s
 }

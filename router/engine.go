@@ -157,9 +157,15 @@ func (e *Engine) Start(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.ctx, e.cancel = context.WithCancel(ctx)
+	var wg sync.WaitGroup
 	for _, l := range e.state.Load().lanes {
-		l.start(e.ctx)
+		wg.Add(1)
+		go func() { // each lane's start reads the store: in parallel
+			defer wg.Done()
+			l.start(e.ctx)
+		}()
 	}
+	wg.Wait()
 }
 
 // Stop cancels every delivery in progress and waits for the workers to exit.

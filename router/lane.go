@@ -166,7 +166,12 @@ func (l *Lane) start(ctx context.Context) {
 	// A backlog parked by an earlier run must be re-driven before anything
 	// new is delivered, so the lane starts parked when one may exist.
 	if l.dl != nil {
-		n, err := l.dl.Count(ctx, deadletter.Filter{Kind: deadletter.KindParked, Sink: l.name})
+		// Bounded: with MongoDB unreachable the lane starts parked (safe)
+		// instead of holding up the start, or a stop, for the driver's
+		// server-selection timeout.
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := l.dl.Count(cctx, deadletter.Filter{Kind: deadletter.KindParked, Sink: l.name})
+		cancel()
 		if err != nil || n > 0 {
 			l.setParked(true)
 			if err != nil {
@@ -174,7 +179,10 @@ func (l *Lane) start(ctx context.Context) {
 			} else {
 				l.log.Info("re-driving events parked by an earlier run", "parked", n)
 				// Park new events after those, even if the clock went back.
-				if last, err := l.dl.LastOrder(ctx, l.name); err == nil {
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				last, err := l.dl.LastOrder(cctx, l.name)
+				cancel()
+				if err == nil {
 					l.orderMu.Lock()
 					l.lastOrder = max(l.lastOrder, last)
 					l.orderMu.Unlock()

@@ -108,6 +108,9 @@ admin_token = "s3cret"`, 1))
 	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters?sink=hook", "wrong", nil); code != http.StatusUnauthorized {
 		t.Fatalf("purge with a wrong token: %d", code)
 	}
+	if code := api(t, "POST", g.admin, "/api/v1/deadletters/replay?kind=parked", "s3cret", nil); code != http.StatusBadRequest {
+		t.Fatalf("replay of parked entries: %d, want 400", code)
+	}
 	// Replay document 1 only, once the receiver accepts it.
 	rcv.SetResponder(nil)
 	var rep struct{ Replayed, Failed, Skipped int }
