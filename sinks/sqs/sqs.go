@@ -291,7 +291,14 @@ func DeduplicationID(e *event.Event) string {
 func GroupID(e *event.Event, path []string) string {
 	var g string
 	if len(path) > 0 {
-		if v, err := e.Raw.LookupErr(path...); err == nil {
+		v, err := e.Raw.LookupErr(path...)
+		if err != nil && path[0] == "fullDocument" {
+			// A delete has no fullDocument: its pre-image (with
+			// full_document_before_change) holds the same field, so the
+			// delete joins the group of the document's earlier changes.
+			v, err = e.Raw.LookupErr(append([]string{"fullDocumentBeforeChange"}, path[1:]...)...)
+		}
+		if err == nil {
 			if str, ok := v.StringValueOK(); ok {
 				g = str
 			} else if b, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: v}}, false, false); err == nil {

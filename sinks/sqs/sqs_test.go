@@ -283,6 +283,28 @@ func TestConfiguredGroup(t *testing.T) {
 	}
 }
 
+// A delete carries no fullDocument; with a pre-image its group comes from
+// fullDocumentBeforeChange, the same group as the document's other changes.
+func TestConfiguredGroupForDeleteUsesPreImage(t *testing.T) {
+	raw, err := bson.Marshal(bson.D{
+		{Key: "_id", Value: bson.D{{Key: "_data", Value: "01"}}},
+		{Key: "operationType", Value: "delete"},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: "shop"}, {Key: "coll", Value: "orders"}}},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: 7}}},
+		{Key: "fullDocumentBeforeChange", Value: bson.D{{Key: "_id", Value: 7}, {Key: "customerId", Value: "c-9"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := event.FromChange("orders", 0, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := GroupID(e, []string{"fullDocument", "customerId"}); g != "c-9" {
+		t.Fatalf("delete's group %q, want c-9 from the pre-image", g)
+	}
+}
+
 func TestQueueNameResolution(t *testing.T) {
 	f := &fakeQueue{}
 	srv := httptest.NewServer(f)
