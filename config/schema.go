@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -36,8 +35,6 @@ const (
 
 	DefaultWebhookTimeout = 10 * time.Second
 )
-
-const maxInt = math.MaxInt64
 
 func (d *decoder) parse(data []byte) (*Config, error) {
 	tree, se := parseTree(data)

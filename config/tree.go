@@ -46,14 +46,13 @@ type value struct {
 	// (a.b = 1 creates table a).
 	dotted bool
 
-	str  string // string; raw text for local date/time kinds
-	i    int64
-	f    float64
-	b    bool
-	t    time.Time // datetime; local kinds in UTC
-	arr  []*value
-	tbl  *table
-	expd bool // str has gone through ${VAR} expansion
+	str string // string; raw text for local date/time kinds
+	i   int64
+	f   float64
+	b   bool
+	t   time.Time // datetime; local kinds in UTC
+	arr []*value
+	tbl *table
 }
 
 // table is a TOML table with keys in file order.

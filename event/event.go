@@ -258,7 +258,7 @@ func (e *Event) OrderingKeyHash() uint64 {
 	for i := 0; i < len(e.Coll); i++ {
 		h = (h ^ uint64(e.Coll[i])) * prime64
 	}
-	h = (h ^ 0) * prime64
+	h *= prime64 // the "\x00" separator byte: h ^ 0 == h
 	for _, c := range e.DocumentKey {
 		h = (h ^ uint64(c)) * prime64
 	}

@@ -29,7 +29,7 @@ func allTypesDoc(t testing.TB) bson.Raw {
 		AppendString("empty", "").
 		AppendDouble("d1", 19.99).
 		AppendDouble("d2", 3).
-		AppendDouble("d3", -0.0).
+		AppendDouble("d3", math.Copysign(0, -1)).
 		AppendDouble("d4", 1e21).
 		AppendDouble("d5", 1e-7).
 		AppendDouble("d6", 123456789012345680).

@@ -227,14 +227,12 @@ func TestAwsFanOutToWebhookEventBridgeAndSQS(t *testing.T) {
 
 	events := w.eb.Events()
 	ebIDs := map[string]bool{}
-	var ebEnvs []envelope
 	for _, ev := range events {
 		v := parseEnvelope(t, ev.Detail)
 		if ebIDs[v.ID] {
 			t.Fatalf("eventbridge: event %s twice", v.ID)
 		}
 		ebIDs[v.ID] = true
-		ebEnvs = append(ebEnvs, v)
 		wantDT := w.e.db + ".items." + v.OperationType
 		if ev.Source != "changegate.items" || ev.DetailType != wantDT || ev.EventBusName != "orders" || ev.Time.IsZero() {
 			t.Fatalf("eventbridge entry: source %q detail type %q (want %q) bus %q time %v", ev.Source, ev.DetailType, wantDT, ev.EventBusName, ev.Time)

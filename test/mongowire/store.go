@@ -201,17 +201,6 @@ func idKey(doc bson.Raw) (string, bson.RawValue, bool) {
 	return valueKey(v), v, true
 }
 
-// live returns the documents in natural order.
-func (c *collection) live() []bson.Raw {
-	out := make([]bson.Raw, 0, len(c.byID))
-	for _, e := range c.order {
-		if !e.dead {
-			out = append(out, e.doc)
-		}
-	}
-	return out
-}
-
 // checkUnique returns the violated index for doc (ignoring the document with
 // id skipID), or nil.
 func (c *collection) checkUnique(doc bson.Raw, skipID string) *index {
@@ -439,11 +428,6 @@ func appendToken(dst []byte, key string, t resumeToken) []byte {
 	dst = append(dst, 0)
 	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
 	return dst
-}
-
-func tokenDoc(t resumeToken) bson.Raw {
-	b := appendToken(nil, "x", t)
-	return bson.Raw(b[1+2:]) // skip type byte and "x\x00"
 }
 
 func decodeToken(doc bson.Raw) (resumeToken, bool) {

@@ -216,14 +216,6 @@ func (w *msgWriter) startReply(responseTo int32) {
 	w.buf = append(w.buf, 1, 0, 0, 0) // numberReturned
 }
 
-// bodyOffset is where the body document starts for the kind of frame begun.
-func (w *msgWriter) bodyOffset(op int32) int {
-	if op == opReply {
-		return headerLen + 20
-	}
-	return headerLen + 5
-}
-
 // setMoreToCome marks an OP_MSG reply as one of a stream (exhaust).
 func (w *msgWriter) setMoreToCome() {
 	w.buf[headerLen] |= flagMoreToCome
