@@ -98,6 +98,9 @@ const (
 	DefaultTimeout = 10 * time.Second
 	// MaxDetailTypeLen is EventBridge's limit on DetailType, in characters.
 	MaxDetailTypeLen = 128
+	// MaxSourceLen is EventBridge's limit on an entry's Source, in
+	// characters (PutEventsRequestEntry.Source; it must not be empty).
+	MaxSourceLen = 256
 
 	timeEntryBytes = 14 // Time's share of an entry's size
 )
@@ -288,9 +291,17 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 				prefix, e.ID, dt, n, MaxDetailTypeLen)))
 			continue
 		}
+		// A Source the API would refuse fails the whole PutEvents call with
+		// a validation error; refuse it here so only this entry fails.
+		src := b.source.Execute(e)
+		if n := utf8.RuneCountInString(src); n == 0 || n > MaxSourceLen {
+			fail(i, sinks.Permanent("source", fmt.Errorf("%s: event %s: source %q is %d characters, it must be 1 to %d (check the source template)",
+				prefix, e.ID, src, n, MaxSourceLen)))
+			continue
+		}
 		ent := types.PutEventsRequestEntry{
 			EventBusName: aws.String(b.bus),
-			Source:       aws.String(b.source.Execute(e)),
+			Source:       aws.String(src),
 			DetailType:   aws.String(dt),
 			// The envelope is cached and never modified (event.Envelope's
 			// contract): share its bytes instead of copying up to 256 KiB.

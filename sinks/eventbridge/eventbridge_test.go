@@ -260,6 +260,37 @@ func TestOversize(t *testing.T) {
 	}
 }
 
+// A Source template that expands to nothing (here {coll} of a
+// database-level event) fails only that entry, before the call, instead of
+// the whole PutEvents request.
+func TestEmptySourceFailsOnlyItsEntry(t *testing.T) {
+	f := &fakeBus{}
+	b := newTestSink(t, f, func(c *Config) { c.Source = "{coll}" })
+	evs := events(t, 3, 10)
+	raw, err := bson.Marshal(bson.D{
+		{Key: "_id", Value: bson.D{{Key: "_data", Value: "8299"}}},
+		{Key: "operationType", Value: "dropDatabase"},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: "shop"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropDB, err := event.FromChange("orders", 9, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs[1] = dropDB
+	err = b.Send(context.Background(), evs)
+	var be *sinks.BatchError
+	var de *sinks.Error
+	if !errors.As(err, &be) || len(be.Failed) != 1 || !errors.As(be.Failed[1], &de) || !de.Permanent || de.Reason != "source" {
+		t.Fatalf("err = %v, want entry 1 failed permanently with reason source", err)
+	}
+	if calls := f.snapshot(); len(calls) != 1 || len(calls[0]) != 2 {
+		t.Errorf("calls %v, want one call with the 2 other entries", calls)
+	}
+}
+
 func TestPartialFailure(t *testing.T) {
 	f := &fakeBus{answer: func(call int, es []putEntry) (int, string, []string) {
 		codes := make([]string, len(es))
