@@ -64,7 +64,7 @@ func (g *gateway) report() statusReport {
 			sr.CheckpointToken = st.Checkpoint.Token.String()
 		}
 		if !st.LastEvent.IsZero() && !st.Checkpoint.WallTime.IsZero() {
-			sr.CheckpointLagSec = st.LastEvent.Sub(st.Checkpoint.WallTime).Seconds()
+			sr.CheckpointLagSec = max(0, st.LastEvent.Sub(st.Checkpoint.WallTime).Seconds())
 		}
 		switch {
 		case st.State != source.StateOpen:

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/event"
 )
 
 // Position is a point in a source's change stream up to which everything has
@@ -148,6 +150,12 @@ func (t *Tracker) applyIdleLocked() bool {
 	}
 	changed := !bytesEqual(t.pos.Token, t.idle.token)
 	t.pos.Token = t.idle.token
+	// A post-batch token is newer than the last event: take its time too,
+	// so a quiet stream's checkpoint does not look older than it is.
+	if ct, ok := event.TokenClusterTime(t.idle.token); ok && ct.After(t.pos.ClusterTime) {
+		t.pos.ClusterTime = ct
+		t.pos.WallTime = time.Unix(int64(ct.T), 0).UTC()
+	}
 	t.idle = nil
 	return changed
 }

@@ -147,3 +147,15 @@ func BenchmarkTrackerAddAck(b *testing.B) {
 		tr.Ack(s)
 	}
 }
+
+// A post-batch token carries its cluster time into the position, so a quiet
+// stream's checkpoint time advances with it.
+func TestTrackerResumePointTime(t *testing.T) {
+	tr := NewTracker(10, Position{ClusterTime: bson.Timestamp{T: 100}})
+	pbrt, _ := bson.Marshal(bson.D{{Key: "_data", Value: "82000000C8000000012B0229296E04"}}) // T=200, I=1
+	tr.SetResumePoint(pbrt)
+	p, _ := tr.Position()
+	if p.ClusterTime != (bson.Timestamp{T: 200, I: 1}) || !p.WallTime.Equal(time.Unix(200, 0)) {
+		t.Fatalf("position %+v, want cluster time 200/1", p)
+	}
+}

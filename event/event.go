@@ -4,6 +4,7 @@ package event
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"strings"
@@ -68,6 +69,27 @@ func TokenData(token bson.Raw) string {
 	}
 	sum := sha256.Sum256(token)
 	return hex.EncodeToString(sum[:])
+}
+
+// TokenClusterTime returns the cluster time a MongoDB resume token encodes:
+// its _data is a hex KeyString that begins with the type byte 0x82 (a
+// timestamp) followed by the time's seconds and increment, big-endian (as
+// MongoDB's resume-token decoders read it). It returns false for a token of
+// another shape.
+func TokenClusterTime(token bson.Raw) (bson.Timestamp, bool) {
+	v, err := token.LookupErr("_data")
+	if err != nil {
+		return bson.Timestamp{}, false
+	}
+	s, ok := v.StringValueOK()
+	if !ok || len(s) < 18 {
+		return bson.Timestamp{}, false
+	}
+	var b [9]byte
+	if _, err := hex.Decode(b[:], []byte(s[:18])); err != nil || b[0] != 0x82 {
+		return bson.Timestamp{}, false
+	}
+	return bson.Timestamp{T: binary.BigEndian.Uint32(b[1:5]), I: binary.BigEndian.Uint32(b[5:9])}, true
 }
 
 // MakeID returns the stable event id for a source and resume token.

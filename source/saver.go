@@ -63,7 +63,7 @@ func (sv *saver) save(ctx context.Context) error {
 	last := sv.s.status.LastEvent
 	sv.s.mu.Unlock()
 	if !last.IsZero() && !pos.WallTime.IsZero() {
-		sv.s.mLag.Set(last.Sub(pos.WallTime).Seconds())
+		sv.s.mLag.Set(max(0, last.Sub(pos.WallTime).Seconds()))
 	} else {
 		sv.s.mLag.Set(0)
 	}
