@@ -67,17 +67,6 @@ func (c *Config) Sink(name string) *Sink {
 	return nil
 }
 
-// RulesFor returns the rules whose source is the named source, in file order.
-func (c *Config) RulesFor(source string) []*Rule {
-	var rules []*Rule
-	for i := range c.Rules {
-		if c.Rules[i].Source == source {
-			rules = append(rules, &c.Rules[i])
-		}
-	}
-	return rules
-}
-
 // Mongo is the [mongo] table.
 type Mongo struct {
 	// URI is the MongoDB connection string (required, secret-capable).

@@ -332,9 +332,6 @@ filter.operationType = { "$in" = ["insert"] }
 	if s.Level() != "database" || cfg.Sources[1].Level() != "cluster" {
 		t.Errorf("levels: %s %s", s.Level(), cfg.Sources[1].Level())
 	}
-	if got := cfg.RulesFor("shop"); len(got) != 3 {
-		t.Errorf("RulesFor(shop) = %d rules", len(got))
-	}
 }
 
 func TestLoad(t *testing.T) {

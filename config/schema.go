@@ -156,12 +156,19 @@ func (o *obj) lineOf(k string) int {
 }
 
 // dbName returns an optional database name at k.
-func (o *obj) dbName(k, def string) string {
+func (o *obj) dbName(k, def string) string { return o.checkedName(k, def, checkDBName) }
+
+// collName returns an optional collection name at k.
+func (o *obj) collName(k, def string) string { return o.checkedName(k, def, checkCollName) }
+
+// checkedName returns an optional name at k, reporting what check finds wrong with
+// it (and returning def then).
+func (o *obj) checkedName(k, def string, check func(string) string) string {
 	s, v, ok := o.str(k)
 	if v == nil || !ok {
 		return def
 	}
-	if msg := checkDBName(s); msg != "" {
+	if msg := check(s); msg != "" {
 		o.d.errorf(o.keyPath(k), v.line, "%s", msg)
 		return def
 	}
@@ -179,19 +186,6 @@ func checkDBName(s string) string {
 		return fmt.Sprintf("invalid database name %q: longer than 63 bytes", s)
 	}
 	return ""
-}
-
-// collName returns an optional collection name at k.
-func (o *obj) collName(k, def string) string {
-	s, v, ok := o.str(k)
-	if v == nil || !ok {
-		return def
-	}
-	if msg := checkCollName(s); msg != "" {
-		o.d.errorf(o.keyPath(k), v.line, "%s", msg)
-		return def
-	}
-	return s
 }
 
 func checkCollName(s string) string {

@@ -46,9 +46,8 @@ type rule struct {
 // Rules is the immutable, compiled routing table. It is safe for concurrent
 // use.
 type Rules struct {
-	sinkNames []string
-	bySource  map[string][]*rule
-	rules     []*rule // every rule, in config order (rule.idx)
+	bySource map[string][]*rule
+	rules    []*rule // every rule, in config order (rule.idx)
 }
 
 // Match is the outcome of routing one event: the names of the rules that
@@ -71,7 +70,7 @@ func CompileRules(specs []RuleSpec, sinkNames []string) (*Rules, error) {
 	for i, n := range sinkNames {
 		idx[n] = i
 	}
-	rs := &Rules{sinkNames: append([]string(nil), sinkNames...), bySource: map[string][]*rule{}}
+	rs := &Rules{bySource: map[string][]*rule{}}
 	for _, sp := range specs {
 		r := &rule{name: sp.Name, source: sp.Source, idx: len(rs.rules)}
 		var conds bson.A
@@ -139,9 +138,6 @@ func CompileRules(specs []RuleSpec, sinkNames []string) (*Rules, error) {
 	}
 	return rs, nil
 }
-
-// SinkNames returns the sink names that sink indexes refer to.
-func (rs *Rules) SinkNames() []string { return rs.sinkNames }
 
 // Route returns the rules of e's source that match e and the sinks they send
 // to. A nil Match.Sinks means nothing matched: the event is acknowledged at
