@@ -7,8 +7,10 @@
 //   - failed: a delivery failed permanently or exhausted its retries. It stays
 //     until an operator replays (Store.Replay) or purges it.
 //   - parked: an event set aside for a lagging sink (sink isolation). The
-//     router re-drives parked entries automatically, in Order, and deletes
-//     them once delivered, or converts them to failed (Store.Convert).
+//     router re-drives parked entries automatically, in stream order
+//     (ClusterTime, then Order, then ID), and deletes each once delivered
+//     (Store.DeleteVersion: only the version it delivered), or converts it
+//     to failed (Store.Convert).
 //   - gap: a time range of changes that were never read because the change
 //     stream history was lost. A gap cannot be replayed; it is a record for
 //     the operator.
@@ -92,10 +94,21 @@ type Entry struct {
 	// FirstFailedAt, LastFailedAt and CreatedAt are UTC times (millisecond
 	// precision once stored).
 	FirstFailedAt, LastFailedAt, CreatedAt time.Time
-	// Order orders parked entries: assigned by the writer, increasing in
-	// stream order within a sink, and stable across restarts (for example
-	// derived from the cluster time).
+	// Order breaks ties between entries of the same ClusterTime that are not
+	// told apart by their ID. Writers since the parking order fix leave it 0:
+	// an entry's place is its change's position (ClusterTime, then ID, whose
+	// resume token sorts in stream order within a source), fixed the first
+	// time it is written, whenever that is. Entries written by older versions
+	// carry a time-based Order, kept as a tie-break.
 	Order int64
+	// Version changes on every write of the entry (Put and PutMany draw a
+	// new one). A re-drive deletes an entry only at the version it read
+	// (DeleteVersion), so an entry written again in between survives.
+	Version int64
+	// RetryAt, when set, is the earliest time the next delivery attempt may
+	// be made: the backoff or Retry-After in force when the entry was
+	// parked. The re-drive waits for it.
+	RetryAt time.Time
 	// GapFrom and GapTo bound the lost time range of a gap; LastToken is the
 	// last persisted resume token of the source before the gap.
 	GapFrom, GapTo time.Time
@@ -117,7 +130,7 @@ func GapID(source string, from time.Time) string {
 // to sink, with the event fields filled in: ID, Kind, EventID, Source, Sink,
 // Rules, Operation, Namespace, DocumentKey, Change, Envelope (parsed from
 // e.Envelope(false)) and ClusterTime. The caller sets Attempts, Reason, the
-// errors, the times and, for parked entries, Order. Envelope is left out
+// errors, the times and, for parked entries, RetryAt. Envelope is left out
 // when it cannot be encoded or read back (a document with field names such
 // as "$oid"): the entry must still be written, and Change is what replay
 // uses. The only error is a kind other than failed or parked.
@@ -203,6 +216,7 @@ type entryJSON struct {
 	LastFailedAt  time.Time       `json:"lastFailedAt,omitzero"`
 	CreatedAt     time.Time       `json:"createdAt,omitzero"`
 	Order         int64           `json:"order,omitempty"`
+	RetryAt       time.Time       `json:"retryAt,omitzero"`
 	GapFrom       time.Time       `json:"gapFrom,omitzero"`
 	GapTo         time.Time       `json:"gapTo,omitzero"`
 	LastToken     json.RawMessage `json:"lastToken,omitempty"`
@@ -220,7 +234,7 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 		Rules: e.Rules, Operation: e.Operation, Namespace: e.Namespace,
 		Attempts: e.Attempts, Reason: e.Reason, FirstError: e.FirstError, LastError: e.LastError,
 		FirstFailedAt: utc(e.FirstFailedAt), LastFailedAt: utc(e.LastFailedAt), CreatedAt: utc(e.CreatedAt),
-		Order: e.Order, GapFrom: utc(e.GapFrom), GapTo: utc(e.GapTo), ChangeDropped: e.ChangeDropped,
+		Order: e.Order, RetryAt: utc(e.RetryAt), GapFrom: utc(e.GapFrom), GapTo: utc(e.GapTo), ChangeDropped: e.ChangeDropped,
 	}
 	if !e.ClusterTime.IsZero() {
 		j.ClusterTime = &struct {
@@ -275,7 +289,7 @@ func (e *Entry) UnmarshalJSON(b []byte) error {
 		Rules: j.Rules, Operation: j.Operation, Namespace: j.Namespace,
 		Attempts: j.Attempts, Reason: j.Reason, FirstError: j.FirstError, LastError: j.LastError,
 		FirstFailedAt: utc(j.FirstFailedAt), LastFailedAt: utc(j.LastFailedAt), CreatedAt: utc(j.CreatedAt),
-		Order: j.Order, GapFrom: utc(j.GapFrom), GapTo: utc(j.GapTo), ChangeDropped: j.ChangeDropped,
+		Order: j.Order, RetryAt: utc(j.RetryAt), GapFrom: utc(j.GapFrom), GapTo: utc(j.GapTo), ChangeDropped: j.ChangeDropped,
 	}
 	if j.ClusterTime != nil {
 		out.ClusterTime = bson.Timestamp{T: j.ClusterTime.Timestamp.T, I: j.ClusterTime.Timestamp.I}

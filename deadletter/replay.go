@@ -82,7 +82,7 @@ func (s *Store) Replay(ctx context.Context, f Filter, deliver func(ctx context.C
 	// Collect the ids first: deliveries can take long, longer than a
 	// server-side cursor may stay idle.
 	opts := options.Find().
-		SetSort(bson.D{{Key: "clusterTime", Value: 1}, {Key: "order", Value: 1}, {Key: "_id", Value: 1}}).
+		SetSort(streamOrder).
 		SetProjection(bson.D{{Key: "_id", Value: 1}})
 	if f.Limit > 0 {
 		opts.SetLimit(int64(f.Limit))

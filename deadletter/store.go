@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -62,7 +63,7 @@ func NewStore(db *mongo.Database, collection string) *Store {
 }
 
 // EnsureIndexes creates the indexes used by listing (by kind, sink or
-// source, and time), re-drive (parked entries of a sink in Order), replay
+// source, and time), re-drive (parked entries of a sink in stream order), replay
 // (stream order) and document-key look-ups. It is idempotent.
 func (s *Store) EnsureIndexes(ctx context.Context) error {
 	idx := func(name string, keys bson.D) mongo.IndexModel {
@@ -72,7 +73,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 	models := []mongo.IndexModel{
 		idx("kind_sink_createdAt_id", bson.D{{Key: "kind", Value: 1}, {Key: "sink", Value: 1}, {Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}),
 		idx("kind_source_createdAt_id", bson.D{{Key: "kind", Value: 1}, {Key: "source", Value: 1}, {Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}),
-		idx("kind_sink_order_id", bson.D{{Key: "kind", Value: 1}, {Key: "sink", Value: 1}, {Key: "order", Value: 1}, {Key: "_id", Value: 1}}),
+		idx("kind_sink_clusterTime_order_id", bson.D{{Key: "kind", Value: 1}, {Key: "sink", Value: 1}, {Key: "clusterTime", Value: 1}, {Key: "order", Value: 1}, {Key: "_id", Value: 1}}),
 		idx("kind_clusterTime_order_id", bson.D{{Key: "kind", Value: 1}, {Key: "clusterTime", Value: 1}, {Key: "order", Value: 1}, {Key: "_id", Value: 1}}),
 		idx("createdAt_id", bson.D{{Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}),
 		idx("documentKey_id", bson.D{{Key: "documentKey._id", Value: 1}}),
@@ -106,6 +107,8 @@ type record struct {
 	LastFailedAt  time.Time      `bson:"lastFailedAt,omitempty"`
 	CreatedAt     time.Time      `bson:"createdAt,omitempty"`
 	Order         int64          `bson:"order"`
+	Version       int64          `bson:"ver,omitempty"`
+	RetryAt       time.Time      `bson:"retryAt,omitempty"`
 	GapFrom       time.Time      `bson:"gapFrom,omitempty"`
 	GapTo         time.Time      `bson:"gapTo,omitempty"`
 	LastToken     bson.Raw       `bson:"lastToken,omitempty"`
@@ -119,7 +122,7 @@ func (r *record) entry() Entry {
 		ClusterTime: r.ClusterTime, Attempts: int(r.Attempts), Reason: r.Reason,
 		FirstError: r.FirstError, LastError: r.LastError,
 		FirstFailedAt: utc(r.FirstFailedAt), LastFailedAt: utc(r.LastFailedAt), CreatedAt: utc(r.CreatedAt),
-		Order: r.Order, GapFrom: utc(r.GapFrom), GapTo: utc(r.GapTo), LastToken: r.LastToken,
+		Order: r.Order, Version: r.Version, RetryAt: utc(r.RetryAt), GapFrom: utc(r.GapFrom), GapTo: utc(r.GapTo), LastToken: r.LastToken,
 	}
 }
 
@@ -159,10 +162,16 @@ func upsert(e Entry, now time.Time) (bson.D, bson.D, error) {
 		e.Envelope = nil
 	}
 
-	// $setOnInsert, $set and $inc must not name the same field.
+	if e.Version == 0 {
+		e.Version = newVersion()
+	}
+
+	// $setOnInsert, $set and $inc must not name the same field. The order
+	// is fixed by the first write: a re-park never moves an entry.
 	onInsert := bson.D{
 		{Key: "createdAt", Value: e.CreatedAt.UTC()},
 		{Key: "firstFailedAt", Value: e.FirstFailedAt.UTC()},
+		{Key: "order", Value: e.Order},
 	}
 	if e.FirstError != "" {
 		onInsert = append(onInsert, bson.E{Key: "firstError", Value: e.FirstError})
@@ -172,6 +181,7 @@ func upsert(e Entry, now time.Time) (bson.D, bson.D, error) {
 		{Key: "lastFailedAt", Value: e.LastFailedAt.UTC()},
 		{Key: "changeDropped", Value: e.ChangeDropped},
 	}
+	var unset bson.D
 	str := func(k, v string) {
 		if v != "" {
 			set = append(set, bson.E{Key: k, Value: v})
@@ -203,7 +213,12 @@ func upsert(e Entry, now time.Time) (bson.D, bson.D, error) {
 	}
 	str("reason", e.Reason)
 	str("lastError", e.LastError)
-	set = append(set, bson.E{Key: "order", Value: e.Order})
+	set = append(set, bson.E{Key: "ver", Value: e.Version})
+	if e.RetryAt.IsZero() {
+		unset = append(unset, bson.E{Key: "retryAt", Value: ""})
+	} else {
+		set = append(set, bson.E{Key: "retryAt", Value: e.RetryAt.UTC()})
+	}
 	tm("gapFrom", e.GapFrom)
 	tm("gapTo", e.GapTo)
 	raw("lastToken", e.LastToken)
@@ -213,16 +228,23 @@ func upsert(e Entry, now time.Time) (bson.D, bson.D, error) {
 		{Key: "$set", Value: set},
 		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int64(e.Attempts)}}},
 	}
+	if len(unset) > 0 {
+		update = append(update, bson.E{Key: "$unset", Value: unset})
+	}
 	return bson.D{{Key: "_id", Value: e.ID}}, update, nil
 }
+
+// newVersion returns a random, non-zero entry version.
+func newVersion() int64 { return rand.Int64N(1<<62) + 1 }
 
 // Put writes e, idempotently on its _id (derived from EventID and Sink, or
 // for a gap from Source and GapFrom, when ID is empty). Writing an entry that
 // already exists (the same event and sink again after a crash, or a parked
 // entry that failed) adds e.Attempts to the stored attempts, replaces kind,
-// reason, lastError, lastFailedAt and the event fields, and keeps createdAt,
-// firstFailedAt and firstError. Zero times default to now; an empty
-// FirstError to LastError.
+// reason, lastError, lastFailedAt, retryAt and the event fields, draws a new
+// Version (unless e.Version is set), and keeps createdAt, firstFailedAt,
+// firstError and order. Zero times default to now; an empty FirstError to
+// LastError.
 //
 // When the change alone is too large for a MongoDB document it is left out
 // and the entry is marked ChangeDropped (it cannot be replayed, but the
@@ -318,13 +340,18 @@ func (f Filter) query() (bson.D, error) {
 	return q, nil
 }
 
-// byOrder reports whether entries matching f are listed in Order.
+// byOrder reports whether entries matching f are listed in stream order.
 func (f Filter) byOrder() bool { return f.Kind == KindParked }
+
+// streamOrder is the order of parked entries (re-drive) and of replays: the
+// change's cluster time, then the legacy order, then _id (whose resume token
+// sorts in stream order within a source).
+var streamOrder = bson.D{{Key: "clusterTime", Value: 1}, {Key: "order", Value: 1}, {Key: "_id", Value: 1}}
 
 // sort returns the List order of f.
 func (f Filter) sort() bson.D {
 	if f.byOrder() {
-		return bson.D{{Key: "order", Value: 1}, {Key: "_id", Value: 1}}
+		return streamOrder
 	}
 	return bson.D{{Key: "createdAt", Value: -1}, {Key: "_id", Value: -1}}
 }
@@ -338,7 +365,7 @@ func (s *Store) pageQuery(ctx context.Context, f Filter) (bson.D, error) {
 	}
 	var after record
 	err = s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: f.AfterID}},
-		options.FindOne().SetProjection(bson.D{{Key: "createdAt", Value: 1}, {Key: "order", Value: 1}})).Decode(&after)
+		options.FindOne().SetProjection(bson.D{{Key: "createdAt", Value: 1}, {Key: "clusterTime", Value: 1}, {Key: "order", Value: 1}})).Decode(&after)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, fmt.Errorf("page after %q: %w", f.AfterID, ErrNotFound)
 	}
@@ -347,9 +374,16 @@ func (s *Store) pageQuery(ctx context.Context, f Filter) (bson.D, error) {
 	}
 	var or bson.A
 	if f.byOrder() {
+		// A missing clusterTime sorts first (as null); ClusterTime's zero
+		// value stands for it.
+		var ct any = after.ClusterTime
+		if after.ClusterTime.IsZero() {
+			ct = nil
+		}
 		or = bson.A{
-			bson.D{{Key: "order", Value: bson.D{{Key: "$gt", Value: after.Order}}}},
-			bson.D{{Key: "order", Value: after.Order}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: f.AfterID}}}},
+			bson.D{{Key: "clusterTime", Value: bson.D{{Key: "$gt", Value: ct}}}},
+			bson.D{{Key: "clusterTime", Value: ct}, {Key: "order", Value: bson.D{{Key: "$gt", Value: after.Order}}}},
+			bson.D{{Key: "clusterTime", Value: ct}, {Key: "order", Value: after.Order}, {Key: "_id", Value: bson.D{{Key: "$gt", Value: f.AfterID}}}},
 		}
 	} else {
 		or = bson.A{
@@ -361,8 +395,8 @@ func (s *Store) pageQuery(ctx context.Context, f Filter) (bson.D, error) {
 }
 
 // List returns the entries matching f, at most f.Limit of them. Parked
-// entries (Kind == KindParked) are listed in re-drive order: Order
-// ascending, then _id. Every other filter lists newest first: CreatedAt
+// entries (Kind == KindParked) are listed in re-drive order, which is stream
+// order: ClusterTime, then Order, then _id, ascending. Every other filter lists newest first: CreatedAt
 // descending, then _id descending. Page with f.AfterID set to the ID of the
 // last entry of the previous page.
 func (s *Store) List(ctx context.Context, f Filter) ([]Entry, error) {
@@ -437,24 +471,6 @@ func (s *Store) Count(ctx context.Context, f Filter) (int64, error) {
 	return n, nil
 }
 
-// LastOrder returns the highest Order among the parked entries of sink, and 0
-// when it has none. A lane continues its order above it, so entries parked
-// after a restart sort after older ones even if the clock went back.
-func (s *Store) LastOrder(ctx context.Context, sink string) (int64, error) {
-	var r struct {
-		Order int64 `bson:"order"`
-	}
-	err := s.coll.FindOne(ctx, bson.D{{Key: "kind", Value: KindParked}, {Key: "sink", Value: sink}},
-		options.FindOne().SetSort(bson.D{{Key: "order", Value: -1}}).SetProjection(bson.D{{Key: "order", Value: 1}})).Decode(&r)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("dead letters: last order of %s: %w", sink, err)
-	}
-	return r.Order, nil
-}
-
 // CountBySink returns the number of entries of kind (every kind when empty)
 // per sink. Gaps have no sink: they are counted under "".
 func (s *Store) CountBySink(ctx context.Context, kind Kind) (map[string]int64, error) {
@@ -490,6 +506,25 @@ func (s *Store) CountBySink(ctx context.Context, kind Kind) (map[string]int64, e
 		return nil, fmt.Errorf("dead letters: count by sink: %w", err)
 	}
 	return out, nil
+}
+
+// DeleteVersion removes the parked entry id only if it is still at version
+// ver (Entry.Version as read), and reports whether it did. A re-drive
+// deletes what it delivered this way: an entry written again in between (a
+// re-read change parked again) keeps its place and is re-driven again.
+// Version 0 matches an entry written without a version.
+func (s *Store) DeleteVersion(ctx context.Context, id string, ver int64) (bool, error) {
+	q := bson.D{{Key: "_id", Value: id}, {Key: "kind", Value: KindParked}}
+	if ver == 0 {
+		q = append(q, bson.E{Key: "ver", Value: bson.D{{Key: "$exists", Value: false}}})
+	} else {
+		q = append(q, bson.E{Key: "ver", Value: ver})
+	}
+	res, err := s.coll.DeleteOne(ctx, q)
+	if err != nil {
+		return false, fmt.Errorf("dead letter %s: delete version %d: %w", id, ver, err)
+	}
+	return res.DeletedCount > 0, nil
 }
 
 // Delete removes the entry with id and reports whether it existed.

@@ -297,8 +297,9 @@ func TestListFilters(t *testing.T) {
 	}{
 		{"all newest first", deadletter.Filter{}, id("s1-b-6p", "s2-b-5", "s1-a-4p", "s1-a-3p", "s2-a-2", "s1-b-1", "gap", "s1-a-1")},
 		{"failed", deadletter.Filter{Kind: deadletter.KindFailed}, id("s2-b-5", "s2-a-2", "s1-b-1", "s1-a-1")},
-		{"parked by order", deadletter.Filter{Kind: deadletter.KindParked}, id("s1-b-6p", "s1-a-4p", "s1-a-3p")},
-		{"parked of sink a by order", deadletter.Filter{Kind: deadletter.KindParked, Sink: "a"}, id("s1-a-4p", "s1-a-3p")},
+		// Stream order (cluster time), whatever the legacy order says.
+		{"parked in stream order", deadletter.Filter{Kind: deadletter.KindParked}, id("s1-a-3p", "s1-a-4p", "s1-b-6p")},
+		{"parked of sink a in stream order", deadletter.Filter{Kind: deadletter.KindParked, Sink: "a"}, id("s1-a-3p", "s1-a-4p")},
 		{"gap", deadletter.Filter{Kind: deadletter.KindGap}, id("gap")},
 		{"sink", deadletter.Filter{Sink: "b"}, id("s1-b-6p", "s2-b-5", "s1-b-1")},
 		{"source", deadletter.Filter{Source: "s2"}, id("s2-b-5", "s2-a-2", "gap")},
@@ -403,11 +404,8 @@ func TestPutManyOrder(t *testing.T) {
 	if n, err := s.Count(ctx, deadletter.Filter{Kind: deadletter.KindParked}); err != nil || n != 50 {
 		t.Errorf("Count = %d, %v; want 50", n, err)
 	}
-	if last, err := s.LastOrder(ctx, "slow"); err != nil || last != 1049 {
-		t.Errorf("LastOrder(slow) = %d, %v; want 1049", last, err)
-	}
-	if last, err := s.LastOrder(ctx, "other"); err != nil || last != 0 {
-		t.Errorf("LastOrder(other) = %d, %v; want 0", last, err)
+	if got, _ := s.List(ctx, deadletter.Filter{Kind: deadletter.KindParked, Sink: "slow"}); !slices.Equal(ids(got), ids(es)) {
+		t.Errorf("after re-parking, parked order = %v\nwant %v", ids(got), ids(es))
 	}
 	// An invalid entry is refused before anything is written.
 	bad := []deadletter.Entry{entry(t, ev(t, "orders", "orders", 1, 100), "slow", deadletter.KindParked), {ID: "x", Kind: "weird"}}
@@ -464,7 +462,7 @@ func TestDeletePurge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{fx["s1-a-3p"].ID, fx["s2-a-2"].ID, fx["gap"].ID}; !slices.Equal(ids(left), want) {
+	if want := []string{fx["s1-b-6p"].ID, fx["s2-a-2"].ID, fx["gap"].ID}; !slices.Equal(ids(left), want) {
 		t.Errorf("left = %v, want %v", ids(left), want)
 	}
 	n, err = s.Purge(ctx, deadletter.Filter{Since: base.Add(-time.Hour)})
@@ -473,6 +471,67 @@ func TestDeletePurge(t *testing.T) {
 	}
 	if n, err := s.Purge(ctx, deadletter.Filter{}); err != nil || n != 0 {
 		t.Fatalf("Purge empty store = %d, %v", n, err)
+	}
+}
+
+// A re-park never moves an entry: its place is its change's position, not
+// the time of the write; a later write with another Order keeps the first
+// one. Every write draws a new version, and DeleteVersion deletes only the
+// version it names, so a re-drive cannot delete a re-park written after it
+// read the entry.
+func TestReparkKeepsPlaceAndDeleteVersion(t *testing.T) {
+	s, ctx := newStore(t)
+	var es []deadletter.Entry
+	for i := range 3 {
+		en := entry(t, ev(t, "orders", "orders", 1, uint32(10+i)), "slow", deadletter.KindParked)
+		en.Order = int64(100 - i) // legacy orders, against stream order: ignored
+		es = append(es, en)
+	}
+	// Written newest first, as a re-read after a restart can.
+	put(t, ctx, s, es[2], es[1], es[0])
+	first, err := s.List(ctx, deadletter.Filter{Kind: deadletter.KindParked})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ids(first), ids(es)) {
+		t.Fatalf("parked order = %v, want stream order %v", ids(first), ids(es))
+	}
+	// Re-park the middle one with a different legacy order.
+	again := es[1]
+	again.Order = -5
+	put(t, ctx, s, again)
+	got, _, _ := s.Get(ctx, es[1].ID)
+	if got.Order != first[1].Order {
+		t.Errorf("re-park moved the entry: order %d, want %d", got.Order, first[1].Order)
+	}
+	if got.Version == first[1].Version || got.Version == 0 {
+		t.Errorf("re-park kept version %d (was %d): a re-drive could delete it", got.Version, first[1].Version)
+	}
+	// The re-drive read version first[1]; the entry was written again since.
+	if ok, err := s.DeleteVersion(ctx, es[1].ID, first[1].Version); err != nil || ok {
+		t.Fatalf("DeleteVersion of a superseded version = %v, %v; want false", ok, err)
+	}
+	if ok, err := s.DeleteVersion(ctx, es[1].ID, got.Version); err != nil || !ok {
+		t.Fatalf("DeleteVersion of the current version = %v, %v; want true", ok, err)
+	}
+	// A failed entry is never deleted by a re-drive's DeleteVersion.
+	failed := entry(t, ev(t, "orders", "orders", 2, 20), "slow", deadletter.KindFailed)
+	put(t, ctx, s, failed)
+	f, _, _ := s.Get(ctx, failed.ID)
+	if ok, err := s.DeleteVersion(ctx, failed.ID, f.Version); err != nil || ok {
+		t.Fatalf("DeleteVersion of a failed entry = %v, %v; want false", ok, err)
+	}
+	// RetryAt round-trips and is cleared by a write without it.
+	at := base.Add(time.Minute)
+	withRA := es[0]
+	withRA.RetryAt = at
+	put(t, ctx, s, withRA)
+	if g, _, _ := s.Get(ctx, es[0].ID); !g.RetryAt.Equal(at) {
+		t.Errorf("RetryAt = %v, want %v", g.RetryAt, at)
+	}
+	put(t, ctx, s, es[0])
+	if g, _, _ := s.Get(ctx, es[0].ID); !g.RetryAt.IsZero() {
+		t.Errorf("RetryAt = %v after a write without it, want zero", g.RetryAt)
 	}
 }
 
@@ -715,7 +774,7 @@ func TestEnsureIndexesIdempotent(t *testing.T) {
 		names = append(names, sp.Name)
 	}
 	slices.Sort(names)
-	want := []string{"_id_", "createdAt_id", "documentKey_id", "kind_clusterTime_order_id", "kind_sink_createdAt_id", "kind_sink_order_id", "kind_source_createdAt_id"}
+	want := []string{"_id_", "createdAt_id", "documentKey_id", "kind_clusterTime_order_id", "kind_sink_clusterTime_order_id", "kind_sink_createdAt_id", "kind_source_createdAt_id"}
 	if !slices.Equal(names, want) {
 		t.Errorf("indexes = %v, want %v", names, want)
 	}

@@ -47,6 +47,9 @@ type SinkSpec struct {
 	// ParkBacklog parks earlier when the sink is failing and this many
 	// events are queued for it (0: only ParkAfter applies).
 	ParkBacklog int
+	// Limiter, when set, bounds the sink's requests (adaptive concurrency,
+	// rate limit); MaxInFlight then bounds the workers it can admit.
+	Limiter Limiter
 }
 
 // DeadLetters is the part of the dead-letter store the engine uses.
@@ -55,8 +58,7 @@ type DeadLetters interface {
 	PutMany(ctx context.Context, es []deadletter.Entry) error
 	List(ctx context.Context, f deadletter.Filter) ([]deadletter.Entry, error)
 	Count(ctx context.Context, f deadletter.Filter) (int64, error)
-	LastOrder(ctx context.Context, sink string) (int64, error)
-	Delete(ctx context.Context, id string) (bool, error)
+	DeleteVersion(ctx context.Context, id string, ver int64) (bool, error)
 	Convert(ctx context.Context, id string, to deadletter.Kind, reason, lastErr string) error
 }
 
@@ -354,6 +356,6 @@ func (e *Engine) DeliverNow(ctx context.Context, sink string, ev *event.Event) e
 		// Delivering now would overtake the parked backlog of this sink.
 		return fmt.Errorf("sink %s: %w: its parked backlog is being re-driven; replay once it is live again", sink, ErrParked)
 	}
-	_, err := l.deliver(ctx, []*item{{ev: ev}}, modeReplay)
+	_, err := l.d.deliver(ctx, []*item{{ev: ev}}, modeReplay, nil)
 	return err
 }

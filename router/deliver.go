@@ -1,0 +1,298 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks"
+)
+
+// deliveryMode says what the delivery stage does with an outcome.
+type deliveryMode int
+
+const (
+	modeLive    deliveryMode = iota // ack on success, dead-letter on failure
+	modeRedrive                     // retry until delivered; return permanent errors
+	modeReplay                      // sink's retry policy; return the final error
+)
+
+// Limiter is the hook through which a limiter stage (adaptive concurrency,
+// rate limit) bounds a sink's requests. Acquire blocks until one request may
+// start (or ctx is done) and returns the function that reports the
+// request's outcome: its latency and the error it ended with (nil on
+// success).
+type Limiter interface {
+	Acquire(ctx context.Context) (release func(latency time.Duration, err *sinks.Error), err error)
+}
+
+// finisher takes the items the delivery stage finished in modeLive.
+type finisher interface {
+	// delivered acks items the sink accepted.
+	delivered(items []*item)
+	// deadLetter durably records items that failed for good, then acks them.
+	deadLetter(items []*item, reason string)
+}
+
+// deliverer is the delivery stage of a lane: it waits for the sink to be
+// ready (the sink-wide Retry-After pause, each item's backoff, the
+// limiter), makes an attempt, classifies its outcome (delivered, retry,
+// permanent; per entry for batch APIs) and backs off. It also keeps the
+// sink's health for status and parking. It is safe for concurrent use by
+// the lane's workers and its re-drive.
+type deliverer struct {
+	name   string
+	sink   sinks.Sink
+	policy sinks.RetryPolicy
+	clk    clock
+	log    *slog.Logger
+	limit  Limiter // nil: none
+
+	// pausedUntil (unix nanos) holds every new request of the sink back:
+	// the destination asked for it with Retry-After.
+	pausedUntil atomic.Int64
+
+	failingSince atomic.Int64 // unix nanos of the first failure since the last success; 0 when healthy
+	lastSuccess  atomic.Int64
+	lastErr      atomic.Pointer[string]
+
+	mAttempts, mRetried prometheus.Counter
+	mFailures           *prometheus.CounterVec // sink, reason
+	mDuration, mLag     prometheus.Observer
+}
+
+// failing reports since when the sink has been failing (zero when healthy).
+func (d *deliverer) failing() time.Time {
+	if fs := d.failingSince.Load(); fs != 0 {
+		return time.Unix(0, fs)
+	}
+	return time.Time{}
+}
+
+// readyAt returns when the next attempt for items may start: the latest of
+// the sink-wide pause and the items' own backoff.
+func (d *deliverer) readyAt(items []*item) time.Time {
+	var t time.Time
+	if p := d.pausedUntil.Load(); p != 0 {
+		t = time.Unix(0, p)
+	}
+	for _, it := range items {
+		if it.retryAt.After(t) {
+			t = it.retryAt
+		}
+	}
+	return t
+}
+
+// pause holds the sink's new requests back until t (never shortens a
+// pause in force).
+func (d *deliverer) pause(t time.Time) {
+	n := t.UnixNano()
+	for {
+		cur := d.pausedUntil.Load()
+		if cur >= n || d.pausedUntil.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// waitReady waits until items may be attempted. It returns false when ctx
+// ended first.
+func (d *deliverer) waitReady(ctx context.Context, items []*item) bool {
+	for {
+		at := d.readyAt(items)
+		wait := at.Sub(d.clk.Now())
+		if wait <= 0 {
+			return ctx.Err() == nil
+		}
+		if !sleep(ctx, d.clk, wait) {
+			return false
+		}
+		// A pause may have been extended meanwhile: look again.
+	}
+}
+
+// send makes one attempt through the limiter.
+func (d *deliverer) send(ctx context.Context, evs []*event.Event) error {
+	var release func(time.Duration, *sinks.Error)
+	if d.limit != nil {
+		r, err := d.limit.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		release = r
+	}
+	start := d.clk.Now()
+	d.mAttempts.Inc()
+	err := d.sink.Send(ctx, evs)
+	took := d.clk.Now().Sub(start)
+	d.mDuration.Observe(took.Seconds())
+	if release != nil {
+		var de *sinks.Error
+		if err != nil && ctx.Err() == nil {
+			de, _ = sinks.Classify(err)
+			if de == nil {
+				de = &sinks.Error{Err: err, Reason: "error"}
+			}
+		}
+		release(took, de)
+	}
+	return err
+}
+
+// deliver sends items with retries. In modeLive it finishes every item
+// through fin (delivered, or durably dead-lettered) and returns nil, or
+// returns ctx's error with the items still pending (their retryAt set when
+// a backoff was in force). In the other modes fin is unused and it returns
+// nil on delivery or the error that ended the attempts, with the items it
+// concerns.
+func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMode, fin finisher) ([]*item, error) {
+	policy := d.policy
+	if mode == modeRedrive {
+		policy.MaxAttempts = 1 << 30
+		policy.MaxElapsed = 0
+	}
+	pending := items
+	evs := make([]*event.Event, 0, len(items))
+	for {
+		if !d.waitReady(ctx, pending) {
+			return pending, ctx.Err()
+		}
+		now := d.clk.Now()
+		evs = evs[:0]
+		for _, it := range pending {
+			if it.first.IsZero() {
+				it.first = now
+			}
+			it.attempts++
+			it.retryAt = time.Time{}
+			evs = append(evs, it.ev)
+		}
+		err := d.send(ctx, evs)
+		if err == nil {
+			d.succeeded(pending, mode, fin)
+			return nil, nil
+		}
+		if ctx.Err() != nil {
+			return pending, ctx.Err()
+		}
+		var decision *sinks.Error
+		var be *sinks.BatchError
+		if errors.As(err, &be) {
+			var ok, retry []*item
+			for i, it := range pending {
+				ferr, failed := be.Failed[i]
+				if !failed {
+					ok = append(ok, it)
+					continue
+				}
+				de, _ := sinks.Classify(ferr)
+				if de == nil {
+					de = &sinks.Error{Err: ferr, Reason: "error"}
+				}
+				it.noteErr(de)
+				d.mFailures.WithLabelValues(d.name, de.Reason).Inc()
+				if de.Permanent {
+					if mode != modeLive {
+						return []*item{it}, de
+					}
+					fin.deadLetter([]*item{it}, de.Reason)
+					continue
+				}
+				if decision == nil || de.RetryAfter > decision.RetryAfter {
+					decision = de
+				}
+				retry = append(retry, it)
+			}
+			d.succeeded(ok, mode, fin)
+			pending = retry
+			if len(pending) == 0 {
+				return nil, nil
+			}
+		} else {
+			de, ok := sinks.Classify(err)
+			if !ok {
+				// A cancellation the sink reports while our context is
+				// live is the sink's own: retry it like a transport error.
+				de = &sinks.Error{Err: err, Reason: "canceled"}
+			}
+			decision = de
+			for _, it := range pending {
+				it.noteErr(de)
+			}
+			d.mFailures.WithLabelValues(d.name, de.Reason).Add(float64(len(pending)))
+			if de.Permanent {
+				if mode != modeLive {
+					return pending, de
+				}
+				fin.deadLetter(pending, de.Reason)
+				return nil, nil
+			}
+		}
+		d.noteFailure(decision)
+		now = d.clk.Now()
+		if decision.RetryAfter > 0 {
+			// The destination asked every request to wait, not just
+			// this one (capped as the policy caps it).
+			d.pause(now.Add(min(decision.RetryAfter, policy.MaxInterval)))
+		}
+		wait, again := policy.Next(pending[0].attempts, pending[0].first, now, decision, rand.Float64)
+		if !again {
+			if mode != modeLive {
+				return pending, decision
+			}
+			fin.deadLetter(pending, "exhausted")
+			return nil, nil
+		}
+		d.mRetried.Add(float64(len(pending)))
+		for _, it := range pending {
+			it.retryAt = now.Add(wait)
+		}
+	}
+}
+
+func (it *item) noteErr(de *sinks.Error) {
+	msg := de.Error()
+	if it.firstErr == "" {
+		it.firstErr = msg
+	}
+	it.lastErr = msg
+	it.reason = de.Reason
+}
+
+func (d *deliverer) noteFailure(de *sinks.Error) {
+	d.failingSince.CompareAndSwap(0, d.clk.Now().UnixNano())
+	msg := de.Error()
+	if p := d.lastErr.Load(); p == nil || *p != msg {
+		d.lastErr.Store(&msg)
+		d.log.Warn("delivery failed", "err", msg, "reason", de.Reason)
+	}
+}
+
+// markHealthy clears the failure state (a parked lane going live again).
+func (d *deliverer) markHealthy() { d.failingSince.Store(0) }
+
+func (d *deliverer) succeeded(items []*item, mode deliveryMode, fin finisher) {
+	if len(items) == 0 {
+		return
+	}
+	now := d.clk.Now()
+	d.lastSuccess.Store(now.UnixNano())
+	if d.failingSince.Swap(0) != 0 {
+		d.log.Info("sink delivering again")
+	}
+	for _, it := range items {
+		if !it.ev.WallTime.IsZero() {
+			d.mLag.Observe(now.Sub(it.ev.WallTime).Seconds())
+		}
+	}
+	if mode == modeLive {
+		fin.delivered(items)
+	}
+}

@@ -1,0 +1,261 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks"
+)
+
+// This file is the parking stage of a lane: when a sink keeps failing, its
+// backlog is written to the dead-letter store as parked entries and acked
+// (the source is not held back), and a re-drive delivers the parked entries
+// in stream order until none is left; then the lane goes live again.
+//
+// Order: an entry's place is its change's position (cluster time, then its
+// id, which holds the resume token), fixed by its first write. While the
+// lane is parked every event, new or re-read, is parked rather than
+// delivered, and the lane goes live only when nothing is queued, held or
+// parked (under mode, which enqueue holds shared). A re-drive deletes an
+// entry only at the version it read, so a re-park written meanwhile (the
+// same change re-read after a stream reopen or a restart) is re-driven
+// again, in its place, instead of being lost.
+
+// entry returns the dead-letter entry of kind for it.
+func (l *Lane) entry(it *item, kind deadletter.Kind, reason string) (deadletter.Entry, error) {
+	e, err := deadletter.EntryFor(it.ev, l.name, kind)
+	if err != nil {
+		return e, err
+	}
+	e.Attempts = it.attempts
+	e.Reason = reason
+	e.FirstError, e.LastError = it.firstErr, it.lastErr
+	e.FirstFailedAt, e.LastFailedAt = it.first, l.clk.Now()
+	if kind == deadletter.KindParked && it.retryAt.After(l.clk.Now()) {
+		e.RetryAt = it.retryAt
+	}
+	return e, nil
+}
+
+// park writes items to the store as parked entries and acks them.
+func (l *Lane) park(ctx context.Context, items []*item) {
+	if len(items) == 0 {
+		return
+	}
+	es := make([]deadletter.Entry, 0, len(items))
+	for _, it := range items {
+		e, err := l.entry(it, deadletter.KindParked, "parked")
+		if err != nil {
+			l.log.Error("cannot build parked entry", "event", it.ev.ID, "err", err)
+			return
+		}
+		es = append(es, e)
+	}
+	if !l.persist(ctx, "park", func(ctx context.Context) error { return l.dl.PutMany(ctx, es) }) {
+		return
+	}
+	l.mParked.Add(float64(len(items)))
+	for _, it := range items {
+		it.done()
+	}
+}
+
+func (l *Lane) setParked(on bool) {
+	l.parked.Store(on)
+	if on {
+		l.mParkedGauge.Set(1)
+		select {
+		case l.redrive <- struct{}{}:
+		default:
+		}
+	} else {
+		l.mParkedGauge.Set(0)
+	}
+}
+
+// watch parks the lane when the sink has been failing for ParkAfter, or is
+// failing with ParkBacklog events queued.
+func (l *Lane) watch(ctx context.Context) {
+	tick := l.spec.ParkAfter / 10
+	if tick > time.Second {
+		tick = time.Second
+	}
+	if tick < 10*time.Millisecond {
+		tick = 10 * time.Millisecond
+	}
+	for sleep(ctx, l.clk, tick) {
+		if l.parked.Load() {
+			continue
+		}
+		since := l.d.failing()
+		if since.IsZero() {
+			continue
+		}
+		failingFor := l.clk.Now().Sub(since)
+		backlog := l.q.backlog()
+		if failingFor >= l.spec.ParkAfter || (l.spec.ParkBacklog > 0 && backlog >= int64(l.spec.ParkBacklog)) {
+			l.log.Warn("sink keeps failing: parking its backlog in the dead-letter store for an ordered re-drive",
+				"failing_for", failingFor.Round(time.Millisecond), "backlog", backlog)
+			l.parkLane()
+		}
+	}
+}
+
+// parkLane parks the lane: deliveries in progress are cancelled (and
+// parked by their workers, with their backoff), and the re-drive takes over.
+func (l *Lane) parkLane() {
+	// Under liveMu, as tryGoLive: a lane going live concurrently must not
+	// end up live with the cancelled context.
+	l.liveMu.Lock()
+	l.liveCancel()
+	l.setParked(true)
+	l.liveMu.Unlock()
+	l.q.wakeAll()
+}
+
+// redriveLoop delivers parked entries in order while the lane is parked, and
+// turns the lane live again once nothing is parked or queued.
+func (l *Lane) redriveLoop(ctx context.Context) {
+	idle := 20 * time.Millisecond
+	for {
+		if !l.parked.Load() {
+			select {
+			case <-l.redrive:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		entries, err := l.dl.List(ctx, deadletter.Filter{Kind: deadletter.KindParked, Sink: l.name, Limit: 512})
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			l.log.Error("re-drive: cannot list parked events", "err", err)
+			sleep(ctx, l.clk, time.Second)
+			continue
+		}
+		if len(entries) == 0 {
+			if l.tryGoLive(ctx) {
+				continue
+			}
+			sleep(ctx, l.clk, idle)
+			continue
+		}
+		l.redriveEntries(ctx, entries)
+	}
+}
+
+func (l *Lane) tryGoLive(ctx context.Context) bool {
+	l.mode.Lock()
+	defer l.mode.Unlock()
+	if !l.q.empty() {
+		return false
+	}
+	n, err := l.dl.Count(ctx, deadletter.Filter{Kind: deadletter.KindParked, Sink: l.name})
+	if err != nil || n != 0 {
+		return false
+	}
+	l.liveMu.Lock()
+	l.liveCtx, l.liveCancel = context.WithCancel(l.baseCtx)
+	l.d.markHealthy()
+	l.setParked(false)
+	l.liveMu.Unlock()
+	l.log.Info("parked backlog re-driven; sink is live again")
+	return true
+}
+
+// redriveEntries delivers entries (in stream order) keeping per-key order,
+// with up to as many keys in parallel as the lane has partitions.
+func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) {
+	type group struct{ entries []deadletter.Entry }
+	var groups []*group
+	byKey := map[string]*group{}
+	for _, e := range entries {
+		key := e.Namespace + "\x00" + string(e.DocumentKey)
+		switch l.spec.Ordering {
+		case OrderStrict:
+			key = ""
+		case OrderNone:
+			key = e.ID
+		}
+		g := byKey[key]
+		if g == nil {
+			g = &group{}
+			byKey[key] = g
+			groups = append(groups, g)
+		}
+		g.entries = append(g.entries, e)
+	}
+	sem := make(chan struct{}, len(l.q.parts))
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for _, e := range g.entries {
+				if !l.redriveOne(ctx, e) {
+					return // stopping: the rest stay parked, in order
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// redriveOne delivers one parked entry (after its RetryAt) and deletes it at
+// the version it was read; it returns false when ctx ended.
+func (l *Lane) redriveOne(ctx context.Context, e deadletter.Entry) bool {
+	ev, err := event.FromChange(e.Source, 0, e.Change)
+	if err != nil {
+		reason, msg := "corrupt", fmt.Sprintf("cannot rebuild parked event: %v", err)
+		if e.ChangeDropped {
+			reason, msg = "too_large_to_park", "the change was too large to store with its parked entry (over 16 MiB with its envelope); it cannot be re-driven"
+		}
+		// Loud: this event reaches the sink only if someone acts on it.
+		l.log.Error("parked event cannot be re-driven; it stays in the dead-letter collection as failed", "event", e.EventID, "reason", reason, "err", msg)
+		l.persist(ctx, "convert", func(ctx context.Context) error {
+			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, reason, msg)
+		})
+		l.mDead.Inc()
+		return true
+	}
+	ev.Rules = e.Rules
+	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
+	_, err = l.d.deliver(ctx, []*item{it}, modeRedrive, nil)
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		reason := "error"
+		if de, ok := sinks.Classify(err); ok {
+			reason = de.Reason
+		}
+		l.persist(ctx, "convert", func(ctx context.Context) error {
+			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, reason, err.Error())
+		})
+		l.mDead.Inc()
+		return true
+	}
+	var deleted bool
+	if l.persist(ctx, "delete", func(ctx context.Context) error {
+		var err error
+		deleted, err = l.dl.DeleteVersion(ctx, e.ID, e.Version)
+		return err
+	}) {
+		l.mRedriven.Inc()
+		l.mDelivered.Inc()
+		if !deleted {
+			// Parked again while it was being delivered (a re-read of
+			// the same change): that version stays and is re-driven
+			// again in its place; at least once, never lost.
+			l.log.Debug("re-driven event was parked again meanwhile; it will be re-driven again", "event", e.EventID)
+		}
+	}
+	return true
+}
