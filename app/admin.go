@@ -46,6 +46,9 @@ type sinkReport struct {
 	Failing     bool      `json:"failing"`
 	LastError   string    `json:"lastError,omitempty"`
 	LastSuccess time.Time `json:"lastSuccess,omitzero"`
+	// PausedUntil is set while the receiver's Retry-After holds the sink's
+	// requests back.
+	PausedUntil time.Time `json:"pausedUntil,omitzero"`
 }
 
 func (g *gateway) report() statusReport {
@@ -86,6 +89,7 @@ func (g *gateway) report() statusReport {
 		kr := sinkReport{
 			Name: st.Name, Queued: st.Queued, InProgress: st.InProgress, Parked: st.Parked,
 			Failing: st.Failing, LastError: st.LastError, LastSuccess: st.LastSuccess,
+			PausedUntil: st.PausedUntil,
 		}
 		// A parked sink does not hold the sources back, but it is not
 		// delivering: report it so an operator sees it.
