@@ -819,9 +819,8 @@ func parseElemMatch(path string, t bson.Type, v []byte) (pred, error) {
 	if t != bson.TypeEmbeddedDocument {
 		return nil, fmt.Errorf("$elemMatch needs an object at %s", path)
 	}
-	first, _, _ := bsonraw.FirstElem(v)
 	switch {
-	case bsonraw.IsOperatorDoc(v) && !isLogicalOp(string(first)):
+	case IsCondition(v):
 		exprs, err := parseOps(path, v)
 		if err != nil {
 			return nil, err

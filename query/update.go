@@ -833,26 +833,18 @@ func (u *updater) pull(o *updateOp) error {
 			rv := e.rawValue()
 			return slices.ContainsFunc(vals, func(v *mval) bool { return Equal(v.rawValue(), rv) })
 		}
-	case o.arg.Type == bson.TypeEmbeddedDocument && bsonraw.IsOperatorDoc(o.arg.Value) && !isLogicalOp(firstKey(o.arg.Value)):
-		exprs, err := parseOps(o.path, o.arg.Value)
+	case o.arg.Type == bson.TypeRegex || (o.arg.Type == bson.TypeEmbeddedDocument && IsCondition(o.arg.Value)):
+		c, err := CompileCondition(o.path, o.arg)
 		if err != nil {
 			return errf(codeBadValue, "BadValue", "%v", err)
 		}
-		p := toPred(exprs)
-		match = func(e *mval) bool { r := e.rawValue(); return p.value(r.Type, r.Value) }
+		match = func(e *mval) bool { return c.Match(e.rawValue()) }
 	case o.arg.Type == bson.TypeEmbeddedDocument:
 		f, err := Compile(o.arg.Value)
 		if err != nil {
 			return errf(codeBadValue, "BadValue", "%v", err)
 		}
 		match = func(e *mval) bool { return e.t == bson.TypeEmbeddedDocument && f.Match(e.encode(nil)) }
-	case o.arg.Type == bson.TypeRegex:
-		p, opts := bsonraw.RegexParts(o.arg.Value)
-		re, err := compileRegex(string(p), string(opts))
-		if err != nil {
-			return errf(codeBadValue, "BadValue", "%v", err)
-		}
-		match = func(e *mval) bool { return re.value(e.t, e.raw) }
 	default:
 		match = func(e *mval) bool { return Equal(e.rawValue(), o.arg) }
 	}
@@ -867,11 +859,6 @@ func (u *updater) pull(o *updateOp) error {
 		}
 	}
 	return u.setArray(o, arr, elems)
-}
-
-func firstKey(doc []byte) string {
-	k, _, _ := bsonraw.FirstElem(doc)
-	return string(k)
 }
 
 // ---- arithmetic ----
