@@ -1,6 +1,10 @@
 package query
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/changegate/changegate/test/bsontest"
+)
 
 func TestCondition(t *testing.T) {
 	tests := []struct {
@@ -20,11 +24,11 @@ func TestCondition(t *testing.T) {
 		{`{"$regularExpression": {"pattern": "^a", "options": ""}}`, `"Apple"`, false},
 	}
 	for _, tc := range tests {
-		c, err := CompileCondition("arr", val(t, tc.cond))
+		c, err := CompileCondition("arr", bsontest.Value(t, tc.cond))
 		if err != nil {
 			t.Fatalf("CompileCondition(%s): %v", tc.cond, err)
 		}
-		if got := c.Match(val(t, tc.value)); got != tc.want {
+		if got := c.Match(bsontest.Value(t, tc.value)); got != tc.want {
 			t.Errorf("%s matches %s = %v, want %v", tc.cond, tc.value, got, tc.want)
 		}
 	}
@@ -41,7 +45,7 @@ func TestConditionErrors(t *testing.T) {
 		{`1`, "a condition needs an operator document or a regular expression at arr"},
 	}
 	for _, tc := range tests {
-		_, err := CompileCondition("arr", val(t, tc.cond))
+		_, err := CompileCondition("arr", bsontest.Value(t, tc.cond))
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("CompileCondition(%s) error = %v, want %q", tc.cond, err, tc.want)
 		}

@@ -1,4 +1,4 @@
-package query
+package mql
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/changegate/changegate/internal/bsonraw"
+	"github.com/changegate/changegate/query"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -516,7 +517,7 @@ func (u *updater) apply(o *updateOp) error {
 	case "$min", "$max":
 		cur := u.root.get(o.parts)
 		if cur != nil {
-			c := Compare(o.arg, cur.rawValue())
+			c := query.Compare(o.arg, cur.rawValue())
 			if (o.op == "$min" && c >= 0) || (o.op == "$max" && c <= 0) {
 				return nil
 			}
@@ -755,9 +756,9 @@ func pushSort(t bson.Type, v []byte) (func(a, b *mval) int, error) {
 	if bsonraw.IsNumeric(t) {
 		switch bsonraw.ToFloat(t, v) {
 		case 1:
-			return func(a, b *mval) int { return Compare(a.rawValue(), b.rawValue()) }, nil
+			return func(a, b *mval) int { return query.Compare(a.rawValue(), b.rawValue()) }, nil
 		case -1:
-			return func(a, b *mval) int { return Compare(b.rawValue(), a.rawValue()) }, nil
+			return func(a, b *mval) int { return query.Compare(b.rawValue(), a.rawValue()) }, nil
 		}
 	}
 	if t == bson.TypeEmbeddedDocument {
@@ -796,7 +797,7 @@ func (u *updater) addToSet(o *updateOp) error {
 	}
 	for _, v := range vals {
 		rv := v.rawValue()
-		if !slices.ContainsFunc(elems, func(e *mval) bool { return Equal(e.rawValue(), rv) }) {
+		if !slices.ContainsFunc(elems, func(e *mval) bool { return query.Equal(e.rawValue(), rv) }) {
 			elems = append(elems, v)
 		}
 	}
@@ -831,22 +832,22 @@ func (u *updater) pull(o *updateOp) error {
 		vals := decodeValue(o.arg.Type, o.arg.Value).elems
 		match = func(e *mval) bool {
 			rv := e.rawValue()
-			return slices.ContainsFunc(vals, func(v *mval) bool { return Equal(v.rawValue(), rv) })
+			return slices.ContainsFunc(vals, func(v *mval) bool { return query.Equal(v.rawValue(), rv) })
 		}
-	case o.arg.Type == bson.TypeRegex || (o.arg.Type == bson.TypeEmbeddedDocument && IsCondition(o.arg.Value)):
-		c, err := CompileCondition(o.path, o.arg)
+	case o.arg.Type == bson.TypeRegex || (o.arg.Type == bson.TypeEmbeddedDocument && query.IsCondition(o.arg.Value)):
+		c, err := query.CompileCondition(o.path, o.arg)
 		if err != nil {
 			return errf(codeBadValue, "BadValue", "%v", err)
 		}
 		match = func(e *mval) bool { return c.Match(e.rawValue()) }
 	case o.arg.Type == bson.TypeEmbeddedDocument:
-		f, err := Compile(o.arg.Value)
+		f, err := query.Compile(o.arg.Value)
 		if err != nil {
 			return errf(codeBadValue, "BadValue", "%v", err)
 		}
 		match = func(e *mval) bool { return e.t == bson.TypeEmbeddedDocument && f.Match(e.encode(nil)) }
 	default:
-		match = func(e *mval) bool { return Equal(e.rawValue(), o.arg) }
+		match = func(e *mval) bool { return query.Equal(e.rawValue(), o.arg) }
 	}
 	arr, err := u.arrayAt(o)
 	if err != nil || arr == nil {

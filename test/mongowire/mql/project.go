@@ -1,4 +1,4 @@
-package query
+package mql
 
 import (
 	"encoding/binary"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/changegate/changegate/internal/bsonraw"
+	"github.com/changegate/changegate/query"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -36,7 +37,7 @@ type projNode struct {
 	// from the single-number form.
 	skip, limit int
 	hasSkip     bool
-	elemMatch   *Filter
+	elemMatch   *query.Filter
 }
 
 // Project applies a find projection to doc; it is shorthand for
@@ -113,7 +114,7 @@ func CompileProjection(projection bson.Raw) (*Projection, error) {
 				if ot != bson.TypeEmbeddedDocument {
 					return nil, fmt.Errorf("$elemMatch needs an object at %s", path)
 				}
-				f, err := Compile(ov)
+				f, err := query.Compile(ov)
 				if err != nil {
 					return nil, err
 				}

@@ -1,10 +1,11 @@
-package query
+package mql
 
 import (
 	"slices"
 	"strings"
 
 	"github.com/changegate/changegate/internal/bsonraw"
+	"github.com/changegate/changegate/query"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -22,7 +23,7 @@ import (
 // NotSingleValueField, as in MongoDB. Values are bson.RawValue and nested
 // documents bson.D, in filter order.
 func UpsertSeed(filter bson.Raw) (bson.D, error) {
-	if _, err := Compile(filter); err != nil {
+	if _, err := query.Compile(filter); err != nil {
 		return nil, errf(codeBadValue, "BadValue", "%v", err)
 	}
 	var eqs []seedField

@@ -1,10 +1,11 @@
-package query
+package mql
 
 import (
 	"fmt"
 	"strings"
 
 	"github.com/changegate/changegate/internal/bsonraw"
+	"github.com/changegate/changegate/query"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -66,13 +67,13 @@ func CompileSort(spec bson.Raw) (*Sort, error) {
 //
 // A missing field sorts as null. When a path reaches arrays, the sort key
 // is the smallest element for an ascending key and the largest for a
-// descending one (per [Compare]); an empty array sorts before null.
+// descending one (per [query.Compare]); an empty array sorts before null.
 func (s *Sort) Compare(a, b bson.Raw) int {
 	for i := range s.keys {
 		k := &s.keys[i]
 		at, av := k.value(a)
 		bt, bv := k.value(b)
-		c := compareValues(at, av, bt, bv)
+		c := query.Compare(bsonraw.Value(at, av), bsonraw.Value(bt, bv))
 		if k.desc {
 			c = -c
 		}
@@ -96,7 +97,7 @@ func (a *keyAcc) add(t bson.Type, v []byte) {
 		a.found, a.t, a.v = true, t, v
 		return
 	}
-	c := compareValues(t, v, a.t, a.v)
+	c := query.Compare(bsonraw.Value(t, v), bsonraw.Value(a.t, a.v))
 	if (a.desc && c > 0) || (!a.desc && c < 0) {
 		a.t, a.v = t, v
 	}
