@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/big"
 
+	"github.com/changegate/changegate/internal/bsonraw"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -53,10 +54,6 @@ func typeRank(t bson.Type) int {
 	return 200
 }
 
-func isNumeric(t bson.Type) bool {
-	return t == bson.TypeDouble || t == bson.TypeInt32 || t == bson.TypeInt64 || t == bson.TypeDecimal128
-}
-
 // Compare orders two BSON values the way MongoDB sorts and compares them,
 // returning -1, 0 or +1.
 //
@@ -95,7 +92,7 @@ func compareValues(at bson.Type, av []byte, bt bson.Type, bv []byte) int {
 	case 10:
 		return compareNumbers(at, av, bt, bv)
 	case 15, 60:
-		return bytes.Compare(strBytes(av), strBytes(bv))
+		return bytes.Compare(bsonraw.Str(av), bsonraw.Str(bv))
 	case 20, 25:
 		return compareDocs(av, bv)
 	case 30:
@@ -118,8 +115,8 @@ func compareValues(at bson.Type, av []byte, bt bson.Type, bv []byte) int {
 	case 47:
 		return cmp.Compare(binary.LittleEndian.Uint64(av), binary.LittleEndian.Uint64(bv))
 	case 50:
-		ap, ao := regexParts(av)
-		bp, bo := regexParts(bv)
+		ap, ao := bsonraw.RegexParts(av)
+		bp, bo := bsonraw.RegexParts(bv)
 		if c := bytes.Compare(ap, bp); c != 0 {
 			return c
 		}
@@ -145,18 +142,18 @@ func cwsParts(v []byte) (code, scope []byte) {
 	if len(v) < 8 {
 		return nil, nil
 	}
-	n := valueLen(bson.TypeString, v[4:])
+	n := bsonraw.ValueLen(bson.TypeString, v[4:])
 	if n < 0 {
 		return nil, nil
 	}
-	return strBytes(v[4 : 4+n]), v[4+n:]
+	return bsonraw.Str(v[4 : 4+n]), v[4+n:]
 }
 
 func compareDocs(a, b []byte) int {
-	ia, ib := newIter(a), newIter(b)
+	ia, ib := bsonraw.NewIter(a), bsonraw.NewIter(b)
 	for {
-		ka, ta, va, oka := ia.next()
-		kb, tb, vb, okb := ib.next()
+		ka, ta, va, oka := ia.Next()
+		kb, tb, vb, okb := ib.Next()
 		if !oka || !okb {
 			return cmp.Compare(b2i(oka), b2i(okb))
 		}
@@ -179,44 +176,16 @@ func b2i(b bool) int {
 	return 0
 }
 
-func readInt(t bson.Type, v []byte) int64 {
-	if t == bson.TypeInt32 {
-		return int64(int32(binary.LittleEndian.Uint32(v)))
-	}
-	return int64(binary.LittleEndian.Uint64(v))
-}
-
-func readDouble(v []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(v)) }
-
-func readDecimal(v []byte) bson.Decimal128 {
-	return bson.NewDecimal128(binary.LittleEndian.Uint64(v[8:]), binary.LittleEndian.Uint64(v))
-}
-
 // numIsNaN reports whether a numeric value is NaN.
 func numIsNaN(t bson.Type, v []byte) bool {
 	switch t {
 	case bson.TypeDouble:
-		f := readDouble(v)
+		f := bsonraw.ReadDouble(v)
 		return f != f
 	case bson.TypeDecimal128:
-		return readDecimal(v).IsNaN()
+		return bsonraw.ReadDecimal(v).IsNaN()
 	}
 	return false
-}
-
-// toFloat converts any numeric value to float64 (lossy for large integers
-// and decimals).
-func toFloat(t bson.Type, v []byte) float64 {
-	switch t {
-	case bson.TypeDouble:
-		return readDouble(v)
-	case bson.TypeInt32, bson.TypeInt64:
-		return float64(readInt(t, v))
-	case bson.TypeDecimal128:
-		f, _ := decimalRat(readDecimal(v))
-		return f
-	}
-	return 0
 }
 
 func compareNumbers(at bson.Type, av []byte, bt bson.Type, bv []byte) int {
@@ -224,15 +193,15 @@ func compareNumbers(at bson.Type, av []byte, bt bson.Type, bv []byte) int {
 	bInt := bt == bson.TypeInt32 || bt == bson.TypeInt64
 	switch {
 	case aInt && bInt:
-		return cmp.Compare(readInt(at, av), readInt(bt, bv))
+		return cmp.Compare(bsonraw.ReadInt(at, av), bsonraw.ReadInt(bt, bv))
 	case at == bson.TypeDecimal128 || bt == bson.TypeDecimal128:
 		return compareExact(at, av, bt, bv)
 	case aInt: // b double
-		return compareIntFloat(readInt(at, av), readDouble(bv))
+		return compareIntFloat(bsonraw.ReadInt(at, av), bsonraw.ReadDouble(bv))
 	case bInt: // a double
-		return -compareIntFloat(readInt(bt, bv), readDouble(av))
+		return -compareIntFloat(bsonraw.ReadInt(bt, bv), bsonraw.ReadDouble(av))
 	default:
-		x, y := readDouble(av), readDouble(bv)
+		x, y := bsonraw.ReadDouble(av), bsonraw.ReadDouble(bv)
 		xn, yn := x != x, y != y
 		if xn || yn {
 			return cmp.Compare(b2i(!xn), b2i(!yn))
@@ -264,9 +233,9 @@ func compareIntFloat(i int64, f float64) int {
 func numExact(t bson.Type, v []byte) (class int, r *big.Rat) {
 	switch t {
 	case bson.TypeInt32, bson.TypeInt64:
-		return 2, new(big.Rat).SetInt64(readInt(t, v))
+		return 2, new(big.Rat).SetInt64(bsonraw.ReadInt(t, v))
 	case bson.TypeDouble:
-		f := readDouble(v)
+		f := bsonraw.ReadDouble(v)
 		switch {
 		case f != f:
 			return 0, nil
@@ -277,48 +246,17 @@ func numExact(t bson.Type, v []byte) (class int, r *big.Rat) {
 		}
 		return 2, new(big.Rat).SetFloat64(f)
 	case bson.TypeDecimal128:
-		d := readDecimal(v)
+		d := bsonraw.ReadDecimal(v)
 		if d.IsNaN() {
 			return 0, nil
 		}
 		if inf := d.IsInf(); inf != 0 {
 			return 2 + inf, nil
 		}
-		_, r := decimalRat(d)
+		_, r := bsonraw.DecimalRat(d)
 		return 2, r
 	}
 	return 0, nil
-}
-
-func decimalRat(d bson.Decimal128) (float64, *big.Rat) {
-	if d.IsNaN() {
-		return math.NaN(), nil
-	}
-	if inf := d.IsInf(); inf != 0 {
-		return math.Inf(inf), nil
-	}
-	bi, exp, err := d.BigInt()
-	if err != nil {
-		return 0, new(big.Rat)
-	}
-	r := new(big.Rat).SetInt(bi)
-	if exp != 0 {
-		p := new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(absInt(exp))), nil)
-		if exp > 0 {
-			r.Mul(r, new(big.Rat).SetInt(p))
-		} else {
-			r.Quo(r, new(big.Rat).SetInt(p))
-		}
-	}
-	f, _ := r.Float64()
-	return f, r
-}
-
-func absInt(i int) int {
-	if i < 0 {
-		return -i
-	}
-	return i
 }
 
 func compareExact(at bson.Type, av []byte, bt bson.Type, bv []byte) int {

@@ -3,6 +3,7 @@ package query
 import (
 	"testing"
 
+	"github.com/changegate/changegate/test/bsontest"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -68,7 +69,7 @@ func TestCompareOrder(t *testing.T) {
 		if s == "<missing>" {
 			return bson.RawValue{}
 		}
-		return val(t, s)
+		return bsontest.Value(t, s)
 	}
 	for i, gi := range groups {
 		for j, gj := range groups {
@@ -107,7 +108,7 @@ func TestEqual(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.a+" "+tc.b, func(t *testing.T) {
-			if got := Equal(val(t, tc.a), val(t, tc.b)); got != tc.want {
+			if got := Equal(bsontest.Value(t, tc.a), bsontest.Value(t, tc.b)); got != tc.want {
 				t.Errorf("Equal(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
 			}
 		})

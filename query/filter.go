@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/changegate/changegate/internal/bsonraw"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -102,36 +103,6 @@ type notMatcher struct{ m matcher }
 
 func (n notMatcher) matches(doc []byte) bool { return !n.m.matches(doc) }
 
-// pathPart is one component of a dotted path; idx is the array index the
-// component denotes when it is a non-negative decimal integer, else -1.
-type pathPart struct {
-	name string
-	idx  int
-}
-
-func splitPath(path string) []pathPart {
-	names := strings.Split(path, ".")
-	parts := make([]pathPart, len(names))
-	for i, n := range names {
-		parts[i] = pathPart{name: n, idx: arrayIndex(n)}
-	}
-	return parts
-}
-
-func arrayIndex(s string) int {
-	if s == "" || len(s) > 9 || (len(s) > 1 && s[0] == '0') {
-		return -1
-	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return -1
-		}
-		n = n*10 + int(s[i]-'0')
-	}
-	return n
-}
-
 // pred is a predicate on the values a path resolves to.
 type pred interface {
 	// value reports whether a single present value satisfies the predicate.
@@ -145,14 +116,14 @@ type pred interface {
 
 // pathMatcher matches when any value the path resolves to satisfies p.
 type pathMatcher struct {
-	path []pathPart
+	path []bsonraw.PathPart
 	p    pred
 }
 
 func (m *pathMatcher) matches(doc []byte) bool { return evalDoc(doc, m.path, m.p) }
 
-func evalDoc(doc []byte, parts []pathPart, p pred) bool {
-	t, v, ok := lookup(doc, parts[0].name)
+func evalDoc(doc []byte, parts []bsonraw.PathPart, p pred) bool {
+	t, v, ok := bsonraw.Lookup(doc, parts[0].Name)
 	if !ok {
 		return p.missing()
 	}
@@ -165,12 +136,12 @@ func evalDoc(doc []byte, parts []pathPart, p pred) bool {
 // after SERVER-36681, scalar elements and empty arrays count as a missing
 // value); an array at the end of the path matches if any element or the
 // array as a whole matches.
-func evalValue(t bson.Type, v []byte, rest []pathPart, p pred) bool {
+func evalValue(t bson.Type, v []byte, rest []bsonraw.PathPart, p pred) bool {
 	if len(rest) == 0 {
 		if t == bson.TypeArray && p.expand() {
-			it := newIter(v)
+			it := bsonraw.NewIter(v)
 			for {
-				_, et, ev, ok := it.next()
+				_, et, ev, ok := it.Next()
 				if !ok {
 					break
 				}
@@ -186,14 +157,14 @@ func evalValue(t bson.Type, v []byte, rest []pathPart, p pred) bool {
 		return evalDoc(v, rest, p)
 	case bson.TypeArray:
 		part := rest[0]
-		it := newIter(v)
+		it := bsonraw.NewIter(v)
 		produced := false
 		for i := 0; ; i++ {
-			_, et, ev, ok := it.next()
+			_, et, ev, ok := it.Next()
 			if !ok {
 				break
 			}
-			if i == part.idx {
+			if i == part.Index {
 				produced = true
 				if evalValue(et, ev, rest[1:], p) {
 					return true
@@ -204,7 +175,7 @@ func evalValue(t bson.Type, v []byte, rest []pathPart, p pred) bool {
 				if evalDoc(ev, rest, p) {
 					return true
 				}
-			} else if part.idx < 0 {
+			} else if part.Index < 0 {
 				produced = true
 				if p.missing() {
 					return true
@@ -254,7 +225,7 @@ func (c *cmpPred) value(t bson.Type, v []byte) bool {
 	if !c.anyType && typeRank(t) != typeRank(c.t) {
 		return false
 	}
-	if isNumeric(t) && isNumeric(c.t) && (c.nan || numIsNaN(t, v)) {
+	if bsonraw.IsNumeric(t) && bsonraw.IsNumeric(c.t) && (c.nan || numIsNaN(t, v)) {
 		// NaN only compares equal to NaN; ordering comparisons with NaN
 		// are false.
 		return c.nan && numIsNaN(t, v) && (c.op == opLTE || c.op == opGTE)
@@ -291,7 +262,7 @@ type inPred struct {
 
 func (in *inPred) value(t bson.Type, v []byte) bool {
 	if t == bson.TypeString || t == bson.TypeSymbol {
-		if _, ok := in.strs[string(strBytes(v))]; ok {
+		if _, ok := in.strs[string(bsonraw.Str(v))]; ok {
 			return true
 		}
 	} else {
@@ -324,7 +295,7 @@ type typePred struct {
 }
 
 func (tp *typePred) value(t bson.Type, _ []byte) bool {
-	return tp.types[byte(t)] || (tp.number && isNumeric(t))
+	return tp.types[byte(t)] || (tp.number && bsonraw.IsNumeric(t))
 }
 func (tp *typePred) missing() bool { return false }
 func (tp *typePred) expand() bool  { return true }
@@ -332,7 +303,7 @@ func (tp *typePred) expand() bool  { return true }
 type sizePred struct{ n int }
 
 func (s sizePred) value(t bson.Type, v []byte) bool {
-	return t == bson.TypeArray && countElems(v) == s.n
+	return t == bson.TypeArray && bsonraw.CountElems(v) == s.n
 }
 func (sizePred) missing() bool { return false }
 func (sizePred) expand() bool  { return false }
@@ -340,33 +311,11 @@ func (sizePred) expand() bool  { return false }
 type modPred struct{ d, r int64 }
 
 func (m modPred) value(t bson.Type, v []byte) bool {
-	x, ok := truncInt(t, v)
+	x, ok := bsonraw.TruncInt(t, v)
 	return ok && x%m.d == m.r
 }
 func (modPred) missing() bool { return false }
 func (modPred) expand() bool  { return true }
-
-// truncInt truncates a finite number towards zero into an int64.
-func truncInt(t bson.Type, v []byte) (int64, bool) {
-	switch t {
-	case bson.TypeInt32, bson.TypeInt64:
-		return readInt(t, v), true
-	case bson.TypeDouble, bson.TypeDecimal128:
-		f := toFloat(t, v)
-		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return 0, false
-		}
-		f = math.Trunc(f)
-		if f >= 9.223372036854775807e18 {
-			return math.MaxInt64, true
-		}
-		if f <= -9.223372036854775808e18 {
-			return math.MinInt64, true
-		}
-		return int64(f), true
-	}
-	return 0, false
-}
 
 type elemMatchObjPred struct{ m matcher }
 
@@ -374,9 +323,9 @@ func (e *elemMatchObjPred) value(t bson.Type, v []byte) bool {
 	if t != bson.TypeArray {
 		return false
 	}
-	it := newIter(v)
+	it := bsonraw.NewIter(v)
 	for {
-		_, et, ev, ok := it.next()
+		_, et, ev, ok := it.Next()
 		if !ok {
 			return false
 		}
@@ -394,9 +343,9 @@ func (e *elemMatchValPred) value(t bson.Type, v []byte) bool {
 	if t != bson.TypeArray {
 		return false
 	}
-	it := newIter(v)
+	it := bsonraw.NewIter(v)
 	for {
-		_, et, ev, ok := it.next()
+		_, et, ev, ok := it.Next()
 		if !ok {
 			return false
 		}
@@ -444,9 +393,9 @@ func (constPred) expand() bool                   { return false }
 
 func parseDoc(doc []byte) (matcher, error) {
 	var ms []matcher
-	it := newIter(doc)
+	it := bsonraw.NewIter(doc)
 	for {
-		k, t, v, ok := it.next()
+		k, t, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -485,13 +434,13 @@ func parseDoc(doc []byte) (matcher, error) {
 }
 
 func parseLogical(op string, t bson.Type, v []byte) (matcher, error) {
-	if t != bson.TypeArray || countElems(v) == 0 {
+	if t != bson.TypeArray || bsonraw.CountElems(v) == 0 {
 		return nil, fmt.Errorf("%s needs a non-empty array", op)
 	}
 	var ms []matcher
-	it := newIter(v)
+	it := bsonraw.NewIter(v)
 	for {
-		_, et, ev, ok := it.next()
+		_, et, ev, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -519,33 +468,17 @@ func parseLogical(op string, t bson.Type, v []byte) (matcher, error) {
 	return norMatcher(ms), nil
 }
 
-// isOperatorDoc reports whether a document operand is a set of query
-// operators ({$gt: 1}) rather than a literal document; DBRef-like
-// documents ({$ref, $id}) are literals.
-func isOperatorDoc(v []byte) bool {
-	it := newIter(v)
-	k, _, _, ok := it.next()
-	if !ok || len(k) == 0 || k[0] != '$' {
-		return false
-	}
-	switch string(k) {
-	case "$ref", "$id", "$db":
-		return false
-	}
-	return true
-}
-
 func parseField(path string, t bson.Type, v []byte) (matcher, error) {
-	parts := splitPath(path)
+	parts := bsonraw.SplitPath(path)
 	switch {
-	case t == bson.TypeEmbeddedDocument && isOperatorDoc(v):
+	case t == bson.TypeEmbeddedDocument && bsonraw.IsOperatorDoc(v):
 		exprs, err := parseOps(path, v)
 		if err != nil {
 			return nil, err
 		}
 		return toMatcher(parts, exprs), nil
 	case t == bson.TypeRegex:
-		p, o := regexParts(v)
+		p, o := bsonraw.RegexParts(v)
 		re, err := compileRegex(string(p), string(o))
 		if err != nil {
 			return nil, fmt.Errorf("%w at %s", err, path)
@@ -565,7 +498,7 @@ type opExpr struct {
 	not []opExpr
 }
 
-func toMatcher(parts []pathPart, exprs []opExpr) matcher {
+func toMatcher(parts []bsonraw.PathPart, exprs []opExpr) matcher {
 	ms := make([]matcher, 0, len(exprs))
 	for _, e := range exprs {
 		switch {
@@ -608,9 +541,9 @@ func parseOps(path string, doc []byte) ([]opExpr, error) {
 	fail := func(format string, args ...any) ([]opExpr, error) {
 		return nil, fmt.Errorf(format+" at %s", append(args, path)...)
 	}
-	it := newIter(doc)
+	it := bsonraw.NewIter(doc)
 	for {
-		k, t, v, ok := it.next()
+		k, t, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -638,7 +571,7 @@ func parseOps(path string, doc []byte) ([]opExpr, error) {
 			}
 			exprs = append(exprs, opExpr{p: p, neg: op == "$nin"})
 		case "$exists":
-			if truthy(t, v) {
+			if bsonraw.Truthy(t, v) {
 				exprs = append(exprs, opExpr{p: existsPred{}})
 			} else {
 				exprs = append(exprs, opExpr{p: existsPred{}, neg: true})
@@ -650,10 +583,10 @@ func parseOps(path string, doc []byte) ([]opExpr, error) {
 			}
 			exprs = append(exprs, opExpr{p: p})
 		case "$size":
-			if !isNumeric(t) {
+			if !bsonraw.IsNumeric(t) {
 				return fail("$size needs a number")
 			}
-			f := toFloat(t, v)
+			f := bsonraw.ToFloat(t, v)
 			if f != math.Trunc(f) {
 				return fail("$size must be a whole number")
 			}
@@ -682,17 +615,17 @@ func parseOps(path string, doc []byte) ([]opExpr, error) {
 		case "$not":
 			switch {
 			case t == bson.TypeRegex:
-				p, o := regexParts(v)
+				p, o := bsonraw.RegexParts(v)
 				re, err := compileRegex(string(p), string(o))
 				if err != nil {
 					return fail("%s", err)
 				}
 				exprs = append(exprs, opExpr{not: []opExpr{{p: re}}})
 			case t == bson.TypeEmbeddedDocument:
-				if countElems(v) == 0 {
+				if bsonraw.CountElems(v) == 0 {
 					return fail("$not cannot be empty")
 				}
-				if !isOperatorDoc(v) {
+				if !bsonraw.IsOperatorDoc(v) {
 					return fail("$not needs a regex or a document of operators")
 				}
 				sub, err := parseOps(path, v)
@@ -707,13 +640,13 @@ func parseOps(path string, doc []byte) ([]opExpr, error) {
 			if t != bson.TypeString && t != bson.TypeRegex {
 				return fail("$regex has to be a string")
 			}
-			r := rv(t, v)
+			r := bsonraw.Value(t, v)
 			regex = &r
 		case "$options":
 			if t != bson.TypeString {
 				return fail("$options has to be a string")
 			}
-			s := string(strBytes(v))
+			s := string(bsonraw.Str(v))
 			options = &s
 		case "$comment":
 		default:
@@ -726,13 +659,13 @@ func parseOps(path string, doc []byte) ([]opExpr, error) {
 	if regex != nil {
 		var pattern, opts string
 		if regex.Type == bson.TypeRegex {
-			p, o := regexParts(regex.Value)
+			p, o := bsonraw.RegexParts(regex.Value)
 			pattern, opts = string(p), string(o)
 			if options != nil && opts != "" {
 				return fail("$regex: options set in both $regex and $options")
 			}
 		} else {
-			pattern = string(strBytes(regex.Value))
+			pattern = string(bsonraw.Str(regex.Value))
 		}
 		if options != nil {
 			opts = *options
@@ -749,36 +682,22 @@ func parseOps(path string, doc []byte) ([]opExpr, error) {
 	return exprs, nil
 }
 
-// truthy is MongoDB's BSONElement::trueValue.
-func truthy(t bson.Type, v []byte) bool {
-	switch t {
-	case bson.TypeBoolean:
-		return v[0] != 0
-	case bson.TypeNull, bson.TypeUndefined:
-		return false
-	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeDecimal128:
-		f := toFloat(t, v)
-		return f != 0 || f != f
-	}
-	return true
-}
-
 func parseIn(op string, t bson.Type, v []byte) (pred, error) {
 	if t != bson.TypeArray {
 		return nil, fmt.Errorf("%s needs an array", op)
 	}
 	in := &inPred{strs: map[string]struct{}{}}
-	it := newIter(v)
+	it := bsonraw.NewIter(v)
 	for {
-		_, et, ev, ok := it.next()
+		_, et, ev, ok := it.Next()
 		if !ok {
 			break
 		}
 		switch et {
 		case bson.TypeString, bson.TypeSymbol:
-			in.strs[string(strBytes(ev))] = struct{}{}
+			in.strs[string(bsonraw.Str(ev))] = struct{}{}
 		case bson.TypeRegex:
-			p, o := regexParts(ev)
+			p, o := bsonraw.RegexParts(ev)
 			re, err := compileRegex(string(p), string(o))
 			if err != nil {
 				return nil, err
@@ -787,29 +706,18 @@ func parseIn(op string, t bson.Type, v []byte) (pred, error) {
 		case bson.TypeUndefined:
 			return nil, fmt.Errorf("%s cannot contain undefined", op)
 		case bson.TypeEmbeddedDocument:
-			if isOperatorDoc(ev) {
+			if bsonraw.IsOperatorDoc(ev) {
 				return nil, fmt.Errorf("%s cannot contain $ operators", op)
 			}
-			in.others = append(in.others, rv(et, ev))
+			in.others = append(in.others, bsonraw.Value(et, ev))
 		case bson.TypeNull:
 			in.hasNull = true
-			in.others = append(in.others, rv(et, ev))
+			in.others = append(in.others, bsonraw.Value(et, ev))
 		default:
-			in.others = append(in.others, rv(et, ev))
+			in.others = append(in.others, bsonraw.Value(et, ev))
 		}
 	}
 	return in, nil
-}
-
-var typeAliases = map[string]bson.Type{
-	"double": bson.TypeDouble, "string": bson.TypeString, "object": bson.TypeEmbeddedDocument,
-	"array": bson.TypeArray, "binData": bson.TypeBinary, "undefined": bson.TypeUndefined,
-	"objectId": bson.TypeObjectID, "bool": bson.TypeBoolean, "date": bson.TypeDateTime,
-	"null": bson.TypeNull, "regex": bson.TypeRegex, "dbPointer": bson.TypeDBPointer,
-	"javascript": bson.TypeJavaScript, "symbol": bson.TypeSymbol,
-	"javascriptWithScope": bson.TypeCodeWithScope, "int": bson.TypeInt32,
-	"timestamp": bson.TypeTimestamp, "long": bson.TypeInt64, "decimal": bson.TypeDecimal128,
-	"minKey": bson.TypeMinKey, "maxKey": bson.TypeMaxKey,
 }
 
 func parseType(t bson.Type, v []byte) (pred, error) {
@@ -817,18 +725,18 @@ func parseType(t bson.Type, v []byte) (pred, error) {
 	add := func(t bson.Type, v []byte) error {
 		switch {
 		case t == bson.TypeString:
-			name := string(strBytes(v))
+			name := string(bsonraw.Str(v))
 			if name == "number" {
 				tp.number = true
 				return nil
 			}
-			bt, ok := typeAliases[name]
+			bt, ok := bsonraw.TypeByAlias(name)
 			if !ok {
 				return fmt.Errorf("$type: unknown type name alias %s", name)
 			}
 			tp.types[byte(bt)] = true
-		case isNumeric(t):
-			f := toFloat(t, v)
+		case bsonraw.IsNumeric(t):
+			f := bsonraw.ToFloat(t, v)
 			n := int(f)
 			if float64(n) != f {
 				return fmt.Errorf("$type: invalid numerical type code %v", f)
@@ -847,9 +755,9 @@ func parseType(t bson.Type, v []byte) (pred, error) {
 		return nil
 	}
 	if t == bson.TypeArray {
-		it := newIter(v)
+		it := bsonraw.NewIter(v)
 		for {
-			_, et, ev, ok := it.next()
+			_, et, ev, ok := it.Next()
 			if !ok {
 				break
 			}
@@ -870,22 +778,22 @@ func parseAll(path string, t bson.Type, v []byte) ([]opExpr, error) {
 		return nil, fmt.Errorf("$all needs an array at %s", path)
 	}
 	var exprs []opExpr
-	it := newIter(v)
+	it := bsonraw.NewIter(v)
 	for {
-		_, et, ev, ok := it.next()
+		_, et, ev, ok := it.Next()
 		if !ok {
 			break
 		}
 		switch {
 		case et == bson.TypeRegex:
-			p, o := regexParts(ev)
+			p, o := bsonraw.RegexParts(ev)
 			re, err := compileRegex(string(p), string(o))
 			if err != nil {
 				return nil, fmt.Errorf("%w at %s", err, path)
 			}
 			exprs = append(exprs, opExpr{p: re})
-		case et == bson.TypeEmbeddedDocument && isOperatorDoc(ev):
-			k, kt, kv := firstElem(ev)
+		case et == bson.TypeEmbeddedDocument && bsonraw.IsOperatorDoc(ev):
+			k, kt, kv := bsonraw.FirstElem(ev)
 			if string(k) != "$elemMatch" {
 				return nil, fmt.Errorf("$all cannot contain $ operators other than $elemMatch at %s", path)
 			}
@@ -911,9 +819,8 @@ func parseElemMatch(path string, t bson.Type, v []byte) (pred, error) {
 	if t != bson.TypeEmbeddedDocument {
 		return nil, fmt.Errorf("$elemMatch needs an object at %s", path)
 	}
-	first, _, _ := firstElem(v)
 	switch {
-	case isOperatorDoc(v) && !isLogicalOp(string(first)):
+	case IsCondition(v):
 		exprs, err := parseOps(path, v)
 		if err != nil {
 			return nil, err
@@ -941,26 +848,26 @@ func parseMod(t bson.Type, v []byte) (pred, error) {
 		return nil, errors.New("malformed mod, needs to be an array")
 	}
 	var nums []bson.RawValue
-	it := newIter(v)
+	it := bsonraw.NewIter(v)
 	for {
-		_, et, ev, ok := it.next()
+		_, et, ev, ok := it.Next()
 		if !ok {
 			break
 		}
-		nums = append(nums, rv(et, ev))
+		nums = append(nums, bsonraw.Value(et, ev))
 	}
 	switch {
 	case len(nums) < 2:
 		return nil, errors.New("malformed mod, not enough elements")
 	case len(nums) > 2:
 		return nil, errors.New("malformed mod, too many elements")
-	case !isNumeric(nums[0].Type):
+	case !bsonraw.IsNumeric(nums[0].Type):
 		return nil, errors.New("malformed mod, divisor not a number")
-	case !isNumeric(nums[1].Type):
+	case !bsonraw.IsNumeric(nums[1].Type):
 		return nil, errors.New("malformed mod, remainder not a number")
 	}
-	d, ok1 := truncInt(nums[0].Type, nums[0].Value)
-	r, ok2 := truncInt(nums[1].Type, nums[1].Value)
+	d, ok1 := bsonraw.TruncInt(nums[0].Type, nums[0].Value)
+	r, ok2 := bsonraw.TruncInt(nums[1].Type, nums[1].Value)
 	if !ok1 || !ok2 {
 		return nil, errors.New("malformed mod, divisor and remainder must be finite")
 	}
@@ -968,10 +875,4 @@ func parseMod(t bson.Type, v []byte) (pred, error) {
 		return nil, errors.New("divisor cannot be 0")
 	}
 	return modPred{d: d, r: r}, nil
-}
-
-func firstElem(doc []byte) (key []byte, t bson.Type, v []byte) {
-	it := newIter(doc)
-	key, t, v, _ = it.next()
-	return key, t, v
 }

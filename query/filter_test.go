@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/changegate/changegate/test/bsontest"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -20,34 +21,22 @@ type collCase struct {
 	want   string // space-separated key values of matching documents
 }
 
-func keyOf(t *testing.T, d bson.Raw, key string) string {
-	t.Helper()
-	v := d.Lookup(key)
-	switch v.Type {
-	case bson.TypeString:
-		return v.StringValue()
-	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
-		return strings.TrimSuffix(strings.TrimPrefix(jsValue(v), `{"v":`), "}")
-	}
-	return jsValue(v)
-}
-
 func runCollection(t *testing.T, c collection, cases []collCase) {
 	t.Helper()
 	docs := make([]bson.Raw, len(c.docs))
 	for i, s := range c.docs {
-		docs[i] = doc(t, s)
+		docs[i] = bsontest.Doc(t, s)
 	}
 	for _, tc := range cases {
 		t.Run(tc.filter, func(t *testing.T) {
-			f, err := Compile(doc(t, tc.filter))
+			f, err := Compile(bsontest.Doc(t, tc.filter))
 			if err != nil {
 				t.Fatalf("Compile: %v", err)
 			}
 			var got []string
 			for _, d := range docs {
 				if f.Match(d) {
-					got = append(got, keyOf(t, d, c.key))
+					got = append(got, bsontest.FieldString(t, d, c.key))
 				}
 			}
 			if g := strings.Join(got, " "); g != tc.want {
@@ -530,11 +519,11 @@ func TestMatchPaths(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := Compile(doc(t, tc.filter))
+			f, err := Compile(bsontest.Doc(t, tc.filter))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := f.Match(doc(t, tc.doc)); got != tc.want {
+			if got := f.Match(bsontest.Doc(t, tc.doc)); got != tc.want {
 				t.Errorf("Match(%s, %s) = %v, want %v", tc.filter, tc.doc, got, tc.want)
 			}
 		})
@@ -597,7 +586,7 @@ func TestCompileErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.want, func(t *testing.T) {
-			_, err := Compile(doc(t, tc.filter))
+			_, err := Compile(bsontest.Doc(t, tc.filter))
 			if err == nil {
 				t.Fatalf("Compile(%s) succeeded, want error %q", tc.filter, tc.want)
 			}
@@ -613,22 +602,22 @@ func TestCompileInvalidBSON(t *testing.T) {
 		t.Fatal("Compile accepted malformed BSON")
 	}
 	f, err := Compile(nil)
-	if err != nil || !f.Match(doc(t, `{"a": 1}`)) {
+	if err != nil || !f.Match(bsontest.Doc(t, `{"a": 1}`)) {
 		t.Fatalf("nil filter: %v", err)
 	}
 }
 
 func TestMatchMalformedDocument(t *testing.T) {
-	f := MustCompile(doc(t, `{"a": 1}`))
-	good := doc(t, `{"a": 1}`)
+	f := MustCompile(bsontest.Doc(t, `{"a": 1}`))
+	good := bsontest.Doc(t, `{"a": 1}`)
 	for i := range len(good) {
 		_ = f.Match(good[:i]) // must not panic
 	}
 }
 
 func TestFilterConcurrentUse(t *testing.T) {
-	f := MustCompile(doc(t, `{"a": {"$in": ["x", "y"]}, "b": {"$regex": "^z"}}`))
-	d := doc(t, `{"a": "y", "b": "zz"}`)
+	f := MustCompile(bsontest.Doc(t, `{"a": {"$in": ["x", "y"]}, "b": {"$regex": "^z"}}`))
+	d := bsontest.Doc(t, `{"a": "y", "b": "zz"}`)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
@@ -647,20 +636,16 @@ func TestFilterConcurrentUse(t *testing.T) {
 
 // FuzzMatch checks that matching arbitrary bytes never panics.
 func FuzzMatch(f *testing.F) {
-	f.Add([]byte(doc(f, benchEvent)))
-	f.Add([]byte(doc(f, `{"a": [1, {"b": [2, {"c": 3}]}], "s": "x"}`)))
+	f.Add([]byte(bsontest.Doc(f, bsontest.ChangeEvent)))
+	f.Add([]byte(bsontest.Doc(f, `{"a": [1, {"b": [2, {"c": 3}]}], "s": "x"}`)))
 	filters := []*Filter{
-		MustCompile(doc(f, `{"fullDocument.status": "paid", "fullDocument.total": {"$gte": 100}}`)),
-		MustCompile(doc(f, `{"a.b.c": {"$in": [3, null]}, "s": {"$regex": "x"}, "a": {"$elemMatch": {"b": {"$size": 2}}}}`)),
-		MustCompile(doc(f, `{"a.1.b": {"$not": {"$type": "string"}}, "$or": [{"a": {"$all": [1]}}, {"s": {"$exists": false}}]}`)),
+		MustCompile(bsontest.Doc(f, `{"fullDocument.status": "paid", "fullDocument.total": {"$gte": 100}}`)),
+		MustCompile(bsontest.Doc(f, `{"a.b.c": {"$in": [3, null]}, "s": {"$regex": "x"}, "a": {"$elemMatch": {"b": {"$size": 2}}}}`)),
+		MustCompile(bsontest.Doc(f, `{"a.1.b": {"$not": {"$type": "string"}}, "$or": [{"a": {"$all": [1]}}, {"s": {"$exists": false}}]}`)),
 	}
-	sorts, _ := CompileSort(doc(f, `{"a.b": 1, "s": -1}`))
-	proj, _ := CompileProjection(doc(f, `{"a.b": 1, "s": 1}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, flt := range filters {
 			flt.Match(b)
 		}
-		sorts.Compare(b, b)
-		proj.Apply(b)
 	})
 }

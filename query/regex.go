@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/changegate/changegate/internal/bsonraw"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -85,9 +86,9 @@ func stripExtended(p string) string {
 func (r *regexPred) value(t bson.Type, v []byte) bool {
 	switch t {
 	case bson.TypeString, bson.TypeSymbol:
-		return r.re.Match(strBytes(v))
+		return r.re.Match(bsonraw.Str(v))
 	case bson.TypeRegex:
-		p, o := regexParts(v)
+		p, o := bsonraw.RegexParts(v)
 		return string(p) == r.pattern && string(o) == r.options
 	}
 	return false

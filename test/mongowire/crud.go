@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/changegate/changegate/query"
+	"github.com/changegate/changegate/test/mongowire/mql"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
@@ -283,7 +283,7 @@ func (s *Server) applyOne(c *collection, e *docEntry, u bson.Raw, replacement bo
 	old := e.doc
 	var (
 		newDoc bson.Raw
-		desc   *query.UpdateDescription
+		desc   *mql.UpdateDescription
 	)
 	if replacement {
 		nd, err := prepareReplacement(old, u)
@@ -320,9 +320,9 @@ func (s *Server) applyOne(c *collection, e *docEntry, u bson.Raw, replacement bo
 	return newDoc, true, nil
 }
 
-func encodeUpdateDesc(d *query.UpdateDescription) bson.Raw {
+func encodeUpdateDesc(d *mql.UpdateDescription) bson.Raw {
 	if d == nil {
-		d = &query.UpdateDescription{}
+		d = &mql.UpdateDescription{}
 	}
 	upd := d.UpdatedFields
 	if upd == nil {

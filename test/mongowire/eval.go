@@ -1,8 +1,9 @@
 package mongowire
 
-// This file is the seam between the server and query semantics (filters,
-// sorts, projections, updates): package github.com/changegate/changegate/query,
-// the same evaluator the product's router uses.
+// This file is the seam between the server and query semantics: filters and
+// the comparison order from package github.com/changegate/changegate/query,
+// the same evaluator the product's router uses, and sorts, projections and
+// updates from package mql.
 
 import (
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/changegate/changegate/query"
+	"github.com/changegate/changegate/test/mongowire/mql"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -38,7 +40,7 @@ func compileFilter(filter bson.Raw) (matcher, error) {
 }
 
 // compileSort compiles a sort specification such as {a: 1, b: -1}.
-func compileSort(spec bson.Raw) (sorter, error) { return query.CompileSort(spec) }
+func compileSort(spec bson.Raw) (sorter, error) { return mql.CompileSort(spec) }
 
 // compareValues orders BSON values with MongoDB's type-bracketed order.
 func compareValues(a, b bson.RawValue) int { return query.Compare(a, b) }
@@ -48,24 +50,24 @@ func eqValue(a, b bson.RawValue) bool { return query.Equal(a, b) }
 
 // project applies a find-style projection.
 func project(doc bson.Raw, projection bson.Raw) (bson.Raw, error) {
-	return query.Project(doc, projection)
+	return mql.Project(doc, projection)
 }
 
 // isReplacement reports whether an update document is a replacement.
-func isReplacement(update bson.Raw) bool { return query.IsReplacement(update) }
+func isReplacement(update bson.Raw) bool { return mql.IsReplacement(update) }
 
 // upsertSeed returns the equality fields of a filter, to seed an upsert.
-func upsertSeed(filter bson.Raw) (bson.D, error) { return query.UpsertSeed(filter) }
+func upsertSeed(filter bson.Raw) (bson.D, error) { return mql.UpsertSeed(filter) }
 
 // applyUpdate applies an operator update document.
-func applyUpdate(doc bson.Raw, update bson.Raw, insert bool, now time.Time) (bson.Raw, *query.UpdateDescription, error) {
-	return query.ApplyUpdate(doc, update, query.UpdateOptions{Insert: insert, Now: now})
+func applyUpdate(doc bson.Raw, update bson.Raw, insert bool, now time.Time) (bson.Raw, *mql.UpdateDescription, error) {
+	return mql.ApplyUpdate(doc, update, mql.UpdateOptions{Insert: insert, Now: now})
 }
 
-// queryErr converts an error of package query into a command error,
+// queryErr converts an error of package query or mql into a command error,
 // keeping the server code it carries (default BadValue).
 func queryErr(err error) *CommandError {
-	var qe *query.Error
+	var qe *mql.Error
 	if errors.As(err, &qe) {
 		return &CommandError{Code: int32(qe.Code), Message: qe.Message}
 	}

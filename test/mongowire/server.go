@@ -12,8 +12,9 @@
 // multi), delete, find (filter, sort, projection, skip, limit, batchSize,
 // singleBatch) and getMore, findAndModify, count, distinct, aggregate
 // ($match $sort $skip $limit $project $unset $count and a simple $group),
-// killCursors and configureFailPoint (failCommand). Query semantics come
-// from package github.com/changegate/changegate/query. Retryable writes are
+// killCursors and configureFailPoint (failCommand). Filters come from
+// package github.com/changegate/changegate/query, sorts, projections and
+// updates from package mql beneath this one. Retryable writes are
 // deduplicated on (lsid, txnNumber). Every reply carries operationTime and
 // $clusterTime.
 //

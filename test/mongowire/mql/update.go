@@ -1,4 +1,4 @@
-package query
+package mql
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/changegate/changegate/internal/bsonraw"
+	"github.com/changegate/changegate/query"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -86,9 +88,9 @@ const (
 // one without any top-level field starting with '$'. An empty document is
 // a replacement.
 func IsReplacement(update bson.Raw) bool {
-	it := newIter(update)
+	it := bsonraw.NewIter(update)
 	for {
-		k, _, _, ok := it.next()
+		k, _, _, ok := it.Next()
 		if !ok {
 			return true
 		}
@@ -164,7 +166,7 @@ func ApplyUpdate(doc bson.Raw, update bson.Raw, opts UpdateOptions) (bson.Raw, *
 	if len(u.changes) == 0 {
 		return doc, emptyDescription(), nil
 	}
-	if t, v, ok := lookup(doc, "_id"); ok {
+	if t, v, ok := bsonraw.Lookup(doc, "_id"); ok {
 		if nv, _ := u.root.field("_id"); nv == nil || !same(nv, decodeValue(t, v)) {
 			return nil, nil, errf(codeImmutableField, "ImmutableField", "Performing an update on the path '_id' would modify the immutable field '_id'")
 		}
@@ -215,9 +217,9 @@ func applyReplacement(doc, repl bson.Raw) (bson.Raw, *UpdateDescription, error) 
 
 func parseUpdate(update bson.Raw) ([]updateOp, error) {
 	var ops []updateOp
-	it := newIter(update)
+	it := bsonraw.NewIter(update)
 	for {
-		k, t, v, ok := it.next()
+		k, t, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -226,15 +228,15 @@ func parseUpdate(update bson.Raw) ([]updateOp, error) {
 			return nil, errf(codeFailedToParse, "FailedToParse", "Unknown modifier: %s. Expected a valid update modifier or pipeline-style update specified as an array", op)
 		}
 		if t != bson.TypeEmbeddedDocument {
-			return nil, errf(codeFailedToParse, "FailedToParse", "Modifiers operate on fields but we found type %s instead. For example: {$mod: {<field>: ...}} not {%s: %s}", typeName(t), op, valueString(rv(t, v)))
+			return nil, errf(codeFailedToParse, "FailedToParse", "Modifiers operate on fields but we found type %s instead. For example: {$mod: {<field>: ...}} not {%s: %s}", typeName(t), op, valueString(bsonraw.Value(t, v)))
 		}
-		fit := newIter(v)
+		fit := bsonraw.NewIter(v)
 		for {
-			fk, ft, fv, ok := fit.next()
+			fk, ft, fv, ok := fit.Next()
 			if !ok {
 				break
 			}
-			o := updateOp{op: op, path: string(fk), arg: rv(ft, fv)}
+			o := updateOp{op: op, path: string(fk), arg: bsonraw.Value(ft, fv)}
 			if err := validateUpdatePath(o.path); err != nil {
 				return nil, err
 			}
@@ -244,7 +246,7 @@ func parseUpdate(update bson.Raw) ([]updateOp, error) {
 					return nil, errf(codeBadValue, "BadValue", "The 'to' field for $rename must be a string: %s", elemString(o.path, fromRaw(o.arg)))
 				}
 				o.from, o.fromParts = o.path, o.parts
-				o.path = string(strBytes(fv))
+				o.path = string(bsonraw.Str(fv))
 				if err := validateUpdatePath(o.path); err != nil {
 					return nil, err
 				}
@@ -310,7 +312,7 @@ func isPrefix(a, b []string) bool {
 // component by component, numeric names numerically, others bytewise.
 func comparePaths(a, b []string) int {
 	for i := 0; i < len(a) && i < len(b); i++ {
-		ai, bi := arrayIndex(a[i]), arrayIndex(b[i])
+		ai, bi := bsonraw.ArrayIndex(a[i]), bsonraw.ArrayIndex(b[i])
 		if ai >= 0 && bi >= 0 {
 			if c := cmp.Compare(ai, bi); c != 0 {
 				return c
@@ -386,7 +388,7 @@ func (u *updater) describe() *UpdateDescription {
 }
 
 func (u *updater) idString() string {
-	if t, v, ok := lookup(u.doc, "_id"); ok {
+	if t, v, ok := bsonraw.Lookup(u.doc, "_id"); ok {
 		return elemString("_id", decodeValue(t, v))
 	}
 	return "{}"
@@ -408,7 +410,7 @@ func (u *updater) container(parts []string, create bool) (*mval, int, error) {
 			case bson.TypeEmbeddedDocument:
 				cur.fields = append(cur.fields, mfield{key: p, v: next})
 			case bson.TypeArray:
-				idx := arrayIndex(p)
+				idx := bsonraw.ArrayIndex(p)
 				if idx < 0 {
 					return nil, -1, cannotCreate(p, parts[i-1], cur)
 				}
@@ -451,7 +453,7 @@ func (u *updater) set(parts []string, v *mval) error {
 		}
 		c.setField(last, v)
 	case bson.TypeArray:
-		idx := arrayIndex(last)
+		idx := bsonraw.ArrayIndex(last)
 		if idx < 0 {
 			return cannotCreate(last, parts[len(parts)-2], c)
 		}
@@ -491,7 +493,7 @@ func (u *updater) unset(parts []string) {
 		}
 	case bson.TypeArray:
 		// $unset of an array element sets it to null.
-		if idx := arrayIndex(last); idx >= 0 && idx < len(c.elems) && c.elems[idx].t != bson.TypeNull {
+		if idx := bsonraw.ArrayIndex(last); idx >= 0 && idx < len(c.elems) && c.elems[idx].t != bson.TypeNull {
 			c.elems[idx] = nullValue()
 			u.record(chSet, path, 0)
 		}
@@ -515,7 +517,7 @@ func (u *updater) apply(o *updateOp) error {
 	case "$min", "$max":
 		cur := u.root.get(o.parts)
 		if cur != nil {
-			c := Compare(o.arg, cur.rawValue())
+			c := query.Compare(o.arg, cur.rawValue())
 			if (o.op == "$min" && c >= 0) || (o.op == "$max" && c <= 0) {
 				return nil
 			}
@@ -539,7 +541,7 @@ func (u *updater) apply(o *updateOp) error {
 
 func (u *updater) arith(o *updateOp) error {
 	verb := map[string]string{"$inc": "increment", "$mul": "multiply"}[o.op]
-	if !isNumeric(o.arg.Type) {
+	if !bsonraw.IsNumeric(o.arg.Type) {
 		return errf(codeTypeMismatch, "TypeMismatch", "Cannot %s with non-numeric argument: %s", verb, elemString(o.path, fromRaw(o.arg)))
 	}
 	cur := u.root.get(o.parts)
@@ -550,7 +552,7 @@ func (u *updater) arith(o *updateOp) error {
 		zero, _ := arithmetic(true, o.arg, int32Value(0))
 		return u.set(o.parts, fromRaw(zero))
 	}
-	if !isNumeric(cur.t) {
+	if !bsonraw.IsNumeric(cur.t) {
 		return errf(codeTypeMismatch, "TypeMismatch", "Cannot apply %s to a value of non-numeric type. %s has the field '%s' of non-numeric type %s", o.op, u.idString(), o.parts[len(o.parts)-1], typeName(cur.t))
 	}
 	res, err := arithmetic(o.op == "$mul", cur.rawValue(), o.arg)
@@ -566,9 +568,9 @@ func (u *updater) currentDate(o *updateOp) error {
 	case bson.TypeBoolean:
 		kind = "date"
 	case bson.TypeEmbeddedDocument:
-		t, v, ok := lookup(o.arg.Value, "$type")
-		if ok && t == bson.TypeString && countElems(o.arg.Value) == 1 {
-			kind = string(strBytes(v))
+		t, v, ok := bsonraw.Lookup(o.arg.Value, "$type")
+		if ok && t == bson.TypeString && bsonraw.CountElems(o.arg.Value) == 1 {
+			kind = string(bsonraw.Str(v))
 		}
 	}
 	var val bson.RawValue
@@ -660,7 +662,7 @@ func (u *updater) setArray(o *updateOp, arr *mval, elems []*mval) error {
 
 func eachArg(o *updateOp) ([]*mval, bson.Raw, error) {
 	if o.arg.Type == bson.TypeEmbeddedDocument {
-		if k, t, v := firstElem(o.arg.Value); string(k) == "$each" {
+		if k, t, v := bsonraw.FirstElem(o.arg.Value); string(k) == "$each" {
 			if t != bson.TypeArray {
 				return nil, nil, errf(codeBadValue, "BadValue", "The argument to $each in %s must be an array but it was of type: %s", o.op, typeName(t))
 			}
@@ -678,9 +680,9 @@ func (u *updater) push(o *updateOp) error {
 	position, slice, hasPosition, hasSlice := 0, 0, false, false
 	var sortFn func(a, b *mval) int
 	if mods != nil {
-		it := newIter(mods)
+		it := bsonraw.NewIter(mods)
 		for {
-			k, t, v, ok := it.next()
+			k, t, v, ok := it.Next()
 			if !ok {
 				break
 			}
@@ -740,10 +742,10 @@ func (u *updater) push(o *updateOp) error {
 }
 
 func wholeNumber(t bson.Type, v []byte) (int, bool) {
-	if !isNumeric(t) {
+	if !bsonraw.IsNumeric(t) {
 		return 0, false
 	}
-	f := toFloat(t, v)
+	f := bsonraw.ToFloat(t, v)
 	if f != math.Trunc(f) || math.IsInf(f, 0) {
 		return 0, false
 	}
@@ -751,12 +753,12 @@ func wholeNumber(t bson.Type, v []byte) (int, bool) {
 }
 
 func pushSort(t bson.Type, v []byte) (func(a, b *mval) int, error) {
-	if isNumeric(t) {
-		switch toFloat(t, v) {
+	if bsonraw.IsNumeric(t) {
+		switch bsonraw.ToFloat(t, v) {
 		case 1:
-			return func(a, b *mval) int { return Compare(a.rawValue(), b.rawValue()) }, nil
+			return func(a, b *mval) int { return query.Compare(a.rawValue(), b.rawValue()) }, nil
 		case -1:
-			return func(a, b *mval) int { return Compare(b.rawValue(), a.rawValue()) }, nil
+			return func(a, b *mval) int { return query.Compare(b.rawValue(), a.rawValue()) }, nil
 		}
 	}
 	if t == bson.TypeEmbeddedDocument {
@@ -795,7 +797,7 @@ func (u *updater) addToSet(o *updateOp) error {
 	}
 	for _, v := range vals {
 		rv := v.rawValue()
-		if !slices.ContainsFunc(elems, func(e *mval) bool { return Equal(e.rawValue(), rv) }) {
+		if !slices.ContainsFunc(elems, func(e *mval) bool { return query.Equal(e.rawValue(), rv) }) {
 			elems = append(elems, v)
 		}
 	}
@@ -830,30 +832,22 @@ func (u *updater) pull(o *updateOp) error {
 		vals := decodeValue(o.arg.Type, o.arg.Value).elems
 		match = func(e *mval) bool {
 			rv := e.rawValue()
-			return slices.ContainsFunc(vals, func(v *mval) bool { return Equal(v.rawValue(), rv) })
+			return slices.ContainsFunc(vals, func(v *mval) bool { return query.Equal(v.rawValue(), rv) })
 		}
-	case o.arg.Type == bson.TypeEmbeddedDocument && isOperatorDoc(o.arg.Value) && !isLogicalOp(firstKey(o.arg.Value)):
-		exprs, err := parseOps(o.path, o.arg.Value)
+	case o.arg.Type == bson.TypeRegex || (o.arg.Type == bson.TypeEmbeddedDocument && query.IsCondition(o.arg.Value)):
+		c, err := query.CompileCondition(o.path, o.arg)
 		if err != nil {
 			return errf(codeBadValue, "BadValue", "%v", err)
 		}
-		p := toPred(exprs)
-		match = func(e *mval) bool { r := e.rawValue(); return p.value(r.Type, r.Value) }
+		match = func(e *mval) bool { return c.Match(e.rawValue()) }
 	case o.arg.Type == bson.TypeEmbeddedDocument:
-		f, err := Compile(o.arg.Value)
+		f, err := query.Compile(o.arg.Value)
 		if err != nil {
 			return errf(codeBadValue, "BadValue", "%v", err)
 		}
 		match = func(e *mval) bool { return e.t == bson.TypeEmbeddedDocument && f.Match(e.encode(nil)) }
-	case o.arg.Type == bson.TypeRegex:
-		p, opts := regexParts(o.arg.Value)
-		re, err := compileRegex(string(p), string(opts))
-		if err != nil {
-			return errf(codeBadValue, "BadValue", "%v", err)
-		}
-		match = func(e *mval) bool { return re.value(e.t, e.raw) }
 	default:
-		match = func(e *mval) bool { return Equal(e.rawValue(), o.arg) }
+		match = func(e *mval) bool { return query.Equal(e.rawValue(), o.arg) }
 	}
 	arr, err := u.arrayAt(o)
 	if err != nil || arr == nil {
@@ -866,11 +860,6 @@ func (u *updater) pull(o *updateOp) error {
 		}
 	}
 	return u.setArray(o, arr, elems)
-}
-
-func firstKey(doc []byte) string {
-	k, _, _ := firstElem(doc)
-	return string(k)
 }
 
 // ---- arithmetic ----
@@ -902,13 +891,13 @@ func arithmetic(mul bool, a, b bson.RawValue) (bson.RawValue, error) {
 	case a.Type == bson.TypeDecimal128 || b.Type == bson.TypeDecimal128:
 		return decimalArith(mul, a, b)
 	case a.Type == bson.TypeDouble || b.Type == bson.TypeDouble:
-		x, y := toFloat(a.Type, a.Value), toFloat(b.Type, b.Value)
+		x, y := bsonraw.ToFloat(a.Type, a.Value), bsonraw.ToFloat(b.Type, b.Value)
 		if mul {
 			return doubleValue(x * y), nil
 		}
 		return doubleValue(x + y), nil
 	}
-	x, y := readInt(a.Type, a.Value), readInt(b.Type, b.Value)
+	x, y := bsonraw.ReadInt(a.Type, a.Value), bsonraw.ReadInt(b.Type, b.Value)
 	var r int64
 	if mul {
 		hi, lo := bits.Mul64(uint64(absI64(x)), uint64(absI64(y)))
@@ -944,9 +933,9 @@ func absI64(x int64) int64 {
 func toDecimalParts(v bson.RawValue) (*big.Int, int, error) {
 	switch v.Type {
 	case bson.TypeInt32, bson.TypeInt64:
-		return big.NewInt(readInt(v.Type, v.Value)), 0, nil
+		return big.NewInt(bsonraw.ReadInt(v.Type, v.Value)), 0, nil
 	case bson.TypeDouble:
-		f := readDouble(v.Value)
+		f := bsonraw.ReadDouble(v.Value)
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return nil, 0, fmt.Errorf("non-finite operand")
 		}
@@ -956,7 +945,7 @@ func toDecimalParts(v bson.RawValue) (*big.Int, int, error) {
 		}
 		return d.BigInt()
 	default:
-		return readDecimal(v.Value).BigInt()
+		return bsonraw.ReadDecimal(v.Value).BigInt()
 	}
 }
 
@@ -1003,16 +992,8 @@ func decimalArith(mul bool, a, b bson.RawValue) (bson.RawValue, error) {
 
 // ---- rendering for error messages ----
 
-var typeNames = func() map[bson.Type]string {
-	m := map[bson.Type]string{}
-	for name, t := range typeAliases {
-		m[t] = name
-	}
-	return m
-}()
-
 func typeName(t bson.Type) string {
-	if n, ok := typeNames[t]; ok {
+	if n, ok := bsonraw.AliasOf(t); ok {
 		return n
 	}
 	return fmt.Sprintf("type %d", byte(t))

@@ -1,10 +1,11 @@
-package query
+package mql
 
 import (
 	"bytes"
 	"encoding/binary"
 	"strconv"
 
+	"github.com/changegate/changegate/internal/bsonraw"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -27,9 +28,9 @@ func decodeValue(t bson.Type, v []byte) *mval {
 	switch t {
 	case bson.TypeEmbeddedDocument:
 		m.fields = []mfield{}
-		it := newIter(v)
+		it := bsonraw.NewIter(v)
 		for {
-			k, et, ev, ok := it.next()
+			k, et, ev, ok := it.Next()
 			if !ok {
 				break
 			}
@@ -37,9 +38,9 @@ func decodeValue(t bson.Type, v []byte) *mval {
 		}
 	case bson.TypeArray:
 		m.elems = []*mval{}
-		it := newIter(v)
+		it := bsonraw.NewIter(v)
 		for {
-			_, et, ev, ok := it.next()
+			_, et, ev, ok := it.Next()
 			if !ok {
 				break
 			}
@@ -160,7 +161,7 @@ func (m *mval) child(name string) *mval {
 		v, _ := m.field(name)
 		return v
 	case bson.TypeArray:
-		if i := arrayIndex(name); i >= 0 && i < len(m.elems) {
+		if i := bsonraw.ArrayIndex(name); i >= 0 && i < len(m.elems) {
 			return m.elems[i]
 		}
 	}

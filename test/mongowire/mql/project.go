@@ -1,4 +1,4 @@
-package query
+package mql
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/changegate/changegate/internal/bsonraw"
+	"github.com/changegate/changegate/query"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -35,7 +37,7 @@ type projNode struct {
 	// from the single-number form.
 	skip, limit int
 	hasSkip     bool
-	elemMatch   *Filter
+	elemMatch   *query.Filter
 }
 
 // Project applies a find projection to doc; it is shorthand for
@@ -71,9 +73,9 @@ func CompileProjection(projection bson.Raw) (*Projection, error) {
 	mode := 0 // 0 unknown, 1 inclusion, -1 exclusion
 	idExcluded := false
 	count := 0
-	it := newIter(projection)
+	it := bsonraw.NewIter(projection)
 	for {
-		k, t, v, ok := it.next()
+		k, t, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -88,15 +90,15 @@ func CompileProjection(projection bson.Raw) (*Projection, error) {
 		n := &projNode{}
 		fieldMode := 0
 		switch {
-		case t == bson.TypeBoolean || isNumeric(t):
-			if truthy(t, v) {
+		case t == bson.TypeBoolean || bsonraw.IsNumeric(t):
+			if bsonraw.Truthy(t, v) {
 				n.action, fieldMode = projInclude, 1
 			} else {
 				n.action, fieldMode = projExclude, -1
 			}
 		case t == bson.TypeEmbeddedDocument:
-			op, ot, ov := firstElem(v)
-			if countElems(v) != 1 {
+			op, ot, ov := bsonraw.FirstElem(v)
+			if bsonraw.CountElems(v) != 1 {
 				return nil, fmt.Errorf("unsupported projection expression at %s", path)
 			}
 			switch string(op) {
@@ -112,7 +114,7 @@ func CompileProjection(projection bson.Raw) (*Projection, error) {
 				if ot != bson.TypeEmbeddedDocument {
 					return nil, fmt.Errorf("$elemMatch needs an object at %s", path)
 				}
-				f, err := Compile(ov)
+				f, err := query.Compile(ov)
 				if err != nil {
 					return nil, err
 				}
@@ -135,7 +137,7 @@ func CompileProjection(projection bson.Raw) (*Projection, error) {
 				return nil, fmt.Errorf("cannot do inclusion on field %s in exclusion projection", path)
 			}
 		}
-		if err := p.root.insert(path, splitPath(path), n); err != nil {
+		if err := p.root.insert(path, bsonraw.SplitPath(path), n); err != nil {
 			return nil, err
 		}
 	}
@@ -162,27 +164,27 @@ func CompileProjection(projection bson.Raw) (*Projection, error) {
 
 func (n *projNode) parseSlice(path string, t bson.Type, v []byte) error {
 	switch {
-	case isNumeric(t):
-		l, _ := truncInt(t, v)
+	case bsonraw.IsNumeric(t):
+		l, _ := bsonraw.TruncInt(t, v)
 		n.limit = int(l)
 	case t == bson.TypeArray:
 		var args []bson.RawValue
-		it := newIter(v)
+		it := bsonraw.NewIter(v)
 		for {
-			_, et, ev, ok := it.next()
+			_, et, ev, ok := it.Next()
 			if !ok {
 				break
 			}
-			if !isNumeric(et) {
+			if !bsonraw.IsNumeric(et) {
 				return fmt.Errorf("$slice arguments must be numbers at %s", path)
 			}
-			args = append(args, rv(et, ev))
+			args = append(args, bsonraw.Value(et, ev))
 		}
 		if len(args) != 2 {
 			return fmt.Errorf("$slice array argument must have 2 elements at %s", path)
 		}
-		s, _ := truncInt(args[0].Type, args[0].Value)
-		l, _ := truncInt(args[1].Type, args[1].Value)
+		s, _ := bsonraw.TruncInt(args[0].Type, args[0].Value)
+		l, _ := bsonraw.TruncInt(args[1].Type, args[1].Value)
 		if l <= 0 {
 			return fmt.Errorf("$slice limit must be positive at %s", path)
 		}
@@ -193,7 +195,7 @@ func (n *projNode) parseSlice(path string, t bson.Type, v []byte) error {
 	return nil
 }
 
-func (n *projNode) insert(full string, parts []pathPart, leaf *projNode) error {
+func (n *projNode) insert(full string, parts []bsonraw.PathPart, leaf *projNode) error {
 	cur := n
 	for i, part := range parts {
 		if cur.action != projNone {
@@ -202,17 +204,17 @@ func (n *projNode) insert(full string, parts []pathPart, leaf *projNode) error {
 		if cur.children == nil {
 			cur.children = map[string]*projNode{}
 		}
-		child := cur.children[part.name]
+		child := cur.children[part.Name]
 		if i == len(parts)-1 {
 			if child != nil {
 				return fmt.Errorf("path collision at %s", full)
 			}
-			cur.children[part.name] = leaf
+			cur.children[part.Name] = leaf
 			return nil
 		}
 		if child == nil {
 			child = &projNode{}
-			cur.children[part.name] = child
+			cur.children[part.Name] = child
 		}
 		cur = child
 	}
@@ -232,9 +234,9 @@ func (p *Projection) Apply(doc bson.Raw) bson.Raw {
 func (p *Projection) projectDoc(dst, doc []byte, n *projNode) []byte {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
-	it := newIter(doc)
+	it := bsonraw.NewIter(doc)
 	for {
-		k, t, v, ok := it.next()
+		k, t, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -267,9 +269,9 @@ func (p *Projection) projectField(dst, key []byte, t bson.Type, v []byte, child 
 		if t != bson.TypeArray {
 			return dst
 		}
-		it := newIter(v)
+		it := bsonraw.NewIter(v)
 		for {
-			_, et, ev, ok := it.next()
+			_, et, ev, ok := it.Next()
 			if !ok {
 				return dst
 			}
@@ -299,10 +301,10 @@ func (p *Projection) projectField(dst, key []byte, t bson.Type, v []byte, child 
 // projection other elements are dropped, in an exclusion they are kept.
 func (p *Projection) projectArray(arr []byte, n *projNode) []byte {
 	dst := []byte{0, 0, 0, 0}
-	it := newIter(arr)
+	it := bsonraw.NewIter(arr)
 	i := 0
 	for {
-		_, t, v, ok := it.next()
+		_, t, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -327,7 +329,7 @@ func (p *Projection) projectArray(arr []byte, n *projNode) []byte {
 }
 
 func sliceArray(arr []byte, n *projNode) []byte {
-	total := countElems(arr)
+	total := bsonraw.CountElems(arr)
 	from, to := 0, total
 	if n.hasSkip {
 		from = n.skip
@@ -342,9 +344,9 @@ func sliceArray(arr []byte, n *projNode) []byte {
 		from = max(total+n.limit, 0)
 	}
 	dst := []byte{0, 0, 0, 0}
-	it := newIter(arr)
+	it := bsonraw.NewIter(arr)
 	for i, j := 0, 0; ; i++ {
-		_, t, v, ok := it.next()
+		_, t, v, ok := it.Next()
 		if !ok {
 			break
 		}

@@ -1,4 +1,4 @@
-package query
+package bsonraw
 
 import (
 	"bytes"
@@ -7,9 +7,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// valueLen returns the encoded length of a value of type t at the start of b,
+// ValueLen returns the encoded length of a value of type t at the start of b,
 // or -1 when b is too short or malformed.
-func valueLen(t bson.Type, b []byte) int {
+func ValueLen(t bson.Type, b []byte) int {
 	var n int
 	switch t {
 	case bson.TypeDouble, bson.TypeDateTime, bson.TypeTimestamp, bson.TypeInt64:
@@ -75,25 +75,30 @@ func valueLen(t bson.Type, b []byte) int {
 	return n
 }
 
-// iter walks the elements of an encoded document or array without
-// allocating. Malformed input simply ends the iteration.
-type iter struct {
+// Iter walks the elements of an encoded document or array without
+// allocating. Malformed input simply ends the iteration. The zero Iter
+// yields nothing.
+type Iter struct {
 	b []byte
 	i int
 }
 
-func newIter(doc []byte) iter {
+// NewIter returns an iterator over the elements of the encoded document or
+// array doc.
+func NewIter(doc []byte) Iter {
 	if len(doc) < 5 {
-		return iter{}
+		return Iter{}
 	}
 	n := int(int32(binary.LittleEndian.Uint32(doc)))
 	if n < 5 || n > len(doc) {
-		return iter{}
+		return Iter{}
 	}
-	return iter{b: doc[:n-1], i: 4}
+	return Iter{b: doc[:n-1], i: 4}
 }
 
-func (it *iter) next() (key []byte, t bson.Type, v []byte, ok bool) {
+// Next returns the next element: its key, type and encoded value (slices of
+// the document, not copies). ok is false at the end or at malformed input.
+func (it *Iter) Next() (key []byte, t bson.Type, v []byte, ok bool) {
 	if it.i >= len(it.b) {
 		return nil, 0, nil, false
 	}
@@ -106,7 +111,7 @@ func (it *iter) next() (key []byte, t bson.Type, v []byte, ok bool) {
 	}
 	key = rest[:k]
 	rest = rest[k+1:]
-	n := valueLen(t, rest)
+	n := ValueLen(t, rest)
 	if n < 0 {
 		it.i = len(it.b)
 		return nil, 0, nil, false
@@ -115,9 +120,10 @@ func (it *iter) next() (key []byte, t bson.Type, v []byte, ok bool) {
 	return key, t, rest[:n], true
 }
 
-// lookup returns the value of the first field named key in doc. It is the
-// innermost loop of Filter.Match, hence written out by hand.
-func lookup(doc []byte, key string) (bson.Type, []byte, bool) {
+// Lookup returns the value of the first field named key in the encoded
+// document doc. It is the innermost loop of query.Filter.Match, hence
+// written out by hand.
+func Lookup(doc []byte, key string) (bson.Type, []byte, bool) {
 	if len(doc) < 5 {
 		return 0, nil, false
 	}
@@ -136,7 +142,7 @@ func lookup(doc []byte, key string) (bson.Type, []byte, bool) {
 		} else if k = bytes.IndexByte(rest, 0); k < 0 {
 			return 0, nil, false
 		}
-		vl := valueLen(t, rest[k+1:])
+		vl := ValueLen(t, rest[k+1:])
 		if vl < 0 {
 			return 0, nil, false
 		}
@@ -148,17 +154,17 @@ func lookup(doc []byte, key string) (bson.Type, []byte, bool) {
 	return 0, nil, false
 }
 
-// strBytes returns the content of a string, symbol or JavaScript value
+// Str returns the content of an encoded string, symbol or JavaScript value
 // without its length prefix and terminating NUL.
-func strBytes(v []byte) []byte {
+func Str(v []byte) []byte {
 	if len(v) < 5 {
 		return nil
 	}
 	return v[4 : len(v)-1]
 }
 
-// regexParts returns the pattern and options of an encoded regex value.
-func regexParts(v []byte) (pattern, options []byte) {
+// RegexParts returns the pattern and options of an encoded regex value.
+func RegexParts(v []byte) (pattern, options []byte) {
 	i := bytes.IndexByte(v, 0)
 	if i < 0 {
 		return nil, nil
@@ -172,14 +178,15 @@ func regexParts(v []byte) (pattern, options []byte) {
 	return pattern, rest[:j]
 }
 
-func rv(t bson.Type, v []byte) bson.RawValue { return bson.RawValue{Type: t, Value: v} }
+// Value returns the encoded value v of type t as a bson.RawValue.
+func Value(t bson.Type, v []byte) bson.RawValue { return bson.RawValue{Type: t, Value: v} }
 
-// countElems returns the number of elements in an encoded array.
-func countElems(arr []byte) int {
+// CountElems returns the number of elements in an encoded array.
+func CountElems(arr []byte) int {
 	n := 0
-	it := newIter(arr)
+	it := NewIter(arr)
 	for {
-		if _, _, _, ok := it.next(); !ok {
+		if _, _, _, ok := it.Next(); !ok {
 			return n
 		}
 		n++

@@ -1,10 +1,11 @@
-package query
+package mql
 
 import (
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/changegate/changegate/test/bsontest"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -52,18 +53,18 @@ func TestSort(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := CompileSort(doc(t, tc.spec))
+			s, err := CompileSort(bsontest.Doc(t, tc.spec))
 			if err != nil {
 				t.Fatal(err)
 			}
 			docs := make([]bson.Raw, len(tc.docs))
 			for i, d := range tc.docs {
-				docs[i] = doc(t, d)
+				docs[i] = bsontest.Doc(t, d)
 			}
 			slices.SortStableFunc(docs, s.Compare)
 			var got []string
 			for _, d := range docs {
-				got = append(got, keyOf(t, d, "_id"))
+				got = append(got, bsontest.FieldString(t, d, "_id"))
 			}
 			if g := strings.Join(got, " "); g != tc.want {
 				t.Errorf("order %s, want %s", g, tc.want)
@@ -82,7 +83,7 @@ func TestCompileSortErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.spec, func(t *testing.T) {
-			_, err := CompileSort(doc(t, tc.spec))
+			_, err := CompileSort(bsontest.Doc(t, tc.spec))
 			if err == nil || err.Error() != tc.want {
 				t.Errorf("CompileSort(%s) error = %v, want %q", tc.spec, err, tc.want)
 			}
@@ -124,15 +125,15 @@ func TestProject(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Project(doc(t, tc.doc), doc(t, tc.proj))
+			got, err := Project(bsontest.Doc(t, tc.doc), bsontest.Doc(t, tc.proj))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := got.Validate(); err != nil {
 				t.Fatalf("invalid BSON output: %v", err)
 			}
-			if js(got) != js(doc(t, tc.want)) {
-				t.Errorf("Project(%s, %s) =\n %s\nwant\n %s", tc.doc, tc.proj, js(got), js(doc(t, tc.want)))
+			if bsontest.JSON(got) != bsontest.JSON(bsontest.Doc(t, tc.want)) {
+				t.Errorf("Project(%s, %s) =\n %s\nwant\n %s", tc.doc, tc.proj, bsontest.JSON(got), bsontest.JSON(bsontest.Doc(t, tc.want)))
 			}
 		})
 	}
@@ -152,10 +153,23 @@ func TestProjectErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.proj, func(t *testing.T) {
-			_, err := Project(doc(t, `{"a": 1}`), doc(t, tc.proj))
+			_, err := Project(bsontest.Doc(t, `{"a": 1}`), bsontest.Doc(t, tc.proj))
 			if err == nil || err.Error() != tc.want {
 				t.Errorf("Project(%s) error = %v, want %q", tc.proj, err, tc.want)
 			}
 		})
 	}
+}
+
+// FuzzSortProject checks that sorting and projecting arbitrary bytes never
+// panics.
+func FuzzSortProject(f *testing.F) {
+	f.Add([]byte(bsontest.Doc(f, bsontest.ChangeEvent)))
+	f.Add([]byte(bsontest.Doc(f, `{"a": [1, {"b": [2, {"c": 3}]}], "s": "x"}`)))
+	sorts, _ := CompileSort(bsontest.Doc(f, `{"a.b": 1, "s": -1}`))
+	proj, _ := CompileProjection(bsontest.Doc(f, `{"a.b": 1, "s": 1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sorts.Compare(b, b)
+		proj.Apply(b)
+	})
 }

@@ -1,4 +1,4 @@
-package query
+package mql
 
 import (
 	"errors"
@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/changegate/changegate/test/bsontest"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 var testNow = time.Date(2024, 1, 2, 3, 4, 5, 678000000, time.UTC)
 
 func descJSON(d *UpdateDescription) string {
-	return js(mustMarshal(bson.D{
+	return bsontest.JSON(bsontest.Marshal(bson.D{
 		{Key: "updatedFields", Value: d.UpdatedFields},
 		{Key: "removedFields", Value: d.RemovedFields},
 		{Key: "truncatedArrays", Value: d.TruncatedArrays},
@@ -32,9 +33,9 @@ func runUpdateCases(t *testing.T, cases []updateCase) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			in := doc(t, tc.doc)
+			in := bsontest.Doc(t, tc.doc)
 			inCopy := append(bson.Raw(nil), in...)
-			got, desc, err := ApplyUpdate(in, doc(t, tc.update), UpdateOptions{Insert: tc.insert, Now: testNow})
+			got, desc, err := ApplyUpdate(in, bsontest.Doc(t, tc.update), UpdateOptions{Insert: tc.insert, Now: testNow})
 			if err != nil {
 				t.Fatalf("ApplyUpdate: %v", err)
 			}
@@ -44,12 +45,12 @@ func runUpdateCases(t *testing.T, cases []updateCase) {
 			if err := got.Validate(); err != nil {
 				t.Fatalf("invalid output: %v", err)
 			}
-			if js(got) != js(doc(t, tc.want)) {
-				t.Errorf("document\n got %s\nwant %s", js(got), js(doc(t, tc.want)))
+			if bsontest.JSON(got) != bsontest.JSON(bsontest.Doc(t, tc.want)) {
+				t.Errorf("document\n got %s\nwant %s", bsontest.JSON(got), bsontest.JSON(bsontest.Doc(t, tc.want)))
 			}
 			if tc.desc != "" {
-				w := doc(t, tc.desc)
-				want := js(mustMarshal(bson.D{
+				w := bsontest.Doc(t, tc.desc)
+				want := bsontest.JSON(bsontest.Marshal(bson.D{
 					{Key: "updatedFields", Value: w.Lookup("u")},
 					{Key: "removedFields", Value: w.Lookup("r")},
 					{Key: "truncatedArrays", Value: w.Lookup("t")},
@@ -58,8 +59,8 @@ func runUpdateCases(t *testing.T, cases []updateCase) {
 					t.Errorf("description\n got %s\nwant %s", g, want)
 				}
 			}
-			if (js(got) == js(in)) != desc.Empty() {
-				t.Errorf("description empty = %v but document changed = %v", desc.Empty(), js(got) != js(in))
+			if (bsontest.JSON(got) == bsontest.JSON(in)) != desc.Empty() {
+				t.Errorf("description empty = %v but document changed = %v", desc.Empty(), bsontest.JSON(got) != bsontest.JSON(in))
 			}
 		})
 	}
@@ -228,7 +229,7 @@ func TestUpdateReplacement(t *testing.T) {
 		{"identical replacement", `{"_id": 1, "a": 1}`, `{"a": 1}`, false, `{"_id": 1, "a": 1}`, noChange},
 		{"empty replacement", `{"_id": 1, "a": 1}`, `{}`, false, `{"_id": 1}`, `{"u": {}, "r": ["a"], "t": []}`},
 	})
-	if !IsReplacement(doc(t, `{"a": {"$set": 1}}`)) || IsReplacement(doc(t, `{"$set": {"a": 1}}`)) || !IsReplacement(nil) {
+	if !IsReplacement(bsontest.Doc(t, `{"a": {"$set": 1}}`)) || IsReplacement(bsontest.Doc(t, `{"$set": {"a": 1}}`)) || !IsReplacement(nil) {
 		t.Error("IsReplacement")
 	}
 }
@@ -275,7 +276,7 @@ func TestUpdateErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.want, func(t *testing.T) {
-			_, _, err := ApplyUpdate(doc(t, tc.doc), doc(t, tc.update), UpdateOptions{})
+			_, _, err := ApplyUpdate(bsontest.Doc(t, tc.doc), bsontest.Doc(t, tc.update), UpdateOptions{})
 			var qe *Error
 			if !errors.As(err, &qe) {
 				t.Fatalf("ApplyUpdate(%s, %s) error = %v, want *Error", tc.doc, tc.update, err)
@@ -302,7 +303,7 @@ func TestUpsertSeed(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.filter, func(t *testing.T) {
-			got, err := UpsertSeed(doc(t, tc.filter))
+			got, err := UpsertSeed(bsontest.Doc(t, tc.filter))
 			if tc.err != "" {
 				if err == nil || err.Error() != tc.err {
 					t.Fatalf("error = %v, want %q", err, tc.err)
@@ -312,8 +313,8 @@ func TestUpsertSeed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if js(mustMarshal(got)) != js(doc(t, tc.want)) {
-				t.Errorf("seed = %s, want %s", js(mustMarshal(got)), js(doc(t, tc.want)))
+			if bsontest.JSON(bsontest.Marshal(got)) != bsontest.JSON(bsontest.Doc(t, tc.want)) {
+				t.Errorf("seed = %s, want %s", bsontest.JSON(bsontest.Marshal(got)), bsontest.JSON(bsontest.Doc(t, tc.want)))
 			}
 		})
 	}
@@ -322,24 +323,24 @@ func TestUpsertSeed(t *testing.T) {
 // An upsert as the test server performs it: seed from the filter, then
 // apply the update as an insert.
 func TestUpsertFlow(t *testing.T) {
-	seed, err := UpsertSeed(doc(t, `{"item": "apple", "qty": {"$gt": 1}}`))
+	seed, err := UpsertSeed(bsontest.Doc(t, `{"item": "apple", "qty": {"$gt": 1}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	seed = append(bson.D{{Key: "_id", Value: 1}}, seed...)
-	got, _, err := ApplyUpdate(mustMarshal(seed), doc(t, `{"$set": {"status": "A"}, "$setOnInsert": {"defaultQty": 100}}`), UpdateOptions{Insert: true})
+	got, _, err := ApplyUpdate(bsontest.Marshal(seed), bsontest.Doc(t, `{"$set": {"status": "A"}, "$setOnInsert": {"defaultQty": 100}}`), UpdateOptions{Insert: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"_id": 1, "item": "apple", "defaultQty": 100, "status": "A"}`; js(got) != js(doc(t, want)) {
-		t.Errorf("got %s, want %s", js(got), want)
+	if want := `{"_id": 1, "item": "apple", "defaultQty": 100, "status": "A"}`; bsontest.JSON(got) != bsontest.JSON(bsontest.Doc(t, want)) {
+		t.Errorf("got %s, want %s", bsontest.JSON(got), want)
 	}
 }
 
 func BenchmarkApplyUpdate(b *testing.B) {
-	d := doc(b, benchEvent)
+	d := bsontest.Doc(b, bsontest.ChangeEvent)
 	full := d.Lookup("fullDocument").Document()
-	upd := doc(b, `{"$set": {"status": "shipped", "shipping.carrier": "dhl"}, "$inc": {"customer.orders": 1}, "$push": {"items": {"sku": "C-3", "qty": 1}}}`)
+	upd := bsontest.Doc(b, `{"$set": {"status": "shipped", "shipping.carrier": "dhl"}, "$inc": {"customer.orders": 1}, "$push": {"items": {"sku": "C-3", "qty": 1}}}`)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, _, err := ApplyUpdate(full, upd, UpdateOptions{Now: testNow}); err != nil {

@@ -1,9 +1,11 @@
-package query
+package mql
 
 import (
 	"slices"
 	"strings"
 
+	"github.com/changegate/changegate/internal/bsonraw"
+	"github.com/changegate/changegate/query"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -21,7 +23,7 @@ import (
 // NotSingleValueField, as in MongoDB. Values are bson.RawValue and nested
 // documents bson.D, in filter order.
 func UpsertSeed(filter bson.Raw) (bson.D, error) {
-	if _, err := Compile(filter); err != nil {
+	if _, err := query.Compile(filter); err != nil {
 		return nil, errf(codeBadValue, "BadValue", "%v", err)
 	}
 	var eqs []seedField
@@ -63,21 +65,21 @@ type seedField struct {
 }
 
 func collectSeed(filter []byte, out *[]seedField) {
-	it := newIter(filter)
+	it := bsonraw.NewIter(filter)
 	for {
-		k, t, v, ok := it.next()
+		k, t, v, ok := it.Next()
 		if !ok {
 			return
 		}
 		key := string(k)
 		switch {
 		case key == "$and" || key == "$or":
-			if key == "$or" && countElems(v) != 1 {
+			if key == "$or" && bsonraw.CountElems(v) != 1 {
 				continue
 			}
-			ait := newIter(v)
+			ait := bsonraw.NewIter(v)
 			for {
-				_, et, ev, ok := ait.next()
+				_, et, ev, ok := ait.Next()
 				if !ok {
 					break
 				}
@@ -87,29 +89,29 @@ func collectSeed(filter []byte, out *[]seedField) {
 			}
 		case strings.HasPrefix(key, "$"):
 		case t == bson.TypeRegex:
-		case t == bson.TypeEmbeddedDocument && isOperatorDoc(v):
-			oit := newIter(v)
+		case t == bson.TypeEmbeddedDocument && bsonraw.IsOperatorDoc(v):
+			oit := bsonraw.NewIter(v)
 			for {
-				ok2, ot, ov, ok := oit.next()
+				ok2, ot, ov, ok := oit.Next()
 				if !ok {
 					break
 				}
 				switch string(ok2) {
 				case "$eq":
 					if ot != bson.TypeRegex {
-						*out = append(*out, seedField{key, strings.Split(key, "."), rv(ot, ov)})
+						*out = append(*out, seedField{key, strings.Split(key, "."), bsonraw.Value(ot, ov)})
 					}
 				case "$in":
-					if countElems(ov) == 1 {
-						_, et, ev := firstElem(ov)
+					if bsonraw.CountElems(ov) == 1 {
+						_, et, ev := bsonraw.FirstElem(ov)
 						if et != bson.TypeRegex {
-							*out = append(*out, seedField{key, strings.Split(key, "."), rv(et, ev)})
+							*out = append(*out, seedField{key, strings.Split(key, "."), bsonraw.Value(et, ev)})
 						}
 					}
 				}
 			}
 		default:
-			*out = append(*out, seedField{key, strings.Split(key, "."), rv(t, v)})
+			*out = append(*out, seedField{key, strings.Split(key, "."), bsonraw.Value(t, v)})
 		}
 	}
 }

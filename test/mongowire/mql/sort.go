@@ -1,9 +1,11 @@
-package query
+package mql
 
 import (
 	"fmt"
 	"strings"
 
+	"github.com/changegate/changegate/internal/bsonraw"
+	"github.com/changegate/changegate/query"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -14,7 +16,7 @@ type Sort struct {
 }
 
 type sortKey struct {
-	path []pathPart
+	path []bsonraw.PathPart
 	desc bool
 }
 
@@ -30,9 +32,9 @@ func CompileSort(spec bson.Raw) (*Sort, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid sort document: %w", err)
 	}
-	it := newIter(spec)
+	it := bsonraw.NewIter(spec)
 	for {
-		k, t, v, ok := it.next()
+		k, t, v, ok := it.Next()
 		if !ok {
 			break
 		}
@@ -43,14 +45,14 @@ func CompileSort(spec bson.Raw) (*Sort, error) {
 		if t == bson.TypeEmbeddedDocument {
 			return nil, fmt.Errorf("sort by $meta or expressions is not supported at %s", key)
 		}
-		if !isNumeric(t) {
+		if !bsonraw.IsNumeric(t) {
 			return nil, fmt.Errorf("sort key ordering must be 1 (for ascending) or -1 (for descending) at %s", key)
 		}
-		switch toFloat(t, v) {
+		switch bsonraw.ToFloat(t, v) {
 		case 1:
-			s.keys = append(s.keys, sortKey{path: splitPath(key)})
+			s.keys = append(s.keys, sortKey{path: bsonraw.SplitPath(key)})
 		case -1:
-			s.keys = append(s.keys, sortKey{path: splitPath(key), desc: true})
+			s.keys = append(s.keys, sortKey{path: bsonraw.SplitPath(key), desc: true})
 		default:
 			return nil, fmt.Errorf("sort key ordering must be 1 (for ascending) or -1 (for descending) at %s", key)
 		}
@@ -65,13 +67,13 @@ func CompileSort(spec bson.Raw) (*Sort, error) {
 //
 // A missing field sorts as null. When a path reaches arrays, the sort key
 // is the smallest element for an ascending key and the largest for a
-// descending one (per [Compare]); an empty array sorts before null.
+// descending one (per [query.Compare]); an empty array sorts before null.
 func (s *Sort) Compare(a, b bson.Raw) int {
 	for i := range s.keys {
 		k := &s.keys[i]
 		at, av := k.value(a)
 		bt, bv := k.value(b)
-		c := compareValues(at, av, bt, bv)
+		c := query.Compare(bsonraw.Value(at, av), bsonraw.Value(bt, bv))
 		if k.desc {
 			c = -c
 		}
@@ -95,7 +97,7 @@ func (a *keyAcc) add(t bson.Type, v []byte) {
 		a.found, a.t, a.v = true, t, v
 		return
 	}
-	c := compareValues(t, v, a.t, a.v)
+	c := query.Compare(bsonraw.Value(t, v), bsonraw.Value(a.t, a.v))
 	if (a.desc && c > 0) || (!a.desc && c < 0) {
 		a.t, a.v = t, v
 	}
@@ -110,8 +112,8 @@ func (k *sortKey) value(doc []byte) (bson.Type, []byte) {
 	return acc.t, acc.v
 }
 
-func sortCollectDoc(doc []byte, parts []pathPart, acc *keyAcc) {
-	t, v, ok := lookup(doc, parts[0].name)
+func sortCollectDoc(doc []byte, parts []bsonraw.PathPart, acc *keyAcc) {
+	t, v, ok := bsonraw.Lookup(doc, parts[0].Name)
 	if !ok {
 		acc.add(bson.TypeNull, nil)
 		return
@@ -119,16 +121,16 @@ func sortCollectDoc(doc []byte, parts []pathPart, acc *keyAcc) {
 	sortCollect(t, v, parts[1:], acc)
 }
 
-func sortCollect(t bson.Type, v []byte, rest []pathPart, acc *keyAcc) {
+func sortCollect(t bson.Type, v []byte, rest []bsonraw.PathPart, acc *keyAcc) {
 	if len(rest) == 0 {
 		if t != bson.TypeArray {
 			acc.add(t, v)
 			return
 		}
-		it := newIter(v)
+		it := bsonraw.NewIter(v)
 		n := 0
 		for {
-			_, et, ev, ok := it.next()
+			_, et, ev, ok := it.Next()
 			if !ok {
 				break
 			}
@@ -144,15 +146,15 @@ func sortCollect(t bson.Type, v []byte, rest []pathPart, acc *keyAcc) {
 	case bson.TypeEmbeddedDocument:
 		sortCollectDoc(v, rest, acc)
 	case bson.TypeArray:
-		it := newIter(v)
+		it := bsonraw.NewIter(v)
 		produced := false
 		for i := 0; ; i++ {
-			_, et, ev, ok := it.next()
+			_, et, ev, ok := it.Next()
 			if !ok {
 				break
 			}
 			switch {
-			case i == rest[0].idx:
+			case i == rest[0].Index:
 				produced = true
 				sortCollect(et, ev, rest[1:], acc)
 			case et == bson.TypeEmbeddedDocument:
