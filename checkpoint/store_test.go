@@ -138,3 +138,70 @@ func TestStoreListReset(t *testing.T) {
 		t.Fatalf("List after Reset = %v, %v", l, err)
 	}
 }
+
+func TestStoreFencedSave(t *testing.T) {
+	ctx := testCtx(t)
+	s := checkpoint.NewStore(testDB(t), "checkpoints")
+	save := func(epoch int64, data string) error {
+		return s.Save(ctx, checkpoint.Checkpoint{Source: "orders", Token: token(t, data), Epoch: epoch})
+	}
+	loadData := func() (string, int64) {
+		t.Helper()
+		cp, ok, err := s.Load(ctx, "orders")
+		if err != nil || !ok {
+			t.Fatalf("Load = %v, %v", ok, err)
+		}
+		d, _ := cp.Token.Lookup("_data").StringValueOK()
+		return d, cp.Epoch
+	}
+
+	// A claim before any save is not a checkpoint.
+	if err := s.Fence(ctx, "orders", 1); err != nil {
+		t.Fatalf("Fence(1): %v", err)
+	}
+	if _, ok, err := s.Load(ctx, "orders"); err != nil || ok {
+		t.Fatalf("Load after Fence only = %v, %v; want none", ok, err)
+	}
+	if list, err := s.List(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("List after Fence only = %v, %v", list, err)
+	}
+	if err := save(1, "8200000010"); err != nil {
+		t.Fatalf("save epoch 1: %v", err)
+	}
+	if err := save(1, "8200000020"); err != nil {
+		t.Fatalf("save epoch 1 forward: %v", err)
+	}
+	if err := save(1, "8200000020"); err != nil {
+		t.Fatalf("save epoch 1 at the same position: %v", err)
+	}
+	// Backwards is refused, even from the same epoch.
+	if err := save(1, "8200000015"); !errors.Is(err, checkpoint.ErrBackwards) {
+		t.Fatalf("save backwards = %v, want ErrBackwards", err)
+	}
+	// Epoch 2 claims it; epoch 1 is then refused and changes nothing.
+	if err := s.Fence(ctx, "orders", 2); err != nil {
+		t.Fatalf("Fence(2): %v", err)
+	}
+	if err := save(1, "8200000030"); !errors.Is(err, checkpoint.ErrFenced) {
+		t.Fatalf("save from epoch 1 after Fence(2) = %v, want ErrFenced", err)
+	}
+	if d, e := loadData(); d != "8200000020" || e != 2 {
+		t.Fatalf("checkpoint = %s epoch %d, want 8200000020 epoch 2", d, e)
+	}
+	if err := s.Fence(ctx, "orders", 1); !errors.Is(err, checkpoint.ErrFenced) {
+		t.Fatalf("Fence(1) after Fence(2) = %v, want ErrFenced", err)
+	}
+	if err := save(2, "8200000040"); err != nil {
+		t.Fatalf("save epoch 2: %v", err)
+	}
+	if d, e := loadData(); d != "8200000040" || e != 2 {
+		t.Fatalf("checkpoint = %s epoch %d", d, e)
+	}
+	// An unfenced save (cluster mode off) still overwrites, as before.
+	if err := save(0, "8200000001"); err != nil {
+		t.Fatalf("unfenced save: %v", err)
+	}
+	if d, e := loadData(); d != "8200000001" || e != 0 {
+		t.Fatalf("after unfenced save: %s epoch %d", d, e)
+	}
+}

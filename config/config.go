@@ -38,6 +38,8 @@ type Config struct {
 	// Server is the [server] table: the admin/metrics HTTP listener and
 	// shutdown behaviour.
 	Server Server
+	// Cluster is the [cluster] table: leases shared by several replicas.
+	Cluster Cluster
 	// Sources are the [[sources]] entries in file order; names are unique.
 	Sources []Source
 	// Sinks are the [[sinks]] entries in file order; names are unique.
@@ -162,6 +164,10 @@ type Source struct {
 	// CheckpointInterval is the most often a checkpoint is persisted
 	// (default 1s, always > 0).
 	CheckpointInterval time.Duration
+	// Partitions splits the source into this many units, each its own
+	// change stream over a hash of documentKey, checkpoint and lease
+	// (default 1, at most 256).
+	Partitions int
 }
 
 // Level says what the source watches: "collection", "database" or "cluster".

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,7 @@ func allKeys() []string {
 	keys := []string{
 		"uri", "state_database", "checkpoint_collection", "deadletter_collection",
 		"listen", "shutdown_grace", "admin_token",
+		"enabled", "lease_ttl", "renew_every", "instance", "leases_collection", "partitions",
 		"name", "database", "collection", "full_document", "full_document_before_change", "pipeline",
 		"start_at", "on_history_lost", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval",
 		"type", "max_in_flight", "ordering", "batch_wait", "json", "park_after",
@@ -123,6 +125,12 @@ sinks = ["hook"]
 			DeadLetterCollection: "deadletters",
 		},
 		Server: Server{Listen: ":9464", ShutdownGrace: 30 * time.Second, ReadyMaxLag: 30 * time.Second},
+		Cluster: Cluster{
+			LeaseTTL:         15 * time.Second,
+			RenewEvery:       5 * time.Second,
+			Instance:         cfg.Cluster.Instance, // random, checked below
+			LeasesCollection: "leases",
+		},
 		Sources: []Source{{
 			Name:                     "orders",
 			FullDocument:             "default",
@@ -131,6 +139,7 @@ sinks = ["hook"]
 			MaxAwait:                 time.Second,
 			MaxInFlightEvents:        10000,
 			CheckpointInterval:       time.Second,
+			Partitions:               1,
 		}},
 		Sinks: []Sink{{
 			Name:        "hook",
@@ -157,6 +166,52 @@ sinks = ["hook"]
 	}
 	if got := cfg.Sources[0].Level(); got != "cluster" {
 		t.Errorf("Level() = %q, want cluster", got)
+	}
+	if !regexp.MustCompile(`^changegate-[0-9a-f]{12}$`).MatchString(cfg.Cluster.Instance) {
+		t.Errorf("default instance without $HOSTNAME = %q, want a random id", cfg.Cluster.Instance)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	cfg, err := Parse("config.toml", src(`
+[mongo]
+uri = "mongodb://localhost"
+
+[cluster]
+enabled = true
+lease_ttl = "9s"
+
+[[sources]]
+name = "orders"
+partitions = 4
+`), envOf(map[string]string{"HOSTNAME": "changegate-7d9f-x2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Cluster{Enabled: true, LeaseTTL: 9 * time.Second, RenewEvery: 3 * time.Second, Instance: "changegate-7d9f-x2", LeasesCollection: "leases"}
+	if cfg.Cluster != want {
+		t.Errorf("cluster = %+v, want %+v", cfg.Cluster, want)
+	}
+	if cfg.Sources[0].Partitions != 4 {
+		t.Errorf("partitions = %d, want 4", cfg.Sources[0].Partitions)
+	}
+	cfg, err = Parse("config.toml", src(`
+[mongo]
+uri = "mongodb://localhost"
+
+[cluster]
+enabled = true
+lease_ttl = "3s"
+renew_every = "1400ms"
+instance = "a"
+leases_collection = "owners"
+`), envOf(map[string]string{"HOSTNAME": "h"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = Cluster{Enabled: true, LeaseTTL: 3 * time.Second, RenewEvery: 1400 * time.Millisecond, Instance: "a", LeasesCollection: "owners"}
+	if cfg.Cluster != want {
+		t.Errorf("cluster = %+v, want %+v", cfg.Cluster, want)
 	}
 }
 

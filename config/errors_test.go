@@ -127,6 +127,47 @@ url = "https://example.com/"
 sources[0].on_history_lost: invalid value "ignore"; allowed values: "fail", "resume_from_now" at config.toml:7
 sinks[0].type: invalid value "webhok" (did you mean "webhook"?); allowed values: "webhook", "eventbridge", "sqs", "testbus" at config.toml:10`},
 
+		{"bad cluster", head + `
+[cluster]
+enabled = "yes"
+lease_ttl = "2s"
+instance = " "
+leases_collection = "checkpoints"
+leese_ttl = "15s"
+`, nil, `cluster.enabled: expected a boolean (true or false), got string at config.toml:5
+cluster.lease_ttl: must be at least 3s, got 2s at config.toml:6
+cluster.instance: must not be empty (omit it to use $HOSTNAME or a random id) at config.toml:7
+cluster.leases_collection: must differ from mongo.checkpoint_collection and mongo.deadletter_collection at config.toml:8
+cluster.leese_ttl: unknown key (did you mean "lease_ttl"?) at config.toml:9`},
+
+		{"renew_every not below half the ttl", head + `
+[cluster]
+lease_ttl = "10s"
+renew_every = "5s"
+`, nil, `cluster.renew_every: must be less than half of lease_ttl (5s), got 5s at config.toml:6`},
+
+		{"renew_every against the default ttl", head + `
+[cluster]
+renew_every = "0s"
+[server]
+[cluster.x]
+`, nil, `cluster.renew_every: must be at least 1ms, got 0s at config.toml:5
+cluster.x: unknown key at config.toml:7`},
+
+		{"partitions out of range", head + `
+[[sources]]
+name = "a"
+partitions = 0
+[[sources]]
+name = "b"
+partitions = 257
+[[sources]]
+name = "c"
+partitions = "4"
+`, nil, `sources[0].partitions: must be between 1 and 256, got 0 at config.toml:6
+sources[1].partitions: must be between 1 and 256, got 257 at config.toml:9
+sources[2].partitions: expected an integer, got string at config.toml:12`},
+
 		{"bad durations", head + `
 [server]
 shutdown_grace = "30 seconds"

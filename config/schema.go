@@ -47,6 +47,7 @@ func (d *decoder) parse(data []byte) (*Config, error) {
 
 	cfg.Mongo = d.mongo(root.section("mongo"))
 	cfg.Server = d.server(root.section("server"))
+	cfg.Cluster = d.cluster(root.section("cluster"), cfg.Mongo)
 	sources := map[string]*value{}
 	for _, o := range root.tables("sources") {
 		s, nameVal := d.source(o)

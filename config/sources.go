@@ -51,6 +51,7 @@ func (d *decoder) source(o *obj) (s Source, nameVal *value) {
 	s.MaxAwait, _ = o.duration("max_await", DefaultMaxAwait, 0)
 	s.MaxInFlightEvents = int(o.integer("max_in_flight_events", DefaultMaxInFlightEvents, 1, math.MaxInt32))
 	s.CheckpointInterval, _ = o.duration("checkpoint_interval", DefaultCheckpointInterval, time.Millisecond)
+	s.Partitions = int(o.integer("partitions", 1, 1, MaxPartitions))
 	o.done()
 	return s, nameVal
 }

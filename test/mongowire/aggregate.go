@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -87,7 +88,7 @@ func applyStage(docs []bson.Raw, stage bson.Raw) ([]bson.Raw, error) {
 		}
 		m, err := compileFilter(f)
 		if err != nil {
-			return nil, cmdErr(codeBadValue, "%v", err)
+			return nil, filterErr(err)
 		}
 		out := docs[:0:0]
 		for _, d := range docs {
@@ -163,7 +164,10 @@ func applyStage(docs []bson.Raw, stage bson.Raw) ([]bson.Raw, error) {
 		}
 		return group(docs, spec)
 	}
-	return nil, cmdErr(codeLocation40324, "Unrecognized pipeline stage name: '%s' (mongowire supports $match $sort $skip $limit $project $unset $count $group)", name)
+	if out, ok, err := applyExprStage(docs, stage, time.Now()); ok {
+		return out, err
+	}
+	return nil, cmdErr(codeLocation40324, "Unrecognized pipeline stage name: '%s' (mongowire supports $match $sort $skip $limit $project $unset $count $group $addFields $set $replaceRoot $replaceWith)", name)
 }
 
 // evalExpr evaluates a (small subset of an) aggregation expression: a

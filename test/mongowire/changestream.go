@@ -167,7 +167,7 @@ func (s *Server) openChangeStream(cmd *command, dst []byte, stages []bson.Raw) (
 			}
 			m, err := compileFilter(f)
 			if err != nil {
-				return nil, cmdErr(codeBadValue, "%v", err)
+				return nil, filterErr(err)
 			}
 			c.stages = append(c.stages, streamStage{match: m})
 		case "$project":

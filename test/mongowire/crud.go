@@ -278,21 +278,29 @@ type updateResult struct {
 	before, after     bson.Raw // of the last document touched
 }
 
-// applyOne updates entry e of c with u; caller holds data.mu exclusively.
-func (s *Server) applyOne(c *collection, e *docEntry, u bson.Raw, replacement bool) (bson.Raw, bool, *CommandError) {
+// applyOne updates entry e of c with u (an update pipeline when pipeline);
+// caller holds data.mu exclusively.
+func (s *Server) applyOne(c *collection, e *docEntry, u bson.Raw, replacement, pipeline bool, now time.Time) (bson.Raw, bool, *CommandError) {
 	old := e.doc
 	var (
-		newDoc bson.Raw
-		desc   *mql.UpdateDescription
+		newDoc  bson.Raw
+		desc    *mql.UpdateDescription
+		pipeUpd bson.Raw
 	)
-	if replacement {
+	if pipeline {
+		nd, ud, err := applyPipelineUpdate(old, u, now)
+		if err != nil {
+			return nil, false, err
+		}
+		newDoc, pipeUpd = nd, ud
+	} else if replacement {
 		nd, err := prepareReplacement(old, u)
 		if err != nil {
 			return nil, false, err
 		}
 		newDoc = nd
 	} else {
-		nd, d, err := applyUpdate(old, u, false, time.Now())
+		nd, d, err := applyUpdate(old, u, false, now)
 		if err != nil {
 			return nil, false, queryErr(err)
 		}
@@ -310,9 +318,13 @@ func (s *Server) applyOne(c *collection, e *docEntry, u bson.Raw, replacement bo
 	c.replaceDoc(e, newDoc)
 	idv := newDoc.Lookup("_id")
 	ent := &oplogEntry{db: c.db, coll: c.name, docKey: docKeyOf(idv), pre: old, post: newDoc, prePost: c.prePost}
-	if replacement {
+	switch {
+	case replacement:
 		ent.op = opReplace
-	} else {
+	case pipeline:
+		ent.op = opUpdate
+		ent.upd = pipeUpd
+	default:
 		ent.op = opUpdate
 		ent.upd = encodeUpdateDesc(desc)
 	}
@@ -365,10 +377,25 @@ func prepareReplacement(old, repl bson.Raw) (bson.Raw, *CommandError) {
 }
 
 // upsertDoc builds the document an upsert inserts.
-func upsertDoc(q, u bson.Raw, replacement bool) (bson.Raw, *CommandError) {
+func upsertDoc(q, u bson.Raw, replacement, pipeline bool, now time.Time) (bson.Raw, *CommandError) {
 	seed, err := upsertSeed(q)
 	if err != nil {
 		return nil, queryErr(err)
+	}
+	if pipeline {
+		base, err := bson.Marshal(seed)
+		if err != nil {
+			return nil, cmdErr(codeBadValue, "%v", err)
+		}
+		nd, _, ce := applyPipelineUpdate(base, u, now)
+		if ce != nil {
+			return nil, ce
+		}
+		d, err := prepareInsert(nd)
+		if err != nil {
+			return nil, cmdErr(codeBadValue, "%v", err)
+		}
+		return d, nil
 	}
 	if replacement {
 		if _, err := u.LookupErr("_id"); err != nil {
@@ -390,7 +417,7 @@ func upsertDoc(q, u bson.Raw, replacement bool) (bson.Raw, *CommandError) {
 	if err != nil {
 		return nil, cmdErr(codeBadValue, "%v", err)
 	}
-	nd, _, err := applyUpdate(base, u, true, time.Now())
+	nd, _, err := applyUpdate(base, u, true, now)
 	if err != nil {
 		return nil, queryErr(err)
 	}
@@ -401,21 +428,23 @@ func upsertDoc(q, u bson.Raw, replacement bool) (bson.Raw, *CommandError) {
 	return d, nil
 }
 
-// updateStmt runs one update statement; caller holds data.mu exclusively.
-func (s *Server) updateStmt(c *collection, q, u bson.Raw, multi, upsert bool, order sorter) (updateResult, *CommandError) {
+// updateStmt runs one update statement, u being an update pipeline (a
+// BSON array) when pipeline; now is the command's $$NOW. The caller holds
+// data.mu exclusively.
+func (s *Server) updateStmt(c *collection, q, u bson.Raw, pipeline, multi, upsert bool, order sorter, now time.Time) (updateResult, *CommandError) {
 	var r updateResult
-	replacement := isReplacement(u)
+	replacement := !pipeline && isReplacement(u)
 	if replacement && multi {
 		return r, cmdErr(codeFailedToParse, "multi update is not supported for replacement-style update")
 	}
-	if !replacement {
+	if !replacement && !pipeline {
 		if len(u) <= 5 {
 			return r, cmdErr(codeFailedToParse, "Update document requires atomic operators")
 		}
 	}
-	m, err := compileFilter(q)
+	m, err := compileFilterAt(q, now)
 	if err != nil {
-		return r, cmdErr(codeBadValue, "%v", err)
+		return r, filterErr(err)
 	}
 	limit := 1
 	if multi || order != nil {
@@ -430,7 +459,7 @@ func (s *Server) updateStmt(c *collection, q, u bson.Raw, multi, upsert bool, or
 	}
 	for _, e := range entries {
 		before := e.doc
-		after, changed, ce := s.applyOne(c, e, u, replacement)
+		after, changed, ce := s.applyOne(c, e, u, replacement, pipeline, now)
 		if ce != nil {
 			return r, ce
 		}
@@ -441,7 +470,7 @@ func (s *Server) updateStmt(c *collection, q, u bson.Raw, multi, upsert bool, or
 		r.before, r.after = before, after
 	}
 	if len(entries) == 0 && upsert {
-		doc, ce := upsertDoc(q, u, replacement)
+		doc, ce := upsertDoc(q, u, replacement, pipeline, now)
 		if ce != nil {
 			return r, ce
 		}
@@ -473,20 +502,25 @@ func (s *Server) cmdUpdate(cmd *command, dst []byte) ([]byte, error) {
 	)
 	s.data.mu.Lock()
 	c, _ := s.data.ensureColl(cmd.db, name)
+	now := s.data.nowFn() // $$NOW: one value per command
 	for i, st := range stmts {
 		q, _ := st.Lookup("q").DocumentOK()
 		multi, _ := st.Lookup("multi").BooleanOK()
 		upsert, _ := st.Lookup("upsert").BooleanOK()
 		uv := st.Lookup("u")
 		u, ok := uv.DocumentOK()
+		pipeline := uv.Type == bson.TypeArray
+		if pipeline {
+			u, ok = bson.Raw(uv.Value), true
+		}
 		var (
 			r  updateResult
 			ce *CommandError
 		)
 		if !ok {
-			ce = cmdErr(codeFailedToParse, "mongowire supports only update documents, not %s (pipeline updates)", uv.Type)
+			ce = cmdErr(codeFailedToParse, "Update argument must be either an object or an array, not %s", uv.Type)
 		} else {
-			r, ce = s.updateStmt(c, q, u, multi, upsert, nil)
+			r, ce = s.updateStmt(c, q, u, pipeline, multi, upsert, nil, now)
 		}
 		if ce != nil {
 			werrs = append(werrs, writeError{index: i, err: ce})
@@ -548,7 +582,7 @@ func (s *Server) cmdDelete(cmd *command, dst []byte) ([]byte, error) {
 		limit := int(num(st.Lookup("limit")))
 		m, err := compileFilter(q)
 		if err != nil {
-			werrs = append(werrs, writeError{index: i, err: cmdErr(codeBadValue, "%v", err)})
+			werrs = append(werrs, writeError{index: i, err: filterErr(err)})
 			if ord {
 				break
 			}
@@ -584,8 +618,12 @@ func (s *Server) cmdFindAndModify(cmd *command, dst []byte) ([]byte, error) {
 	if remove == hasUpdate {
 		return nil, cmdErr(codeFailedToParse, "Either an update or remove=true must be specified")
 	}
+	pipeline := uv.Type == bson.TypeArray
+	if pipeline {
+		u, isDoc = bson.Raw(uv.Value), true
+	}
 	if hasUpdate && !isDoc {
-		return nil, cmdErr(codeFailedToParse, "mongowire supports only update documents, not pipeline updates")
+		return nil, cmdErr(codeFailedToParse, "Update argument must be either an object or an array")
 	}
 	var order sorter
 	if sd, ok := cmd.body.Lookup("sort").DocumentOK(); ok && len(sd) > 5 {
@@ -595,6 +633,7 @@ func (s *Server) cmdFindAndModify(cmd *command, dst []byte) ([]byte, error) {
 		}
 	}
 	s.data.mu.Lock()
+	now := s.data.nowFn() // $$NOW: one value per command
 	var (
 		value           bson.Raw
 		n               int
@@ -603,10 +642,10 @@ func (s *Server) cmdFindAndModify(cmd *command, dst []byte) ([]byte, error) {
 	)
 	if remove {
 		c := s.data.coll(cmd.db, name)
-		m, err := compileFilter(q)
+		m, err := compileFilterAt(q, now)
 		if err != nil {
 			s.data.mu.Unlock()
-			return nil, cmdErr(codeBadValue, "%v", err)
+			return nil, filterErr(err)
 		}
 		entries := matchingFast(c, q, m, 0)
 		if order != nil {
@@ -619,7 +658,7 @@ func (s *Server) cmdFindAndModify(cmd *command, dst []byte) ([]byte, error) {
 		}
 	} else {
 		c, _ := s.data.ensureColl(cmd.db, name)
-		r, ce := s.updateStmt(c, q, u, false, upsert, order)
+		r, ce := s.updateStmt(c, q, u, pipeline, false, upsert, order, now)
 		if ce != nil {
 			s.data.mu.Unlock()
 			return nil, ce
@@ -670,7 +709,7 @@ func (s *Server) cmdFindAndModify(cmd *command, dst []byte) ([]byte, error) {
 func (s *Server) queryDocs(db, coll string, filter, sortSpec, projection bson.Raw, skip, limit int) ([]bson.Raw, error) {
 	m, err := compileFilter(filter)
 	if err != nil {
-		return nil, cmdErr(codeBadValue, "%v", err)
+		return nil, filterErr(err)
 	}
 	var order sorter
 	if len(sortSpec) > 5 {

@@ -33,8 +33,17 @@ func (matchAll) Match(bson.Raw) bool { return true }
 
 // compileFilter compiles a query filter; an empty or nil filter matches all.
 func compileFilter(filter bson.Raw) (matcher, error) {
+	return compileFilterAt(filter, time.Now())
+}
+
+// compileFilterAt is compileFilter with now as the $$NOW of $expr clauses
+// (exprfilter.go).
+func compileFilterAt(filter bson.Raw, now time.Time) (matcher, error) {
 	if len(filter) <= 5 {
 		return matchAll{}, nil
+	}
+	if usesExpr(filter) {
+		return compileExprFilter(filter, now)
 	}
 	return query.Compile(filter)
 }
@@ -57,7 +66,8 @@ func project(doc bson.Raw, projection bson.Raw) (bson.Raw, error) {
 func isReplacement(update bson.Raw) bool { return mql.IsReplacement(update) }
 
 // upsertSeed returns the equality fields of a filter, to seed an upsert.
-func upsertSeed(filter bson.Raw) (bson.D, error) { return mql.UpsertSeed(filter) }
+// $expr clauses contribute nothing to the seed (exprfilter.go).
+func upsertSeed(filter bson.Raw) (bson.D, error) { return mql.UpsertSeed(withoutExpr(filter)) }
 
 // applyUpdate applies an operator update document.
 func applyUpdate(doc bson.Raw, update bson.Raw, insert bool, now time.Time) (bson.Raw, *mql.UpdateDescription, error) {

@@ -8,10 +8,13 @@
 // lsid/txnNumber fields), listDatabases, listCollections, create, collMod
 // (changeStreamPreAndPostImages), drop, dropDatabase, renameCollection,
 // createIndexes/listIndexes/dropIndexes (unique and sparse indexes are
-// enforced, error 11000), insert, update (operators, replacement, upsert,
-// multi), delete, find (filter, sort, projection, skip, limit, batchSize,
-// singleBatch) and getMore, findAndModify, count, distinct, aggregate
-// ($match $sort $skip $limit $project $unset $count and a simple $group),
+// enforced, error 11000), insert, update (operators, replacement, update
+// pipelines, upsert, multi), delete, find (filter, sort, projection, skip,
+// limit, batchSize, singleBatch) and getMore, findAndModify, count,
+// distinct, aggregate ($match $sort $skip $limit $project $unset $count,
+// a simple $group, $addFields/$set $replaceRoot/$replaceWith), $expr in
+// filters with the aggregation expressions listed in expr.go (among them
+// $$NOW and $toHashedIndexKey),
 // killCursors and configureFailPoint (failCommand). Filters come from
 // package github.com/changegate/changegate/query, sorts, projections and
 // updates from package mql beneath this one. Retryable writes are
@@ -31,9 +34,9 @@
 //
 // Not supported: authentication, TLS, compression, multi-document
 // transactions (their commands are accepted but writes apply at once and
-// abortTransaction does not roll back), pipeline-style updates, positional
-// update operators, aggregation expressions beyond field paths and
-// literals, idle-cursor timeouts, and showExpandedEvents events. Streaming
+// abortTransaction does not roll back), $project in update pipelines,
+// positional update operators, aggregation expressions beyond those of
+// expr.go, idle-cursor timeouts, and showExpandedEvents events. Streaming
 // (awaitable, exhaust) hello is served, but hello reports the
 // topologyVersion that makes drivers use it only with
 // Options.StreamingHello.
