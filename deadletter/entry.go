@@ -62,6 +62,11 @@ type Entry struct {
 	// Source and Sink name the [[sources]] and [[sinks]] entries; Sink is
 	// empty for gaps.
 	Source, Sink string
+	// Unit is the unit of work the event was read by: the source, or one
+	// partition of it ("orders#2/4"). In cluster mode a replica re-drives
+	// only the parked entries of the units it owns. Put stores Source when
+	// it is empty.
+	Unit string
 	// Rules are the names of the rules that routed the event to the sink.
 	Rules []string
 	// Operation is the change's operationType.
@@ -201,6 +206,7 @@ type entryJSON struct {
 	EventID     string          `json:"eventId,omitempty"`
 	Source      string          `json:"source,omitempty"`
 	Sink        string          `json:"sink,omitempty"`
+	Unit        string          `json:"unit,omitempty"`
 	Rules       []string        `json:"rules,omitempty"`
 	Operation   string          `json:"operation,omitempty"`
 	Namespace   string          `json:"namespace,omitempty"`
@@ -230,7 +236,7 @@ type entryJSON struct {
 // Envelope, LastToken and ClusterTime as relaxed Extended JSON.
 func (e Entry) MarshalJSON() ([]byte, error) {
 	j := entryJSON{
-		ID: e.ID, Kind: e.Kind, EventID: e.EventID, Source: e.Source, Sink: e.Sink,
+		ID: e.ID, Kind: e.Kind, EventID: e.EventID, Source: e.Source, Sink: e.Sink, Unit: e.Unit,
 		Rules: e.Rules, Operation: e.Operation, Namespace: e.Namespace,
 		Attempts: e.Attempts, Reason: e.Reason, FirstError: e.FirstError, LastError: e.LastError,
 		FirstFailedAt: utc(e.FirstFailedAt), LastFailedAt: utc(e.LastFailedAt), CreatedAt: utc(e.CreatedAt),
@@ -285,7 +291,7 @@ func (e *Entry) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	out := Entry{
-		ID: j.ID, Kind: j.Kind, EventID: j.EventID, Source: j.Source, Sink: j.Sink,
+		ID: j.ID, Kind: j.Kind, EventID: j.EventID, Source: j.Source, Sink: j.Sink, Unit: j.Unit,
 		Rules: j.Rules, Operation: j.Operation, Namespace: j.Namespace,
 		Attempts: j.Attempts, Reason: j.Reason, FirstError: j.FirstError, LastError: j.LastError,
 		FirstFailedAt: utc(j.FirstFailedAt), LastFailedAt: utc(j.LastFailedAt), CreatedAt: utc(j.CreatedAt),

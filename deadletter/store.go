@@ -38,6 +38,9 @@ type Filter struct {
 	DocumentKey bson.Raw
 	// IDs selects entries by _id; a non-nil empty IDs selects nothing.
 	IDs []string
+	// Units selects entries by unit of work (Entry.Unit); a non-nil empty
+	// Units selects nothing.
+	Units []string
 	// Limit caps the number of entries listed, counted, purged or replayed;
 	// 0 means no limit.
 	Limit int
@@ -91,6 +94,7 @@ type record struct {
 	EventID       string         `bson:"eventId,omitempty"`
 	Source        string         `bson:"source,omitempty"`
 	Sink          string         `bson:"sink,omitempty"`
+	Unit          string         `bson:"unit,omitempty"`
 	Rules         []string       `bson:"rules,omitempty"`
 	Operation     string         `bson:"operation,omitempty"`
 	Namespace     string         `bson:"namespace,omitempty"`
@@ -116,7 +120,7 @@ type record struct {
 
 func (r *record) entry() Entry {
 	return Entry{
-		ID: r.ID, Kind: r.Kind, EventID: r.EventID, Source: r.Source, Sink: r.Sink,
+		ID: r.ID, Kind: r.Kind, EventID: r.EventID, Source: r.Source, Sink: r.Sink, Unit: r.Unit,
 		Rules: r.Rules, Operation: r.Operation, Namespace: r.Namespace,
 		DocumentKey: r.DocumentKey, Change: r.Change, Envelope: r.Envelope, ChangeDropped: r.ChangeDropped,
 		ClusterTime: r.ClusterTime, Attempts: int(r.Attempts), Reason: r.Reason,
@@ -200,6 +204,12 @@ func upsert(e Entry, now time.Time) (bson.D, bson.D, error) {
 	str("eventId", e.EventID)
 	str("source", e.Source)
 	str("sink", e.Sink)
+	if e.Kind != KindGap {
+		if e.Unit == "" {
+			e.Unit = e.Source
+		}
+		str("unit", e.Unit)
+	}
 	if len(e.Rules) > 0 {
 		set = append(set, bson.E{Key: "rules", Value: e.Rules})
 	}
@@ -336,6 +346,9 @@ func (f Filter) query() (bson.D, error) {
 	}
 	if f.IDs != nil {
 		q = append(q, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: f.IDs}}})
+	}
+	if f.Units != nil {
+		q = append(q, bson.E{Key: "unit", Value: bson.D{{Key: "$in", Value: f.Units}}})
 	}
 	return q, nil
 }

@@ -48,6 +48,9 @@ type Event struct {
 	// Rules lists the names of the rules that matched the event, in config
 	// order. Set by the router before the event is handed to sinks.
 	Rules []string
+	// Tenure is the ownership under which the event was read in cluster
+	// mode (nil when this process owns every unit). Set by the source.
+	Tenure *Tenure
 
 	relaxed   lazyJSON
 	canonical lazyJSON

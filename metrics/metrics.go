@@ -16,6 +16,9 @@ const (
 	OutcomeParked        = "parked"
 	OutcomeRedriven      = "redriven"
 	OutcomeDroppedOversz = "dropped_oversize"
+	// OutcomeDroppedLeaseLost counts events dropped because this replica
+	// lost the lease of their unit: the next owner re-reads them.
+	OutcomeDroppedLeaseLost = "dropped_lease_lost"
 )
 
 // Metrics holds every collector. The zero value is not usable; use New.

@@ -38,6 +38,9 @@ type finisher interface {
 	delivered(items []*item)
 	// deadLetter durably records items that failed for good, then acks them.
 	deadLetter(items []*item, reason string)
+	// dropLost returns items without those whose tenure is over (cluster
+	// mode), which it drops unacked.
+	dropLost(items []*item) []*item
 }
 
 // deliverer is the delivery stage of a lane: it waits for the sink to be
@@ -163,6 +166,13 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 	for {
 		if !d.waitReady(ctx, pending) {
 			return pending, ctx.Err()
+		}
+		if mode == modeLive {
+			// The unit's lease may have been lost while these waited:
+			// its next owner delivers them, not this replica.
+			if pending = fin.dropLost(pending); len(pending) == 0 {
+				return nil, nil
+			}
 		}
 		now := d.clk.Now()
 		evs = evs[:0]

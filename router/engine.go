@@ -68,6 +68,7 @@ type DeadLetters interface {
 type Engine struct {
 	state   atomic.Pointer[engineState]
 	dl      DeadLetters
+	own     *ownership
 	metrics *metrics.Metrics
 	log     *slog.Logger
 
@@ -139,11 +140,12 @@ func NewEngine(rules *Rules, specs []SinkSpec, dl DeadLetters, m *metrics.Metric
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{dl: dl, metrics: m, log: log}
+	e := &Engine{dl: dl, metrics: m, log: log, own: &ownership{}}
 	e.unmatched.Store(&map[string]prometheus.Counter{})
 	st := newEngineState(rules)
 	for _, sp := range specs {
 		l, err := newLane(sp, dl, m, log.With("sink", sp.Sink.Name()))
+		l.own = e.own
 		if err != nil {
 			return nil, err
 		}
@@ -230,6 +232,7 @@ func (e *Engine) Reload(rules *Rules, updates []LaneUpdate) error {
 			}
 			return err
 		}
+		l.own = e.own
 		fresh = append(fresh, l)
 		st.lanes = append(st.lanes, l)
 	}

@@ -35,8 +35,9 @@ type Lane struct {
 	log  *slog.Logger
 	clk  clock
 
-	q *keyQueue
-	d *deliverer
+	q   *keyQueue
+	d   *deliverer
+	own *ownership // the engine's; every unit when the lane runs alone
 
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -53,7 +54,7 @@ type Lane struct {
 	redrive    chan struct{}
 
 	mDelivered, mDead, mParked, mRedriven prometheus.Counter
-	mOversize                             prometheus.Counter
+	mOversize, mDropped                   prometheus.Counter
 	mParkedGauge                          prometheus.Gauge
 }
 
@@ -95,6 +96,8 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 		mParked:      m.Deliveries.WithLabelValues(name, metrics.OutcomeParked),
 		mRedriven:    m.Deliveries.WithLabelValues(name, metrics.OutcomeRedriven),
 		mOversize:    m.Deliveries.WithLabelValues(name, metrics.OutcomeDroppedOversz),
+		mDropped:     m.Deliveries.WithLabelValues(name, metrics.OutcomeDroppedLeaseLost),
+		own:          &ownership{},
 		mParkedGauge: m.SinkParked.WithLabelValues(name),
 	}
 	l.d = &deliverer{
@@ -158,7 +161,7 @@ func (l *Lane) start(ctx context.Context) {
 		// instead of holding up the start, or a stop, for the driver's
 		// server-selection timeout.
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		n, err := l.dl.Count(cctx, deadletter.Filter{Kind: deadletter.KindParked, Sink: l.name})
+		n, err := l.dl.Count(cctx, l.own.parkedFilter(l.name, 0))
 		cancel()
 		if err != nil || n > 0 {
 			l.setParked(true)
@@ -257,6 +260,12 @@ func (l *Lane) work(ctx context.Context, p *partition) {
 		if batch == nil {
 			return
 		}
+		taken := len(batch)
+		if batch = l.dropLost(batch); len(batch) == 0 {
+			l.q.release(taken)
+			continue
+		}
+		l.q.release(taken - len(batch))
 		if !l.parked.Load() {
 			pending, err := l.d.deliver(l.live(), batch, modeLive, l)
 			if err == nil || ctx.Err() != nil {
@@ -270,6 +279,29 @@ func (l *Lane) work(ctx context.Context, p *partition) {
 		l.park(ctx, batch)
 		l.q.release(len(batch))
 	}
+}
+
+// dropLost returns items without those read under a tenure that is over
+// (cluster mode: the unit's lease was lost); those are dropped, neither
+// delivered nor acked: the unit's next owner re-reads them.
+func (l *Lane) dropLost(items []*item) []*item {
+	keep := items[:0:0]
+	for i, it := range items {
+		if it.ev.Tenure.Held() {
+			if keep != nil {
+				keep = append(keep, it)
+			}
+			continue
+		}
+		if keep == nil {
+			keep = append(make([]*item, 0, len(items)), items[:i]...)
+		}
+		l.mDropped.Inc()
+	}
+	if keep == nil {
+		return items
+	}
+	return keep
 }
 
 // delivered acks items the sink accepted (finisher).
@@ -306,7 +338,7 @@ func (l *Lane) persist(ctx context.Context, what string, f func(context.Context)
 // is stopping first, the items stay unacknowledged and are re-read after a
 // restart.
 func (l *Lane) deadLetter(items []*item, reason string) {
-	for _, it := range items {
+	for _, it := range l.dropLost(items) {
 		e, err := l.entry(it, deadletter.KindFailed, reason)
 		if err != nil {
 			l.log.Error("cannot build dead letter", "event", it.ev.ID, "err", err)

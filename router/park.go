@@ -33,6 +33,9 @@ func (l *Lane) entry(it *item, kind deadletter.Kind, reason string) (deadletter.
 	}
 	e.Attempts = it.attempts
 	e.Reason = reason
+	if t := it.ev.Tenure; t != nil {
+		e.Unit = t.Unit
+	}
 	e.FirstError, e.LastError = it.firstErr, it.lastErr
 	e.FirstFailedAt, e.LastFailedAt = it.first, l.clk.Now()
 	if kind == deadletter.KindParked && it.retryAt.After(l.clk.Now()) {
@@ -43,7 +46,7 @@ func (l *Lane) entry(it *item, kind deadletter.Kind, reason string) (deadletter.
 
 // park writes items to the store as parked entries and acks them.
 func (l *Lane) park(ctx context.Context, items []*item) {
-	if len(items) == 0 {
+	if items = l.dropLost(items); len(items) == 0 {
 		return
 	}
 	es := make([]deadletter.Entry, 0, len(items))
@@ -130,7 +133,7 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 				return
 			}
 		}
-		entries, err := l.dl.List(ctx, deadletter.Filter{Kind: deadletter.KindParked, Sink: l.name, Limit: 512})
+		entries, err := l.dl.List(ctx, l.own.parkedFilter(l.name, 512))
 		if ctx.Err() != nil {
 			return
 		}
@@ -156,7 +159,7 @@ func (l *Lane) tryGoLive(ctx context.Context) bool {
 	if !l.q.empty() {
 		return false
 	}
-	n, err := l.dl.Count(ctx, deadletter.Filter{Kind: deadletter.KindParked, Sink: l.name})
+	n, err := l.dl.Count(ctx, l.own.parkedFilter(l.name, 0))
 	if err != nil || n != 0 {
 		return false
 	}
@@ -199,6 +202,9 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			for _, e := range g.entries {
+				if !l.own.owns(e.Unit) {
+					return // handed over meanwhile: the unit's owner re-drives the rest
+				}
 				if !l.redriveOne(ctx, e) {
 					return // stopping: the rest stay parked, in order
 				}

@@ -1,0 +1,83 @@
+package router
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+
+	"github.com/changegate/changegate/deadletter"
+)
+
+// ownership is the set of units of work this process owns, shared by an
+// engine's lanes. Without a set (single process mode) it owns every unit.
+type ownership struct {
+	units atomic.Pointer[[]string] // sorted; nil: every unit
+}
+
+// all reports whether every unit is owned (no cluster mode).
+func (o *ownership) all() bool { return o.units.Load() == nil }
+
+// list returns the owned units (nil: every unit).
+func (o *ownership) list() []string {
+	if p := o.units.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// owns reports whether unit is owned. An entry written without a unit
+// (before units existed) belongs to its source's single unit.
+func (o *ownership) owns(unit string) bool {
+	p := o.units.Load()
+	if p == nil {
+		return true
+	}
+	_, found := slices.BinarySearch(*p, unit)
+	return found
+}
+
+// parkedFilter returns the filter of the parked entries of sink that this
+// process may re-drive.
+func (o *ownership) parkedFilter(sink string, limit int) deadletter.Filter {
+	f := deadletter.Filter{Kind: deadletter.KindParked, Sink: sink, Limit: limit}
+	if units := o.list(); units != nil {
+		f.Units = units
+	}
+	return f
+}
+
+// SetOwnedUnits tells the engine which units of work this process owns (in
+// cluster mode; nil, the default, means every unit): lanes re-drive only the
+// parked entries of owned units, and stop re-driving a unit's entries as
+// soon as it is no longer owned.
+func (e *Engine) SetOwnedUnits(units []string) {
+	if units == nil {
+		e.own.units.Store(nil)
+		return
+	}
+	s := slices.Clone(units)
+	slices.Sort(s)
+	s = slices.Compact(s)
+	e.own.units.Store(&s)
+}
+
+// PrepareUnit must be called after this process acquired unit (and
+// SetOwnedUnits includes it), before the unit's source dispatches anything:
+// every lane that has parked entries of the unit (parked by its previous
+// owner) is parked, so that the unit's changes are delivered after them.
+func (e *Engine) PrepareUnit(ctx context.Context, unit string) error {
+	for _, l := range e.Lanes() {
+		if l.dl == nil {
+			continue
+		}
+		n, err := l.dl.Count(ctx, deadletter.Filter{Kind: deadletter.KindParked, Sink: l.name, Units: []string{unit}})
+		if err != nil {
+			return err
+		}
+		if n > 0 && !l.parked.Load() {
+			l.log.Info("re-driving events another replica parked for a unit this one took over", "unit", unit, "parked", n)
+			l.parkLane()
+		}
+	}
+	return nil
+}
