@@ -105,10 +105,10 @@ type event struct {
 
 // schedule draws the run's faults, all while the writer runs. The
 // receivers' outage starts between 20% and 40% of the writing time. One kill
-// falls 0.5–3 s after the receivers come back, when the parking sink
+// falls 0.3–1.5 s after the receivers come back, when the parking sink
 // re-drives its backlog while the checkpoint is still held back by the
-// default sink catching up: the window of issue 19's reorders (with kills
-// drawn uniformly, one in four runs hit it). The other kills and the cuts are
+// default sink catching up (about 2 s): the window of issue 19's reorders
+// (with kills drawn uniformly, one in four runs hit it). The other kills and the cuts are
 // uniform; kills are at least 3 s apart (a process gets to start and
 // deliver), less in a short campaign.
 func (c campaign) schedule(rng *rand.Rand) []event {
@@ -123,7 +123,7 @@ func (c campaign) schedule(rng *rand.Rand) []event {
 		back := start + unavail + refuse
 		evs = append(evs, event{start, "503"}, event{start + unavail, "refuse"}, event{back, "back"})
 		if c.kills > 0 {
-			kills = append(kills, back+in(500*time.Millisecond, 3*time.Second))
+			kills = append(kills, back+in(300*time.Millisecond, 1500*time.Millisecond))
 		}
 	}
 	from := min(2*time.Second, writing/4)
