@@ -50,15 +50,36 @@ type Receiver struct {
 // (none: signatures are not checked).
 func New(secrets ...string) *Receiver {
 	r := &Receiver{secrets: secrets}
-	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
+	r.Server = httptest.NewServer(r)
 	return r
 }
 
-// URL returns the receiver's URL.
-func (r *Receiver) URL() string { return r.Server.URL }
+// NewHandler returns a receiver without a server of its own: it is an
+// http.Handler to mount on a server the caller controls (for example one
+// whose listener is closed and reopened on the same port). URL returns "" and
+// Close does nothing for it.
+func NewHandler(secrets ...string) *Receiver {
+	return &Receiver{secrets: secrets}
+}
 
-// Close stops the server.
-func (r *Receiver) Close() { r.Server.Close() }
+// URL returns the receiver's URL ("" for a NewHandler receiver).
+func (r *Receiver) URL() string {
+	if r.Server == nil {
+		return ""
+	}
+	return r.Server.URL
+}
+
+// Close stops the server started by New.
+func (r *Receiver) Close() {
+	if r.Server != nil {
+		r.Server.Close()
+	}
+}
+
+// ServeHTTP handles one webhook request: it verifies the signature, asks the
+// responder for the answer and records the accepted envelopes.
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.serve(w, req) }
 
 // SetResponder installs f to decide each request's answer (nil: always 200).
 func (r *Receiver) SetResponder(f func(body []byte) *Response) {

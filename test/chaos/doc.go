@@ -1,0 +1,20 @@
+// Package chaos holds an opt-in chaos test of the built changegate binary
+// (issue 19): a journaling writer on test/mongowire behind a TCP proxy that
+// cuts connections, changegate killed with SIGKILL and restarted, and two
+// webhook receivers (a default sink and a parking sink) that answer 503 with
+// Retry-After and then refuse connections for a while. A verifier checks
+// every document's delivered change sequence against the journal.
+//
+// Everything is in the package's tests; run them with
+//
+//	CHANGEGATE_CHAOS=1 go test ./test/chaos -run Chaos -v -timeout 30m
+//
+// CHANGEGATE_CHAOS_RUNS=N runs N campaigns (default 1), and
+// CHANGEGATE_CHAOS_SEED=S fixes the random schedule of the first one (run i
+// uses S+i); each run prints its seed so that a failure can be replayed.
+// CHANGEGATE_CHAOS_DIR keeps each run's config and changegate log there
+// (default: a temporary directory, removed after the test).
+//
+// TestChaosSmoke, a small campaign without receiver outages (about 10 s), runs
+// in the default suite unless -short.
+package chaos
