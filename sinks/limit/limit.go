@@ -286,7 +286,11 @@ func (l *Limiter) SetCap(n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.capN = max(n, 0)
-	l.setLimit(l.clamp(l.limit), "cap")
+	n = l.limit
+	if !l.adaptive {
+		n = l.cfg.Fixed
+	}
+	l.setLimit(l.clamp(n), "cap")
 	l.grant(l.clock.Now())
 }
 

@@ -273,3 +273,22 @@ func TestBacksOffOnRisingLatency(t *testing.T) {
 		t.Errorf("throughput %.0f/s, want >= 90%% of %.0f/s", rate, best)
 	}
 }
+
+// A receiver that becomes slower for good (50ms to 200ms): the limit backs
+// off, re-learns the baseline at the minimum and grows back to the max.
+func TestRelearnsBaselineAfterLatencyShift(t *testing.T) {
+	clk := newFakeClock()
+	l := New(Config{Clock: clk})
+	simulate(t, l, clk, receiver{latency: 50 * time.Millisecond}, 3*time.Second, 0)
+	if got := l.Current(); got != DefaultMax {
+		t.Fatalf("limit = %d, want %d", got, DefaultMax)
+	}
+	res := simulate(t, l, clk, receiver{latency: 200 * time.Millisecond}, 30*time.Second, 25*time.Second)
+	best := DefaultMax * 5 * 5 // 5s at 1024 in flight, 200ms each
+	if got := l.Current(); got != DefaultMax || res.servedLate < best*8/10 {
+		t.Fatalf("limit = %d, %d served in the last 5s; want %d and >= 80%% of %d", got, res.servedLate, DefaultMax, best)
+	}
+	if s := l.Status(); s.BaseRTT != 200*time.Millisecond {
+		t.Fatalf("baseline %s, want 200ms", s.BaseRTT)
+	}
+}
