@@ -1,8 +1,8 @@
-// Package limit decides when a sink may start its next request. Its concurrency limit is AIMD on round-trip time (after Vector's Adaptive Request Concurrency):
-// once per window (one smoothed RTT), if requests filled the limit and their mean RTT stayed within 1.5× (+2 ms) of the baseline (a slowly forgetting minimum),
-// the limit grows by one, or doubles during the initial slow start; back-pressure (429, 503, timeout, transport error) or a higher RTT shrinks it to ×0.9 (×0.5 when leaving slow start).
-// It stays within [min, max] and the source's in-flight cap. Retry-After pauses the whole sink, and 5 back-pressure failures in a row open a circuit
-// that lets one probe through after a cool-down (1 s doubling up to 1 min). Callers only ever wait: nothing is dropped.
+// Package limit paces a sink's requests. Its concurrency limit is AIMD on latency, after Vector's ARC:
+// once per window (one smoothed RTT), a window that filled the limit with a mean RTT within 1.5× + 2 ms
+// of the baseline (the minimum seen) adds 1, or doubles it in the initial slow start; back-pressure (429,
+// 503, timeout, transport error) or a higher RTT multiplies it by 0.9 (0.5 leaving slow start), within
+// [min, max] and the source's cap. Retry-After pauses the sink; 5 failures in a row open a circuit.
 package limit
 
 import (
@@ -159,7 +159,8 @@ type Status struct {
 
 // Limiter admits a sink's requests: at most Current() at once, not while
 // the sink is paused or its circuit is open, and at the configured rate.
-// It is safe for concurrent use and starts no goroutines.
+// It is safe for concurrent use and starts no goroutines. It never drops
+// a request: callers wait.
 type Limiter struct {
 	clock    Clock
 	cfg      Config
