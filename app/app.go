@@ -102,6 +102,12 @@ func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error)
 func buildSink(sc config.Sink, log *slog.Logger) (router.SinkSpec, error) {
 	var sk sinks.Sink
 	var err error
+	// Until the router applies the adaptive limit of sinks/limit,
+	// max_in_flight = "auto" (0) keeps the fixed 16 workers of earlier
+	// releases, within max_in_flight_min..max.
+	if sc.MaxInFlight == 0 {
+		sc.MaxInFlight = min(max(16, sc.MaxInFlightMin), sc.MaxInFlightMax)
+	}
 	switch {
 	case sc.Webhook != nil:
 		w := sc.Webhook

@@ -225,9 +225,20 @@ type Sink struct {
 	Name string
 	// Type is the sink type, e.g. SinkWebhook.
 	Type string
-	// MaxInFlight is the number of concurrent deliveries (workers)
-	// (default 16, >= 1).
+	// MaxInFlight is a fixed number of concurrent deliveries (max_in_flight
+	// = N, >= 1), or 0 for "auto" (the default): an adaptive limit within
+	// MaxInFlightMin..MaxInFlightMax, also bounded by the sources'
+	// max_in_flight_events.
 	MaxInFlight int
+	// MaxInFlightMin and MaxInFlightMax bound the adaptive limit (defaults
+	// 1 and 1024, Min <= Max); both 0 when MaxInFlight is fixed.
+	MaxInFlightMin, MaxInFlightMax int
+	// RateLimit caps requests per second (rate_limit, e.g. "500/s"); 0
+	// means none.
+	RateLimit float64
+	// RateLimitBurst is the token bucket size (rate_limit_burst; default
+	// one second's worth, at least 1); 0 when RateLimit is 0.
+	RateLimitBurst int
 	// Ordering is the ordering guarantee (default OrderingKey).
 	Ordering Ordering
 	// BatchSize is the maximum number of events per request (default 1;

@@ -84,7 +84,7 @@ func allKeys() []string {
 		"enabled", "lease_ttl", "renew_every", "instance", "leases_collection", "partitions",
 		"name", "database", "collection", "full_document", "full_document_before_change", "pipeline",
 		"start_at", "on_history_lost", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval",
-		"type", "max_in_flight", "ordering", "batch_wait", "json", "park_after",
+		"type", "max_in_flight", "max_in_flight_min", "max_in_flight_max", "rate_limit", "rate_limit_burst", "ordering", "batch_wait", "json", "park_after",
 		"max_attempts", "initial_interval", "max_interval", "max_elapsed", "multiplier", "jitter",
 		"source", "operations", "namespaces", "filter", "sinks",
 	}
@@ -142,13 +142,14 @@ sinks = ["hook"]
 			Partitions:               1,
 		}},
 		Sinks: []Sink{{
-			Name:        "hook",
-			Type:        "webhook",
-			MaxInFlight: 16,
-			Ordering:    OrderingKey,
-			BatchSize:   1,
-			JSON:        JSONRelaxed,
-			ParkAfter:   30 * time.Second,
+			Name:           "hook",
+			Type:           "webhook",
+			MaxInFlightMin: 1,
+			MaxInFlightMax: 1024,
+			Ordering:       OrderingKey,
+			BatchSize:      1,
+			JSON:           JSONRelaxed,
+			ParkAfter:      30 * time.Second,
 			Retry: Retry{
 				MaxAttempts:     8,
 				InitialInterval: 500 * time.Millisecond,
@@ -492,5 +493,47 @@ func TestByteOrderMark(t *testing.T) {
 	_, err := Parse("config.toml", []byte("\xef\xbb\xbf[mongo]\nuri = \"mongodb://localhost\"\nbogus = 1\n"), nil)
 	if err == nil || err.Error() != "mongo.bogus: unknown key at config.toml:3" {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestSinkConcurrencyAndRate(t *testing.T) {
+	cfg, err := Parse("config.toml", src(`
+[mongo]
+uri = "mongodb://localhost"
+[[sinks]]
+name = "fixed"
+type = "webhook"
+url = "http://localhost:8080/"
+max_in_flight = 32
+rate_limit = "30000/m"
+[[sinks]]
+name = "auto"
+type = "webhook"
+url = "http://localhost:8080/"
+max_in_flight = "${CONCURRENCY:-auto}"
+max_in_flight_min = 4
+max_in_flight_max = 256
+rate_limit = "10/100ms"
+rate_limit_burst = 5
+[[sinks]]
+name = "slow"
+type = "sqs"
+queue_url = "https://sqs.us-east-1.amazonaws.com/123456789012/q"
+rate_limit = "1/2s"
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type lim struct {
+		fixed, lo, hi int
+		rate          float64
+		burst         int
+	}
+	for i, want := range []lim{{32, 0, 0, 500, 500}, {0, 4, 256, 100, 5}, {0, 1, 1024, 0.5, 1}} {
+		s := cfg.Sinks[i]
+		got := lim{s.MaxInFlight, s.MaxInFlightMin, s.MaxInFlightMax, s.RateLimit, s.RateLimitBurst}
+		if got != want {
+			t.Errorf("sink %s: got %+v, want %+v", s.Name, got, want)
+		}
 	}
 }

@@ -81,9 +81,57 @@ max_in_flight = "16"
 allow_private_networks = "yes"
 headers = ["X-A: b"]
 `, nil, `server.listen: expected a string, got integer at config.toml:5
-sinks[0].max_in_flight: expected an integer, got string at config.toml:10
+sinks[0].max_in_flight: must be "auto" or a number (without quotes), got "16" at config.toml:10
 sinks[0].allow_private_networks: expected a boolean (true or false), got string at config.toml:11
 sinks[0].headers: expected a table, got array at config.toml:12`},
+
+		{"concurrency and rate limits", head + `
+[[sinks]]
+name = "a"
+type = "webhook"
+url = "https://example.com/"
+max_in_flight = "fast"
+max_in_flight_min = 0
+rate_limit = "fast"
+rate_limit_burst = 0
+[[sinks]]
+name = "b"
+type = "webhook"
+url = "https://example.com/"
+max_in_flight_min = 64
+max_in_flight_max = 32
+rate_limit = "0/s"
+[[sinks]]
+name = "c"
+type = "webhook"
+url = "https://example.com/"
+max_in_flight_min = 2000
+rate_limit = -5
+[[sinks]]
+name = "d"
+type = "webhook"
+url = "https://example.com/"
+max_in_flight = 8
+max_in_flight_max = 100
+rate_limit_burst = 10
+[[sinks]]
+name = "e"
+type = "webhook"
+url = "https://example.com/"
+max_in_flight = true
+rate_limit = "-5/s"
+`, nil, `sinks[0].max_in_flight: must be "auto" or a number (without quotes), got "fast" at config.toml:8
+sinks[0].max_in_flight_min: must be at least 1, got 0 at config.toml:9
+sinks[0].rate_limit: "fast" is not a rate like "500/s" at config.toml:10
+sinks[0].rate_limit_burst: must be at least 1, got 0 at config.toml:11
+sinks[1].max_in_flight_max: must not be less than max_in_flight_min (64), got 32 at config.toml:17
+sinks[1].rate_limit: "0/s": the count must be at least 1 at config.toml:18
+sinks[2].max_in_flight_min: must not be greater than max_in_flight_max (1024, the default), got 2000 at config.toml:23
+sinks[2].rate_limit: expected a string, got integer at config.toml:24
+sinks[3].max_in_flight_max: applies only when max_in_flight is "auto" at config.toml:30
+sinks[3].rate_limit_burst: needs rate_limit at config.toml:31
+sinks[4].max_in_flight: expected "auto" or an integer, got boolean at config.toml:36
+sinks[4].rate_limit: "-5/s": the count must be at least 1 at config.toml:37`},
 
 		{"mongo uri the driver rejects", `
 [mongo]

@@ -23,8 +23,12 @@ const (
 	DefaultMaxInFlightEvents  = 10000
 	DefaultCheckpointInterval = time.Second
 
-	DefaultSinkMaxInFlight = 16
-	DefaultParkAfter       = 30 * time.Second
+	// MaxInFlightAuto is the max_in_flight value (and default) that makes
+	// a sink's concurrency adaptive.
+	MaxInFlightAuto           = "auto"
+	DefaultSinkMaxInFlightMin = 1
+	DefaultSinkMaxInFlightMax = 1024
+	DefaultParkAfter          = 30 * time.Second
 
 	DefaultRetryMaxAttempts     = 8
 	DefaultRetryInitialInterval = 500 * time.Millisecond

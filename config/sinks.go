@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/changegate/changegate/sinks/limit"
 )
 
 // sinkType describes one sink type: its name, its largest batch and how to
@@ -73,7 +75,7 @@ func (d *decoder) sink(o *obj) (s Sink, nameVal *value) {
 		}
 	}
 
-	s.MaxInFlight = int(o.integer("max_in_flight", DefaultSinkMaxInFlight, 1, math.MaxInt32))
+	d.concurrency(o, &s)
 	s.Ordering = Ordering(o.enum("ordering", string(OrderingKey), orderings))
 	maxBatch, defBatch := int64(math.MaxInt32), int64(1)
 	if typ != nil {
@@ -113,6 +115,65 @@ func (d *decoder) sink(o *obj) (s Sink, nameVal *value) {
 	}
 	o.done()
 	return s, nameVal
+}
+
+// concurrency decodes max_in_flight ("auto" or a fixed number), its bounds
+// and the rate limit.
+func (d *decoder) concurrency(o *obj, s *Sink) {
+	s.MaxInFlightMin, s.MaxInFlightMax = DefaultSinkMaxInFlightMin, DefaultSinkMaxInFlightMax
+	auto := true
+	if v := o.lookup("max_in_flight"); v != nil {
+		switch v.kind {
+		case kindInteger:
+			auto = false
+			s.MaxInFlight = int(o.integer("max_in_flight", 0, 1, math.MaxInt32))
+		case kindString:
+			if str, ok := d.expand(o.keyPath("max_in_flight"), v.line, v.str); ok && str != MaxInFlightAuto {
+				d.errorf(o.keyPath("max_in_flight"), v.line, `must be %q or a number (without quotes), got %q`, MaxInFlightAuto, str)
+			}
+		default:
+			o.typeError("max_in_flight", v, `"auto" or an integer`)
+		}
+	}
+	minVal, maxVal := o.lookup("max_in_flight_min"), o.lookup("max_in_flight_max")
+	for _, k := range []string{"max_in_flight_min", "max_in_flight_max"} {
+		if v := o.t.get(k); v != nil && !auto {
+			d.errorf(o.keyPath(k), v.line, `applies only when max_in_flight is %q`, MaxInFlightAuto)
+			o.bad[k] = true
+		}
+	}
+	if auto {
+		s.MaxInFlightMin = int(o.integer("max_in_flight_min", DefaultSinkMaxInFlightMin, 1, math.MaxInt32))
+		s.MaxInFlightMax = int(o.integer("max_in_flight_max", DefaultSinkMaxInFlightMax, 1, math.MaxInt32))
+		if s.MaxInFlightMin > s.MaxInFlightMax && !o.bad["max_in_flight_min"] && !o.bad["max_in_flight_max"] {
+			if maxVal != nil {
+				d.errorf(o.keyPath("max_in_flight_max"), maxVal.line, "must not be less than max_in_flight_min (%d), got %d", s.MaxInFlightMin, s.MaxInFlightMax)
+			} else {
+				d.errorf(o.keyPath("max_in_flight_min"), minVal.line, "must not be greater than max_in_flight_max (%d, the default), got %d", s.MaxInFlightMax, s.MaxInFlightMin)
+			}
+		}
+	} else {
+		s.MaxInFlightMin, s.MaxInFlightMax = 0, 0
+	}
+
+	if str, v, ok := o.str("rate_limit"); v != nil && ok {
+		if r, err := limit.ParseRate(str); err != nil {
+			o.bad["rate_limit"] = true
+			d.errorf(o.keyPath("rate_limit"), v.line, "%v", err)
+		} else {
+			s.RateLimit = r
+		}
+	}
+	burstVal := o.t.get("rate_limit_burst")
+	burst := int(o.integer("rate_limit_burst", 0, 1, math.MaxInt32))
+	switch {
+	case burstVal != nil && o.t.get("rate_limit") == nil:
+		d.errorf(o.keyPath("rate_limit_burst"), burstVal.line, "needs rate_limit")
+	case s.RateLimit > 0 && burst > 0:
+		s.RateLimitBurst = burst
+	case s.RateLimit > 0:
+		s.RateLimitBurst = limit.DefaultBurst(s.RateLimit)
+	}
 }
 
 func (d *decoder) retry(sink *obj) Retry {
