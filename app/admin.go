@@ -49,6 +49,15 @@ type sinkReport struct {
 	// PausedUntil is set while the receiver's Retry-After holds the sink's
 	// requests back.
 	PausedUntil time.Time `json:"pausedUntil,omitzero"`
+	// ConcurrencyLimit is the current limit of concurrent requests (adaptive
+	// with max_in_flight = "auto"), Requests those in flight, LatencyMs the
+	// smoothed latency of successful requests, and Circuit the breaker's
+	// state (closed, open, half-open).
+	Adaptive         bool    `json:"adaptive"`
+	ConcurrencyLimit int     `json:"concurrencyLimit"`
+	Requests         int     `json:"requestsInFlight"`
+	LatencyMs        float64 `json:"latencyMs"`
+	Circuit          string  `json:"circuit,omitempty"`
 }
 
 func (g *gateway) report() statusReport {
@@ -90,6 +99,8 @@ func (g *gateway) report() statusReport {
 			Name: st.Name, Queued: st.Queued, InProgress: st.InProgress, Parked: st.Parked,
 			Failing: st.Failing, LastError: st.LastError, LastSuccess: st.LastSuccess,
 			PausedUntil: st.PausedUntil,
+			Adaptive:    st.Limit.Adaptive, ConcurrencyLimit: st.Limit.Limit, Requests: st.Limit.InFlight,
+			LatencyMs: float64(st.Limit.RTT.Microseconds()) / 1000, Circuit: st.Limit.Circuit,
 		}
 		// A parked sink does not hold the sources back, but it is not
 		// delivering: report it so an operator sees it.

@@ -27,6 +27,7 @@ import (
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/eventbridge"
+	"github.com/changegate/changegate/sinks/limit"
 	"github.com/changegate/changegate/sinks/sqs"
 	"github.com/changegate/changegate/sinks/webhook"
 	"github.com/changegate/changegate/source"
@@ -86,7 +87,7 @@ func Connect(cfg *config.Config) (*mongo.Client, error) {
 func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error) {
 	var specs []router.SinkSpec
 	for _, sc := range cfg.Sinks {
-		sp, err := buildSink(sc, log)
+		sp, err := buildSink(cfg, sc, log)
 		if err != nil {
 			for _, s := range specs {
 				_ = s.Sink.Close()
@@ -98,15 +99,16 @@ func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error)
 	return specs, nil
 }
 
-// buildSink constructs one sink and how the engine drives it.
-func buildSink(sc config.Sink, log *slog.Logger) (router.SinkSpec, error) {
+// buildSink constructs one sink of cfg and how the engine drives it.
+func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.SinkSpec, error) {
 	var sk sinks.Sink
 	var err error
-	// Until the router applies the adaptive limit of sinks/limit,
-	// max_in_flight = "auto" (0) keeps the fixed 16 workers of earlier
-	// releases, within max_in_flight_min..max.
-	if sc.MaxInFlight == 0 {
-		sc.MaxInFlight = min(max(16, sc.MaxInFlightMin), sc.MaxInFlightMax)
+	// Connections per destination: the fixed limit, or the adaptive
+	// limit's ceiling (fewer would show as queueing latency and hold the
+	// limit down).
+	conns := sc.MaxInFlight
+	if conns == 0 {
+		conns = sc.MaxInFlightMax
 	}
 	switch {
 	case sc.Webhook != nil:
@@ -128,7 +130,7 @@ func buildSink(sc config.Sink, log *slog.Logger) (router.SinkSpec, error) {
 			BearerToken: w.BearerToken.Value(), BasicUser: basicUser, BasicPassword: basicPassword,
 			Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize,
 			AllowPrivateNetworks: w.AllowPrivateNetworks, TLSCAFile: w.TLSCAFile, TLSInsecureSkipVerify: w.TLSInsecureSkipVerify,
-			MaxConns: sc.MaxInFlight,
+			MaxConns: conns,
 		}, log.With("sink", sc.Name))
 	case sc.EventBridge != nil:
 		e := sc.EventBridge
@@ -136,14 +138,14 @@ func buildSink(sc config.Sink, log *slog.Logger) (router.SinkSpec, error) {
 			Name: sc.Name, EventBus: e.EventBus, Region: e.Region, Endpoint: e.Endpoint, RoleARN: e.RoleARN,
 			Source: e.Source, DetailType: e.DetailType, Resources: e.Resources,
 			MaxRequestBytes: e.MaxRequestBytes, Canonical: sc.JSON == "canonical", Timeout: e.Timeout,
-			MaxConns: sc.MaxInFlight,
+			MaxConns: conns,
 		}, log.With("sink", sc.Name))
 	case sc.SQS != nil:
 		q := sc.SQS
 		sk, err = sqs.New(sqs.Config{
 			Name: sc.Name, QueueURL: q.QueueURL, QueueName: q.QueueName, Region: q.Region, Endpoint: q.Endpoint,
 			RoleARN: q.RoleARN, GroupBy: q.MessageGroupID, MaxRequestBytes: q.MaxRequestBytes,
-			Canonical: sc.JSON == "canonical", Timeout: q.Timeout, MaxConns: sc.MaxInFlight,
+			Canonical: sc.JSON == "canonical", Timeout: q.Timeout, MaxConns: conns,
 		}, log.With("sink", sc.Name))
 	default:
 		err = fmt.Errorf("sink type %q is not supported", sc.Type)
@@ -163,6 +165,13 @@ func buildSink(sc config.Sink, log *slog.Logger) (router.SinkSpec, error) {
 		BatchSize:   sc.BatchSize,
 		BatchWait:   sc.BatchWait,
 		ParkAfter:   sc.ParkAfter,
+		ParkBacklog: parkBacklog(cfg),
+		UseLimit:    true,
+		Limit: limit.Config{
+			Min: sc.MaxInFlightMin, Max: sc.MaxInFlightMax,
+			Cap:  maxInFlightEvents(cfg),
+			Rate: sc.RateLimit, Burst: sc.RateLimitBurst,
+		},
 	}, nil
 }
 
@@ -230,9 +239,6 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	specs, err := BuildSinks(cfg, log)
 	if err != nil {
 		return err
-	}
-	for i := range specs {
-		specs[i].ParkBacklog = parkBacklog(cfg)
 	}
 	engine, err := router.NewEngine(rules, specs, dls, m, log)
 	if err != nil {
@@ -432,6 +438,17 @@ func (g *gateway) countDeadLetters(ctx context.Context, m *metrics.Metrics) {
 		case <-t.C:
 		}
 	}
+}
+
+// maxInFlightEvents is the largest max_in_flight_events of cfg's sources:
+// more requests than events in flight can never be made, so it caps a
+// sink's concurrency.
+func maxInFlightEvents(cfg *config.Config) int {
+	n := 0
+	for _, s := range cfg.Sources {
+		n = max(n, s.MaxInFlightEvents)
+	}
+	return n
 }
 
 // parkBacklog is the backlog at which a failing sink is parked before

@@ -55,8 +55,7 @@ func (g *gateway) reload() error {
 			updates = append(updates, router.LaneUpdate{Name: sc.Name, Keep: true})
 			continue
 		}
-		sp, err := buildSink(sc, g.log)
-		sp.ParkBacklog = parkBacklog(next)
+		sp, err := buildSink(next, sc, g.log)
 		if err != nil {
 			for _, b := range built {
 				_ = b.Sink.Close()

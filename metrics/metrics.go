@@ -34,6 +34,7 @@ type Metrics struct {
 	InFlight          *prometheus.GaugeVec     // source
 	QueueDepth        *prometheus.GaugeVec     // sink
 	SinkParked        *prometheus.GaugeVec     // sink: 1 while the sink's backlog is parked
+	SinkConcurrency   *prometheus.GaugeVec     // sink: current concurrency limit of its requests
 	StreamReconnects  *prometheus.CounterVec   // source
 	StreamInvalidates *prometheus.CounterVec   // source
 	HistoryLost       *prometheus.CounterVec   // source
@@ -81,6 +82,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		SinkParked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "changegate_sink_parked", Help: "1 while the sink's backlog is parked in MongoDB for a later ordered re-drive.",
 		}, []string{"sink"}),
+		SinkConcurrency: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "changegate_sink_concurrency_limit", Help: "Current limit of concurrent requests to a sink (adaptive with max_in_flight = \"auto\", else fixed).",
+		}, []string{"sink"}),
 		StreamReconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "changegate_stream_reconnects_total", Help: "Change streams reopened after an error.",
 		}, []string{"source"}),
@@ -102,7 +106,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts, m.DeliveryFailures,
-			m.DeliveryDuration, m.EndToEndLag, m.InFlight, m.QueueDepth, m.SinkParked,
+			m.DeliveryDuration, m.EndToEndLag, m.InFlight, m.QueueDepth, m.SinkParked, m.SinkConcurrency,
 			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

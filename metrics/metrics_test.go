@@ -44,6 +44,7 @@ var families = []family{
 	{"changegate_events_in_flight", gauge, []string{"source"}, func(m *metrics.Metrics) { m.InFlight.WithLabelValues("s").Inc() }},
 	{"changegate_sink_queue_depth", gauge, []string{"sink"}, func(m *metrics.Metrics) { m.QueueDepth.WithLabelValues("k").Set(3) }},
 	{"changegate_sink_parked", gauge, []string{"sink"}, func(m *metrics.Metrics) { m.SinkParked.WithLabelValues("k").Set(1) }},
+	{"changegate_sink_concurrency_limit", gauge, []string{"sink"}, func(m *metrics.Metrics) { m.SinkConcurrency.WithLabelValues("k").Set(64) }},
 	{"changegate_stream_reconnects_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.StreamReconnects.WithLabelValues("s").Inc() }},
 	{"changegate_stream_invalidates_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.StreamInvalidates.WithLabelValues("s").Inc() }},
 	{"changegate_history_lost_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.HistoryLost.WithLabelValues("s").Inc() }},

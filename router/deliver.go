@@ -24,12 +24,13 @@ const (
 )
 
 // Limiter is the hook through which a limiter stage (adaptive concurrency,
-// rate limit) bounds a sink's requests. Acquire blocks until one request may
-// start (or ctx is done) and returns the function that reports the
-// request's outcome: its latency and the error it ended with (nil on
-// success).
+// rate limit, circuit breaker) bounds a sink's requests. Acquire blocks
+// until one request may start (or ctx is done; then nothing is held) and
+// returns the function that ends the request with the error Send returned
+// (nil on success; context.Canceled when the lane gave up on it). The
+// limiter measures latency from Acquire's return to release.
 type Limiter interface {
-	Acquire(ctx context.Context) (release func(latency time.Duration, err *sinks.Error), err error)
+	Acquire(ctx context.Context) (release func(err error), err error)
 }
 
 // finisher takes the items the delivery stage finished in modeLive.
@@ -123,7 +124,7 @@ func (d *deliverer) waitReady(ctx context.Context, items []*item) bool {
 
 // send makes one attempt through the limiter.
 func (d *deliverer) send(ctx context.Context, evs []*event.Event) error {
-	var release func(time.Duration, *sinks.Error)
+	var release func(error)
 	if d.limit != nil {
 		r, err := d.limit.Acquire(ctx)
 		if err != nil {
@@ -134,17 +135,13 @@ func (d *deliverer) send(ctx context.Context, evs []*event.Event) error {
 	start := d.clk.Now()
 	d.mAttempts.Inc()
 	err := d.sink.Send(ctx, evs)
-	took := d.clk.Now().Sub(start)
-	d.mDuration.Observe(took.Seconds())
+	d.mDuration.Observe(d.clk.Now().Sub(start).Seconds())
 	if release != nil {
-		var de *sinks.Error
-		if err != nil && ctx.Err() == nil {
-			de, _ = sinks.Classify(err)
-			if de == nil {
-				de = &sinks.Error{Err: err, Reason: "error"}
-			}
+		if err != nil && ctx.Err() != nil {
+			release(context.Canceled) // ours, not the receiver's
+		} else {
+			release(err)
 		}
-		release(took, de)
 	}
 	return err
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/limit"
 )
 
 // Ordering says which deliveries of one sink must happen in stream order.
@@ -35,8 +36,11 @@ const (
 type SinkSpec struct {
 	Sink        sinks.Sink
 	Retry       sinks.RetryPolicy
-	Ordering    Ordering
-	MaxInFlight int           // concurrent deliveries (partitions), >= 1
+	Ordering Ordering
+	// MaxInFlight is the number of concurrent deliveries (partitions, one
+	// worker each) with a fixed limit; 0 (max_in_flight = "auto") adapts
+	// the limit within Limit.Min..Limit.Max and runs Limit.Max workers.
+	MaxInFlight int
 	BatchSize   int           // events per Send, 1..Sink.MaxBatch()
 	BatchWait   time.Duration // how long to wait to fill a batch
 	// ParkAfter is how long a sink may keep failing before its backlog is
@@ -47,8 +51,14 @@ type SinkSpec struct {
 	// ParkBacklog parks earlier when the sink is failing and this many
 	// events are queued for it (0: only ParkAfter applies).
 	ParkBacklog int
-	// Limiter, when set, bounds the sink's requests (adaptive concurrency,
-	// rate limit); MaxInFlight then bounds the workers it can admit.
+	// Limit configures the lane's limiter stage (sinks/limit: adaptive or
+	// fixed concurrency, rate limit, circuit breaker); its Fixed is taken
+	// from MaxInFlight. Without UseLimit the lane has no limiter stage
+	// beyond its MaxInFlight workers.
+	Limit    limit.Config
+	UseLimit bool
+	// Limiter, when set, replaces the limiter stage built from Limit
+	// (tests).
 	Limiter Limiter
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/limit"
 )
 
 // Lane drives one sink. It is a pipeline of small stages, in the spirit of
@@ -67,6 +68,16 @@ func newLane(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Logger) 
 // newLaneClock is newLane with a chosen clock (tests use a fake one).
 func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Logger, clk clock) (*Lane, error) {
 	name := sp.Sink.Name()
+	auto := sp.UseLimit && sp.MaxInFlight < 1
+	if auto {
+		if sp.Limit.Max < 1 {
+			sp.Limit.Max = limit.DefaultMax
+		}
+		if sp.Limit.Cap > 0 && sp.Limit.Cap < sp.Limit.Max {
+			sp.Limit.Max = sp.Limit.Cap
+		}
+		sp.MaxInFlight = sp.Limit.Max // workers; the limiter admits fewer
+	}
 	if sp.MaxInFlight < 1 {
 		sp.MaxInFlight = 1
 	}
@@ -100,6 +111,16 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 		own:          &ownership{},
 		mParkedGauge: m.SinkParked.WithLabelValues(name),
 	}
+	if sp.Limiter == nil && sp.UseLimit {
+		cfg := sp.Limit
+		if !auto {
+			cfg.Fixed = n
+		}
+		sp.Limiter = newAdaptive(cfg, m.SinkConcurrency.WithLabelValues(name), log)
+		l.spec.Limiter = sp.Limiter
+	} else {
+		m.SinkConcurrency.WithLabelValues(name).Set(float64(n))
+	}
 	l.d = &deliverer{
 		name: name, sink: sp.Sink, policy: sp.Retry, clk: clk, log: log, limit: sp.Limiter,
 		mAttempts: m.Attempts.WithLabelValues(name),
@@ -126,6 +147,10 @@ type LaneStatus struct {
 	// PausedUntil is set while the destination's Retry-After holds the
 	// sink's requests back.
 	PausedUntil time.Time
+	// Limit is the limiter stage's state (zero without one): the current
+	// concurrency limit, requests in flight, the smoothed latency and the
+	// circuit breaker's state.
+	Limit limit.Status
 }
 
 // Status returns a snapshot of the lane.
@@ -142,6 +167,12 @@ func (l *Lane) Status() LaneStatus {
 	}
 	if p := l.d.pausedUntil.Load(); p != 0 && time.Unix(0, p).After(l.clk.Now()) {
 		s.PausedUntil = time.Unix(0, p)
+	}
+	if a, ok := l.d.limit.(adaptive); ok {
+		s.Limit = a.l.Status()
+		if s.Limit.PausedUntil.After(s.PausedUntil) {
+			s.PausedUntil = s.Limit.PausedUntil
+		}
 	}
 	return s
 }
