@@ -34,8 +34,8 @@ const (
 
 // SinkSpec is a sink and how the engine drives it.
 type SinkSpec struct {
-	Sink        sinks.Sink
-	Retry       sinks.RetryPolicy
+	Sink     sinks.Sink
+	Retry    sinks.RetryPolicy
 	Ordering Ordering
 	// MaxInFlight is the number of concurrent deliveries (partitions, one
 	// worker each) with a fixed limit; 0 (max_in_flight = "auto") adapts
