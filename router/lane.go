@@ -68,6 +68,12 @@ func newLane(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Logger) 
 // newLaneClock is newLane with a chosen clock (tests use a fake one).
 func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Logger, clk clock) (*Lane, error) {
 	name := sp.Sink.Name()
+	if sp.BatchSize < 1 {
+		sp.BatchSize = 1
+	}
+	if mb := sp.Sink.MaxBatch(); mb > 0 && sp.BatchSize > mb {
+		sp.BatchSize = mb
+	}
 	auto := sp.UseLimit && sp.MaxInFlight < 1
 	if auto {
 		if sp.Limit.Max < 1 {
@@ -76,16 +82,17 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 		if sp.Limit.Cap > 0 && sp.Limit.Cap < sp.Limit.Max {
 			sp.Limit.Max = sp.Limit.Cap
 		}
-		sp.MaxInFlight = sp.Limit.Max // workers; the limiter admits fewer
+		// Workers (one partition each) bound the requests the limiter can
+		// admit. A batching sink gets fewer, so that the events in flight
+		// (at most Cap) still fill its batches: Cap/BatchSize of them,
+		// at least 16 (the fixed default of earlier releases).
+		sp.MaxInFlight = sp.Limit.Max
+		if sp.BatchSize > 1 && sp.Limit.Cap > 0 {
+			sp.MaxInFlight = min(sp.Limit.Max, max(16, sp.Limit.Min, sp.Limit.Cap/sp.BatchSize))
+		}
 	}
 	if sp.MaxInFlight < 1 {
 		sp.MaxInFlight = 1
-	}
-	if sp.BatchSize < 1 {
-		sp.BatchSize = 1
-	}
-	if mb := sp.Sink.MaxBatch(); mb > 0 && sp.BatchSize > mb {
-		sp.BatchSize = mb
 	}
 	if sp.Ordering == "" {
 		sp.Ordering = OrderKey
