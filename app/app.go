@@ -73,9 +73,9 @@ type gateway struct {
 	units    units        // the units whose sources run here
 	cl       *clusterLoop // nil outside cluster mode
 
-	wg       sync.WaitGroup     // unit goroutines
-	unitDone chan *runningUnit  // a unit's Run returned
-	stopped  chan struct{}      // closed when Run no longer reads unitDone
+	wg       sync.WaitGroup    // unit goroutines
+	unitDone chan *runningUnit // a unit's Run returned
+	stopped  chan struct{}     // closed when Run no longer reads unitDone
 }
 
 // Connect returns a MongoDB client for cfg. The driver connects lazily: an

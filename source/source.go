@@ -55,7 +55,7 @@ type Spec struct {
 	// epoch. A save refused by a newer epoch (or one that would move the
 	// checkpoint backwards) ends the tenure and stops the Source. Nil
 	// outside cluster mode.
-	Tenure *event.Tenure
+	Tenure                   *event.Tenure
 	Database, Collection     string // empty Database: the whole cluster; empty Collection: the database
 	FullDocument             string // default, updateLookup, whenAvailable, required
 	FullDocumentBeforeChange string // off, whenAvailable, required
