@@ -74,12 +74,6 @@ func (us *units) snapshot() []*runningUnit {
 	return out
 }
 
-func (us *units) get(name string) *runningUnit {
-	us.mu.Lock()
-	defer us.mu.Unlock()
-	return us.running[name]
-}
-
 func (us *units) remove(u *runningUnit) {
 	us.mu.Lock()
 	defer us.mu.Unlock()
