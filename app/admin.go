@@ -16,13 +16,25 @@ import (
 
 // statusReport is the body of /readyz and /api/v1/status.
 type statusReport struct {
-	Ready   bool           `json:"ready"`
+	Ready bool `json:"ready"`
+	// Instance names this replica ([cluster] instance).
+	Instance string `json:"instance"`
+	// Cluster is true in cluster mode; Members lists the live replicas
+	// then, and Reason says why the lease loop is not healthy.
+	Cluster bool     `json:"cluster"`
+	Members []string `json:"members,omitempty"`
+	Reason  string   `json:"reason,omitempty"`
+	// Units lists every unit of work (a source, or a partition of one):
+	// its lease and whether this replica is active or standby for it.
+	// Sources lists the units running here.
+	Units   []unitStatus   `json:"units"`
 	Sources []sourceReport `json:"sources"`
 	Sinks   []sinkReport   `json:"sinks"`
 }
 
 type sourceReport struct {
-	Name             string    `json:"name"`
+	Name             string    `json:"name"` // the unit's name
+	Source           string    `json:"source"`
 	State            string    `json:"state"`
 	Ready            bool      `json:"ready"`
 	Reason           string    `json:"reason,omitempty"`
@@ -61,14 +73,30 @@ type sinkReport struct {
 }
 
 func (g *gateway) report() statusReport {
-	r := statusReport{Ready: true}
+	r := statusReport{Ready: true, Instance: g.instance, Sources: []sourceReport{}}
+	if g.cl != nil {
+		var healthy bool
+		r.Cluster = true
+		r.Units, healthy, r.Members = g.cl.status()
+		if !healthy {
+			// A standby is ready (it can take over); one that cannot
+			// reach the leases collection is not.
+			r.Ready = false
+			r.Reason = "no membership heartbeat within the lease ttl: the leases collection cannot be reached"
+		}
+	} else {
+		for _, d := range g.defs {
+			r.Units = append(r.Units, unitStatus{Name: d.name, Source: d.source, Role: "active"})
+		}
+	}
 	// server.ready_max_lag: a checkpoint or sink this long without progress
 	// is not ready. Read per report, so a reload applies it.
 	staleAfter := g.config().Server.ReadyMaxLag
-	for _, s := range g.sources {
+	for _, u := range g.units.snapshot() {
+		s := u.src
 		st := s.Status()
 		sr := sourceReport{
-			Name: st.Name, State: string(st.State), LastError: st.LastError, InFlight: st.InFlight,
+			Name: st.Name, Source: st.Source, State: string(st.State), LastError: st.LastError, InFlight: st.InFlight,
 			CheckpointTime: st.Checkpoint.WallTime, CheckpointSaved: st.CheckpointSave,
 			CheckpointCT: st.Checkpoint.ClusterTime.T, LastEvent: st.LastEvent,
 		}

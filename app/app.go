@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -61,15 +60,23 @@ type gateway struct {
 	cfgPtr     atomic.Pointer[config.Config]
 	loadConfig func() (*config.Config, error)
 	reloadMu   sync.Mutex
-	pushdowns  pushdowns
 	noPushdown bool
 	log        *slog.Logger
+	metrics    *metrics.Metrics
 	client     *mongo.Client
 	cps        *checkpoint.Store
 	dls        *deadletter.Store
 	engine     *router.Engine
-	sources    []*source.Source
 	stuckAfter time.Duration // a stream whose getMore takes this much longer than max_await is not ready
+
+	instance string       // [cluster] instance: names this replica
+	defs     []unitDef    // every unit of the configuration
+	units    units        // the units whose sources run here
+	cl       *clusterLoop // nil outside cluster mode
+
+	wg       sync.WaitGroup    // unit goroutines
+	unitDone chan *runningUnit // a unit's Run returned
+	stopped  chan struct{}     // closed when Run no longer reads unitDone
 }
 
 // Connect returns a MongoDB client for cfg. The driver connects lazily: an
@@ -244,8 +251,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	g := &gateway{log: log, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, stuckAfter: 5 * time.Second,
-		loadConfig: opts.LoadConfig, pushdowns: pushdowns{}}
+	log = log.With("instance", cfg.Cluster.Instance)
+	g := &gateway{log: log, metrics: m, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, stuckAfter: 5 * time.Second,
+		loadConfig: opts.LoadConfig, instance: cfg.Cluster.Instance, defs: unitDefs(cfg),
+		units:    units{running: map[string]*runningUnit{}, pushdowns: pushdowns{}},
+		unitDone: make(chan *runningUnit), stopped: make(chan struct{})}
 	g.cfgPtr.Store(cfg)
 	if g.loadConfig == nil {
 		g.loadConfig = func() (*config.Config, error) { return config.Load(cfg.File) }
@@ -262,18 +272,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		if opts.NoPushdown {
 			push = nil
 		}
-		g.pushdowns[sc.Name] = push
-		var pipeline bson.A
-		for _, st := range sc.Pipeline {
-			pipeline = append(pipeline, st)
-		}
-		g.sources = append(g.sources, source.New(source.Spec{
-			Name: sc.Name, Database: sc.Database, Collection: sc.Collection,
-			FullDocument: sc.FullDocument, FullDocumentBeforeChange: sc.FullDocumentBeforeChange,
-			Pipeline: pipeline, Pushdown: push, StartAt: sc.StartAt, OnHistoryLost: string(sc.OnHistoryLost),
-			BatchSize: sc.BatchSize, MaxAwait: sc.MaxAwait, MaxInFlight: sc.MaxInFlightEvents,
-			CheckpointInterval: sc.CheckpointInterval,
-		}, client, cps, dls, engine, m, log))
+		g.units.pushdowns[sc.Name] = push
 	}
 
 	var adminAddr string
@@ -300,23 +299,32 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	// Sources run until srcCtx is cancelled (after the drain).
 	srcCtx, stopSources := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopSources()
-	failed := make(chan error, len(g.sources))
-	var wg sync.WaitGroup
-	for _, s := range g.sources {
-		wg.Add(1)
+	clDone := make(chan struct{})
+	stopCluster := func() {}
+	if cfg.Cluster.Enabled {
+		// Units start as their leases are acquired; the lease loop runs
+		// until the sources have stopped, so that it keeps renewing
+		// during the drain, and then releases every lease.
+		engine.SetOwnedUnits([]string{})
+		g.cl = newClusterLoop(g, cfg.Cluster, client.Database(cfg.Mongo.StateDatabase))
+		clCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		stopCluster = stop
 		go func() {
-			defer wg.Done()
-			if err := s.Run(srcCtx); err != nil {
-				failed <- err
-			}
+			defer close(clDone)
+			g.cl.run(clCtx, srcCtx)
 		}()
+		defer stopCluster()
+	} else {
+		for _, d := range g.defs {
+			g.startUnit(srcCtx, d, nil)
+		}
 	}
-	wg.Add(1)
+	g.wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer g.wg.Done()
 		g.countDeadLetters(srcCtx, m)
 	}()
-	log.Info("changegate running", "sources", len(g.sources), "sinks", len(specs), "rules", len(cfg.Rules), "admin", adminAddr)
+	log.Info("changegate running", "units", len(g.defs), "cluster", cfg.Cluster.Enabled, "sinks", len(specs), "rules", len(cfg.Rules), "admin", adminAddr)
 	if opts.Started != nil {
 		opts.Started(adminAddr)
 	}
@@ -328,38 +336,81 @@ wait:
 		case <-ctx.Done():
 			log.Info("stopping: no new changes are read; draining deliveries in flight", "grace", g.config().Server.ShutdownGrace)
 			break wait
-		case runErr = <-failed:
-			log.Error("a source failed; stopping", "err", runErr)
-			break wait
+		case u := <-g.unitDone:
+			if err := g.unitEnded(u); err != nil {
+				runErr = err
+				log.Error("a source failed; stopping", "unit", u.def.name, "err", runErr)
+				break wait
+			}
 		case <-opts.Reload:
 			if err := g.reload(); err != nil {
 				log.Error("reload failed", "err", err)
 			}
 		}
 	}
-	for _, s := range g.sources {
-		s.StopReading()
+	// From here on units that end are only collected.
+	var endMu sync.Mutex
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for {
+			select {
+			case u := <-g.unitDone:
+				if err := g.unitEnded(u); err != nil {
+					endMu.Lock()
+					if runErr == nil {
+						runErr = err
+					}
+					endMu.Unlock()
+				}
+			case <-g.stopped:
+				return
+			}
+		}
+	}()
+	if g.cl != nil {
+		g.cl.stopAcquiring()
+	}
+	for _, u := range g.units.snapshot() {
+		u.src.StopReading()
 	}
 	g.drain(g.config().Server.ShutdownGrace, opts.Hard)
 	stopSources() // final checkpoint saves happen here
-	wg.Wait()
+	g.wg.Wait()
+	close(g.stopped)
+	<-collected
+	if g.cl != nil {
+		stopCluster()
+		<-clDone
+		g.cl.releaseAll() // after the final saves: the next owner starts from them
+	}
 	stopEngine()
-	if runErr == nil {
-		select {
-		case runErr = <-failed:
-		default:
+	log.Info("changegate stopped")
+	endMu.Lock()
+	defer endMu.Unlock()
+	return runErr
+}
+
+// unitEnded handles a unit whose source's Run returned: it is no longer
+// running; a lost lease is the lease loop's business; any other error is
+// the gateway's failure.
+func (g *gateway) unitEnded(u *runningUnit) error {
+	g.units.remove(u)
+	if g.cl != nil {
+		g.cl.unitEnded(u)
+		if errors.Is(u.err, source.ErrLeaseLost) {
+			return nil
 		}
 	}
-	log.Info("changegate stopped")
-	return runErr
+	return u.err
 }
 
 func (g *gateway) drain(grace time.Duration, hard <-chan struct{}) {
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
-	for _, s := range g.sources {
+	for _, u := range g.units.snapshot() {
 		select {
-		case <-s.Drained():
+		case <-u.src.Drained():
 		case <-timer.C:
 			g.log.Warn("shutdown grace period over; events still in flight will be re-delivered after the next start")
 			return

@@ -38,6 +38,12 @@ func (g *gateway) reload() error {
 	if !reflect.DeepEqual(cur.Sources, next.Sources) {
 		fixed = append(fixed, "[[sources]]")
 	}
+	// The instance name is fixed for the life of the process (a default
+	// one is random on every load).
+	next.Cluster.Instance = cur.Cluster.Instance
+	if !reflect.DeepEqual(cur.Cluster, next.Cluster) {
+		fixed = append(fixed, "[cluster]")
+	}
 	if cur.Server.Listen != next.Server.Listen {
 		fixed = append(fixed, "server.listen")
 	}
@@ -68,16 +74,24 @@ func (g *gateway) reload() error {
 	if err := g.engine.Reload(rules, updates); err != nil {
 		return fmt.Errorf("%w: %v", ErrReloadRejected, err)
 	}
-	for _, s := range g.sources {
-		push, _ := rules.Pushdown(s.Name())
+	g.units.mu.Lock()
+	changed := map[string]bool{}
+	for _, sc := range next.Sources {
+		push, _ := rules.Pushdown(sc.Name)
 		if g.noPushdown {
 			push = nil
 		}
-		if !reflect.DeepEqual(push, g.pushdowns[s.Name()]) {
-			g.pushdowns[s.Name()] = push
-			s.SetPushdown(push)
+		if !reflect.DeepEqual(push, g.units.pushdowns[sc.Name]) {
+			g.units.pushdowns[sc.Name] = push
+			changed[sc.Name] = true
 		}
 	}
+	for _, u := range g.units.running {
+		if changed[u.def.source] {
+			u.src.SetPushdown(g.units.pushdowns[u.def.source])
+		}
+	}
+	g.units.mu.Unlock()
 	g.cfgPtr.Store(next)
 	g.log.Info("configuration reloaded", "sinks", len(next.Sinks), "rules", len(next.Rules))
 	return nil

@@ -41,6 +41,11 @@ type Metrics struct {
 	CheckpointSaves   *prometheus.CounterVec   // source
 	CheckpointLag     *prometheus.GaugeVec     // source: seconds between newest change seen and checkpoint
 	DeadLetters       *prometheus.GaugeVec     // sink, kind: entries in the dead-letter collection
+	LeaseOwned        *prometheus.GaugeVec     // unit: 1 while this replica holds the unit's lease (cluster mode)
+	LeaseAcquisitions *prometheus.CounterVec   // unit: leases acquired by this replica
+	LeaseLosses       *prometheus.CounterVec   // unit: leases lost (not renewed in time, refused, fenced)
+	ClusterMembers    prometheus.Gauge         // live members seen in the last round
+	ClusterMember     *prometheus.GaugeVec     // member: 1, names this replica (its [cluster] instance)
 }
 
 // New creates the collectors and registers them, with the Go runtime and
@@ -103,11 +108,27 @@ func New(reg prometheus.Registerer) *Metrics {
 		DeadLetters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "changegate_deadletters", Help: "Entries in the dead-letter collection by sink and kind (failed, parked, gap); refreshed periodically.",
 		}, []string{"sink", "kind"}),
+		LeaseOwned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "changegate_lease_owned", Help: "1 while this replica holds the lease of the unit of work (cluster mode), else 0.",
+		}, []string{"unit"}),
+		LeaseAcquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_lease_acquisitions_total", Help: "Leases of units of work acquired by this replica.",
+		}, []string{"unit"}),
+		LeaseLosses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_lease_losses_total", Help: "Leases lost by this replica (not renewed before the deadline, renewal refused, or a checkpoint save fenced by a newer owner).",
+		}, []string{"unit"}),
+		ClusterMembers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "changegate_cluster_members", Help: "Live changegate replicas seen by this one in cluster mode (itself included).",
+		}),
+		ClusterMember: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "changegate_cluster_member_info", Help: "Always 1; the member label is this replica's [cluster] instance name.",
+		}, []string{"member"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts, m.DeliveryFailures,
 			m.DeliveryDuration, m.EndToEndLag, m.InFlight, m.QueueDepth, m.SinkParked, m.SinkConcurrency,
 			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
+			m.LeaseOwned, m.LeaseAcquisitions, m.LeaseLosses, m.ClusterMembers, m.ClusterMember,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	return m

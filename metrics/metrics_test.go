@@ -51,6 +51,11 @@ var families = []family{
 	{"changegate_checkpoint_saves_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.CheckpointSaves.WithLabelValues("s").Inc() }},
 	{"changegate_checkpoint_lag_seconds", gauge, []string{"source"}, func(m *metrics.Metrics) { m.CheckpointLag.WithLabelValues("s").Set(2) }},
 	{"changegate_deadletters", gauge, []string{"kind", "sink"}, func(m *metrics.Metrics) { m.DeadLetters.WithLabelValues("k", "failed").Set(1) }},
+	{"changegate_lease_owned", gauge, []string{"unit"}, func(m *metrics.Metrics) { m.LeaseOwned.WithLabelValues("s#0/2").Set(1) }},
+	{"changegate_lease_acquisitions_total", counter, []string{"unit"}, func(m *metrics.Metrics) { m.LeaseAcquisitions.WithLabelValues("s").Inc() }},
+	{"changegate_lease_losses_total", counter, []string{"unit"}, func(m *metrics.Metrics) { m.LeaseLosses.WithLabelValues("s").Inc() }},
+	{"changegate_cluster_members", gauge, nil, func(m *metrics.Metrics) { m.ClusterMembers.Set(2) }},
+	{"changegate_cluster_member_info", gauge, []string{"member"}, func(m *metrics.Metrics) { m.ClusterMember.WithLabelValues("pod-a").Set(1) }},
 }
 
 func gather(t *testing.T, g prometheus.Gatherer) map[string]*dto.MetricFamily {

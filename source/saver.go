@@ -33,6 +33,10 @@ func (sv *saver) loop(ctx context.Context) {
 		case <-t.C:
 		}
 		if err := sv.save(ctx); err != nil && ctx.Err() == nil {
+			if isFenced(err) {
+				sv.s.leaseLost(err)
+				return
+			}
 			sv.s.log.Warn("cannot persist checkpoint; will retry", "err", err)
 		}
 	}
@@ -46,10 +50,17 @@ func (sv *saver) save(ctx context.Context) error {
 	if v == sv.version || pos.Token == nil {
 		return nil
 	}
+	if sv.s.abandoned() || !sv.s.spec.Tenure.Held() {
+		return nil // the lease is lost: the next owner saves from here on
+	}
 	now := time.Now().UTC()
+	var epoch int64
+	if t := sv.s.spec.Tenure; t != nil {
+		epoch = t.Epoch
+	}
 	err := sv.s.cps.Save(ctx, checkpoint.Checkpoint{
-		Source: sv.s.spec.Name, Token: pos.Token, ClusterTime: pos.ClusterTime,
-		WallTime: pos.WallTime, UpdatedAt: now,
+		Source: sv.s.spec.Unit, Token: pos.Token, ClusterTime: pos.ClusterTime,
+		WallTime: pos.WallTime, UpdatedAt: now, Epoch: epoch,
 	})
 	if err != nil {
 		return err

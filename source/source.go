@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/changegate/changegate/checkpoint"
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/internal/mhash"
 	"github.com/changegate/changegate/metrics"
 )
 
@@ -35,7 +38,24 @@ var ErrHistoryLost = errors.New("change stream history lost")
 
 // Spec configures a Source.
 type Spec struct {
-	Name                     string
+	// Name is the [[sources]] entry's name; event ids are "<Name>:<token>",
+	// whatever the partitioning.
+	Name string
+	// Unit is the unit of work this Source reads: Name itself, or
+	// UnitName(Name, Partition, Partitions). It keys the checkpoint and
+	// names the Source in logs, status and metrics. Empty means Name.
+	Unit string
+	// Partition and Partitions: with Partitions > 1 the Source reads only
+	// the changes whose documentKey hashes to Partition (see Filter); the
+	// changes without a documentKey (drop, rename, dropDatabase,
+	// invalidate) are dispatched by partition 0 only.
+	Partition, Partitions int
+	// Tenure, in cluster mode, is the lease tenure under which the Source
+	// runs: every event carries it, and checkpoint saves are fenced by its
+	// epoch. A save refused by a newer epoch (or one that would move the
+	// checkpoint backwards) ends the tenure and stops the Source. Nil
+	// outside cluster mode.
+	Tenure                   *event.Tenure
 	Database, Collection     string // empty Database: the whole cluster; empty Collection: the database
 	FullDocument             string // default, updateLookup, whenAvailable, required
 	FullDocumentBeforeChange string // off, whenAvailable, required
@@ -59,7 +79,17 @@ type Dispatcher interface {
 type CheckpointStore interface {
 	Load(ctx context.Context, source string) (checkpoint.Checkpoint, bool, error)
 	Save(ctx context.Context, cp checkpoint.Checkpoint) error
+	// List returns every checkpoint; a unit without one inherits from the
+	// checkpoints of its source's previous partitioning (see Inherit).
+	List(ctx context.Context) ([]checkpoint.Checkpoint, error)
 }
+
+// ErrLeaseLost is returned (wrapped) by Run when a checkpoint save was
+// refused because another replica claimed the unit (checkpoint.ErrFenced)
+// or the save would move the checkpoint backwards (checkpoint.ErrBackwards):
+// this process no longer owns the unit; the Source ended its tenure and
+// stopped without a final save.
+var ErrLeaseLost = errors.New("lease of the unit lost")
 
 // GapRecorder records lost history.
 type GapRecorder interface {
@@ -80,7 +110,10 @@ const (
 
 // Status is a snapshot of a source.
 type Status struct {
-	Name           string
+	// Name is the unit's name (the source's name when it has one unit).
+	Name string
+	// Source is the [[sources]] entry's name.
+	Source         string
 	State          State
 	LastError      string
 	InFlight       int
@@ -106,6 +139,13 @@ type Source struct {
 	stopReading chan struct{}
 	stopOnce    sync.Once
 	reopen      chan struct{} // a reconfiguration asks the stream to reopen
+	abandon     chan struct{} // closed: stop at once, without a final save
+	abandonOnce sync.Once
+	lostErr     error // set before abandon is closed when a save was fenced
+
+	// clientFilter: the server lacks $toHashedIndexKey, so the partition is
+	// filtered here (set by the reading goroutine only).
+	clientFilter bool
 
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
@@ -129,24 +169,65 @@ func New(spec Spec, client *mongo.Client, cps CheckpointStore, gaps GapRecorder,
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if spec.Unit == "" {
+		spec.Unit = spec.Name
+	}
+	if spec.Partitions < 1 {
+		spec.Partitions = 1
+	}
+	log = log.With("source", spec.Name)
+	if spec.Unit != spec.Name {
+		log = log.With("unit", spec.Unit)
+	}
+	if spec.Tenure != nil {
+		log = log.With("epoch", spec.Tenure.Epoch)
+	}
+	// Metrics are per unit: the "source" label is the unit's name, which
+	// is the source's name unless it is partitioned.
+	u := spec.Unit
 	return &Source{
 		spec: spec, client: client, cps: cps, gaps: gaps, out: out,
-		log:          log.With("source", spec.Name),
-		mRead:        m.EventsRead.WithLabelValues(spec.Name),
-		mReconnect:   m.StreamReconnects.WithLabelValues(spec.Name),
-		mInvalidate:  m.StreamInvalidates.WithLabelValues(spec.Name),
-		mHistoryLost: m.HistoryLost.WithLabelValues(spec.Name),
-		mSaves:       m.CheckpointSaves.WithLabelValues(spec.Name),
-		mInFlight:    m.InFlight.WithLabelValues(spec.Name),
-		mLag:         m.CheckpointLag.WithLabelValues(spec.Name),
+		log:          log,
+		mRead:        m.EventsRead.WithLabelValues(u),
+		mReconnect:   m.StreamReconnects.WithLabelValues(u),
+		mInvalidate:  m.StreamInvalidates.WithLabelValues(u),
+		mHistoryLost: m.HistoryLost.WithLabelValues(u),
+		mSaves:       m.CheckpointSaves.WithLabelValues(u),
+		mInFlight:    m.InFlight.WithLabelValues(u),
+		mLag:         m.CheckpointLag.WithLabelValues(u),
 		stopReading:  make(chan struct{}),
 		reopen:       make(chan struct{}, 1),
-		status:       Status{Name: spec.Name, State: StateStarting},
+		abandon:      make(chan struct{}),
+		status:       Status{Name: spec.Unit, Source: spec.Name, State: StateStarting},
 	}
 }
 
 // Name returns the source's name.
 func (s *Source) Name() string { return s.spec.Name }
+
+// Unit returns the name of the unit of work the Source reads.
+func (s *Source) Unit() string { return s.spec.Unit }
+
+// Abandon makes Run stop at once without saving the checkpoint again (the
+// unit's lease is lost: another replica may own it already). Events still
+// in flight stay unacknowledged; the unit's owner re-reads them.
+func (s *Source) Abandon() { s.abandonOnce.Do(func() { close(s.abandon) }) }
+
+// leaseLost ends the tenure and abandons the Source after a fenced save.
+func (s *Source) leaseLost(err error) {
+	s.abandonOnce.Do(func() {
+		s.mu.Lock()
+		s.lostErr = fmt.Errorf("unit %s: %w: %w", s.spec.Unit, ErrLeaseLost, err)
+		s.mu.Unlock()
+		s.spec.Tenure.End()
+		s.log.Error("checkpoint save refused: another replica owns the unit now; stopping it without saving", "err", err)
+		close(s.abandon)
+	})
+}
+
+func isFenced(err error) bool {
+	return errors.Is(err, checkpoint.ErrFenced) || errors.Is(err, checkpoint.ErrBackwards)
+}
 
 // SetPushdown replaces the $match stage pushed into the change stream (after
 // a rules reload). The stream reopens after the last change handed to the
@@ -239,10 +320,12 @@ func (s *Source) Run(ctx context.Context) error {
 	defer func() {
 		stopSaver()
 		wg.Wait()
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := saver.save(fctx); err != nil {
-			s.log.Error("final checkpoint save failed", "err", err)
+		if !s.abandoned() {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := saver.save(fctx); err != nil {
+				s.log.Error("final checkpoint save failed", "err", err)
+			}
 		}
 		s.setState(StateStopped, nil)
 	}()
@@ -253,22 +336,39 @@ func (s *Source) Run(ctx context.Context) error {
 		select {
 		case <-s.stopReading:
 			cancelRead()
+		case <-s.abandon:
+			cancelRead()
 		case <-readCtx.Done():
 		}
 	}()
 	rerr := s.read(readCtx, tr, saver, start.Token, !found)
-	if rerr != nil {
+	if rerr != nil && !s.abandoned() {
 		return rerr
 	}
 	// Stopped reading: keep checkpointing until the app cancels ctx.
-	<-ctx.Done()
-	return nil
+	select {
+	case <-ctx.Done():
+	case <-s.abandon:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lostErr
+}
+
+// abandoned reports whether Abandon was called or a save was fenced.
+func (s *Source) abandoned() bool {
+	select {
+	case <-s.abandon:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *Source) load(ctx context.Context) (checkpoint.Checkpoint, bool, error) {
 	wait := 100 * time.Millisecond
 	for {
-		cp, found, err := s.cps.Load(ctx, s.spec.Name)
+		cp, found, err := s.loadOrInherit(ctx)
 		if err == nil {
 			return cp, found, nil
 		}
@@ -302,6 +402,11 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 					tr.SetResumePoint(rt)
 					token = rt
 					if err := saver.save(ctx); err != nil {
+						if isFenced(err) {
+							_ = cs.Close(context.WithoutCancel(ctx))
+							s.leaseLost(err)
+							return nil
+						}
 						s.log.Warn("cannot persist initial position", "err", err)
 					}
 				}
@@ -338,6 +443,11 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 		}
 		if ctx.Err() != nil {
 			return nil
+		}
+		if s.spec.Partitions > 1 && !s.clientFilter && isUnsupportedHash(err) {
+			s.clientFilter = true
+			s.log.Warn("the server does not know $toHashedIndexKey (added in MongoDB 7.0 and in patch releases of 4.2-6.x): this partition reads every change and keeps its own share, filtering in changegate", "err", err)
+			continue
 		}
 		if isHistoryLost(err) {
 			s.mHistoryLost.Inc()
@@ -392,6 +502,9 @@ func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timesta
 		opts.SetStartAtOperationTime(startAt)
 	}
 	pipeline := bson.A{}
+	if s.spec.Partitions > 1 && !s.clientFilter {
+		pipeline = append(pipeline, PartitionFilter(s.spec.Partition, s.spec.Partitions))
+	}
 	s.mu.Lock()
 	push := s.spec.Pushdown
 	s.mu.Unlock()
@@ -440,20 +553,25 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			if err != nil {
 				return token, false, fmt.Errorf("malformed change event: %w", err)
 			}
+			ev.Tenure = s.spec.Tenure
 			seq, err := tr.Add(ctx, ev.Token, ev.ClusterTime, ev.WallTime)
 			if err != nil {
 				return token, false, nil // stopping
 			}
 			ev.Seq = seq
-			s.mRead.Inc()
-			s.mInFlight.Inc()
 			token = ev.Token
-			s.mu.Lock()
-			s.status.LastEvent = ev.WallTime
-			s.mu.Unlock()
 			if ev.OperationType == "invalidate" {
 				invalidated = true
 			}
+			if !s.mine(ev) {
+				tr.Ack(seq) // another partition's: acknowledged at once, never dispatched
+				continue
+			}
+			s.mRead.Inc()
+			s.mInFlight.Inc()
+			s.mu.Lock()
+			s.status.LastEvent = ev.WallTime
+			s.mu.Unlock()
 			s.out.Dispatch(ev, func() {
 				tr.Ack(seq)
 				s.mInFlight.Dec()
@@ -506,6 +624,85 @@ func (s *Source) recordGap(ctx context.Context, tr *checkpoint.Tracker, cause er
 	s.log.Error("change stream history lost: continuing from now; the gap is recorded in the dead-letter collection",
 		"gap_from", formatTime(from), "gap_to", formatTime(now), "gap_id", e.ID)
 	return nil
+}
+
+// mine reports whether ev belongs to this Source's partition: every event
+// without partitions; partition 0 takes the events without a documentKey
+// (every partition's stream sees them: an invalidate must close each
+// cursor); the others are filtered by the server, or here by the same hash
+// when the server lacks $toHashedIndexKey.
+func (s *Source) mine(ev *event.Event) bool {
+	switch {
+	case s.spec.Partitions <= 1:
+		return true
+	case ev.DocumentKey == nil:
+		return s.spec.Partition == 0
+	case !s.clientFilter:
+		return true
+	}
+	h := mhash.HashedIndexKey(bson.RawValue{Type: bson.TypeEmbeddedDocument, Value: ev.DocumentKey})
+	return mhash.Partition(h, s.spec.Partitions) == s.spec.Partition
+}
+
+// UnitName is the name of partition i of n of source: the source's name
+// when n is 1 (so checkpoints of unpartitioned sources keep their key),
+// else "<source>#<i>/<n>".
+func UnitName(source string, i, n int) string {
+	if n <= 1 {
+		return source
+	}
+	return fmt.Sprintf("%s#%d/%d", source, i, n)
+}
+
+// ParseUnit splits a unit name into its source, partition and partition
+// count; a name without "#i/n" is a whole source (0, 1). ok is false for a
+// malformed partition suffix.
+func ParseUnit(unit string) (source string, i, n int, ok bool) {
+	src, part, found := strings.Cut(unit, "#")
+	if !found {
+		return unit, 0, 1, true
+	}
+	is, ns, found := strings.Cut(part, "/")
+	if !found {
+		return src, 0, 0, false
+	}
+	i, err1 := strconv.Atoi(is)
+	n, err2 := strconv.Atoi(ns)
+	if err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
+		return src, 0, 0, false
+	}
+	return src, i, n, true
+}
+
+// PartitionFilter is the $match stage that keeps partition i of n of a
+// change stream: the changes whose documentKey's hashed index key maps to
+// i (((h mod n) + n) mod n, so negative hashes map too), and every change
+// without a documentKey (drop, rename, dropDatabase and invalidate, which
+// closes the cursor and must reach every partition's stream; only
+// partition 0 dispatches them). It goes first in the pipeline, before the
+// rules' pushdown and the source's own stages (which may reshape
+// documentKey); consecutive $match stages are a conjunction.
+func PartitionFilter(i, n int) bson.D {
+	hash := bson.D{{Key: "$toHashedIndexKey", Value: "$documentKey"}}
+	nn := int64(n)
+	part := bson.D{{Key: "$mod", Value: bson.A{
+		bson.D{{Key: "$add", Value: bson.A{bson.D{{Key: "$mod", Value: bson.A{hash, nn}}}, nn}}},
+		nn,
+	}}}
+	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "documentKey", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "$expr", Value: bson.D{{Key: "$eq", Value: bson.A{part, int64(i)}}}}},
+	}}}}}
+}
+
+// isUnsupportedHash reports whether err is the server refusing the
+// partition filter's expression (InvalidPipelineOperator, code 168).
+func isUnsupportedHash(err error) bool {
+	var se mongo.ServerError
+	if errors.As(err, &se) {
+		return se.HasErrorCode(168) || se.HasErrorMessage("$toHashedIndexKey")
+	}
+	return false
 }
 
 func isHistoryLost(err error) bool {

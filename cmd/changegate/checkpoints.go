@@ -12,6 +12,7 @@ import (
 
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/source"
 )
 
 const checkpointsUsage = `Usage: changegate checkpoints show|reset -config FILE [-source NAME]
@@ -60,7 +61,9 @@ func cmdCheckpoints(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "changegate: invalid config:\n%v\n", err)
 		return 1
 	}
-	if *src != "" && cfg.Source(*src) == nil {
+	// A unit name ("orders#2/4", also of an earlier partitioning) names
+	// its source's checkpoint of that partition.
+	if name, _, _, ok := source.ParseUnit(*src); *src != "" && (!ok || cfg.Source(name) == nil) {
 		fmt.Fprintf(stderr, "changegate checkpoints: no source %q in %s\n", *src, *path)
 		return 2
 	}

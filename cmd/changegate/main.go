@@ -16,6 +16,7 @@ import (
 
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/source"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -179,6 +180,14 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d rules)\n", *path, len(cfg.Sources), len(cfg.Sinks), len(cfg.Rules))
+	for _, sc := range cfg.Sources {
+		if sc.Partitions > 1 {
+			fmt.Fprintf(stdout, "note: source %q has %d partitions (units %s ... %s), each with its own change stream and checkpoint. "+
+				"If the source ran before with another number of partitions, each new unit starts from the oldest checkpoint of the previous ones: "+
+				"nothing is lost, but changes after that checkpoint may be delivered again (with the same ids).\n",
+				sc.Name, sc.Partitions, source.UnitName(sc.Name, 0, sc.Partitions), source.UnitName(sc.Name, sc.Partitions-1, sc.Partitions))
+		}
+	}
 	return 0
 }
 

@@ -38,6 +38,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/changegate/changegate/internal/mhash"
 	"github.com/changegate/changegate/query"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -465,7 +466,7 @@ func evalOperator(env *exprEnv, op string, arg bson.RawValue) (bson.RawValue, er
 		case "$toLong":
 			return toLong(v)
 		}
-		return int64Val(hashedIndexKey(v)), nil
+		return int64Val(mhash.HashedIndexKey(v)), nil
 	}
 	return valMissing, cmdErr(codeInvalidPipelineOperator, "Unrecognized expression '%s' (mongowire evaluates field paths, $$NOW $$ROOT $$CURRENT $$REMOVE, $literal $cond $ifNull $eq $ne $lt $lte $gt $gte $cmp $and $or $not $add $subtract $multiply $mod $abs $toLong $max $min $toHashedIndexKey)", op)
 }

@@ -104,3 +104,12 @@ func TestEvalExpression(t *testing.T) {
 type nullMarker struct{}
 
 var wantNull = nullMarker{}
+
+func rawOf(t *testing.T, v any) bson.RawValue {
+	t.Helper()
+	typ, data, err := bson.MarshalValue(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bson.RawValue{Type: typ, Value: data}
+}

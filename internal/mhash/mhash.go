@@ -1,7 +1,8 @@
-package mongowire
-
-// The hash of a hashed index, as MongoDB computes it, for the
-// $toHashedIndexKey expression.
+// Package mhash computes the hash of a MongoDB hashed index, the value of
+// the $toHashedIndexKey expression, and the partition of a value among N.
+// The gateway uses it to filter partitions of a source client-side where
+// the server lacks $toHashedIndexKey; test/mongowire uses it to answer the
+// expression. Both must agree with the server, so there is one copy.
 //
 // Read in mongodb/mongo:
 //   - src/mongo/db/hasher.cpp: BSONElementHasher::hash64 runs MD5 over the
@@ -32,6 +33,7 @@ package mongowire
 // hash64({check: 42}.firstElement(), 0) == -944302157085130861, and the
 // documented example is {$toHashedIndexKey: "string to hash"} ->
 // 763543691661428748.
+package mhash
 
 import (
 	"crypto/md5"
@@ -83,9 +85,9 @@ func canonicalType(t bson.Type) int32 {
 	return math.MinInt8
 }
 
-// hashedIndexKey returns BSONElementHasher::hash64 of v with seed 0, the
+// HashedIndexKey returns BSONElementHasher::hash64 of v with seed 0, the
 // value of {$toHashedIndexKey: v}. A missing value (Type 0) hashes as null.
-func hashedIndexKey(v bson.RawValue) int64 {
+func HashedIndexKey(v bson.RawValue) int64 {
 	if v.Type == 0 {
 		v = bson.RawValue{Type: bson.TypeNull}
 	}
@@ -192,4 +194,13 @@ func decimalToLongForHash(d bson.Decimal128) int64 {
 		}
 	}
 	return q.Int64()
+}
+
+// Partition returns the partition, in [0, n), of a value whose hashed index
+// key is h: ((h mod n) + n) mod n, so that negative hashes map as well. It
+// is the Go form of the partition filter's
+// {$mod: [{$add: [{$mod: [h, n]}, n]}, n]}. n must be positive.
+func Partition(h int64, n int) int {
+	m := int64(n)
+	return int(((h % m) + m) % m)
 }

@@ -1,4 +1,4 @@
-package mongowire
+package mhash
 
 import (
 	"math"
@@ -40,13 +40,13 @@ func TestHashedIndexKey(t *testing.T) {
 		{"decimal 42.5 rounds half to even", dec425, -944302157085130861},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := hashedIndexKey(rawOf(t, tc.v)); got != tc.want {
+			if got := HashedIndexKey(rawOf(t, tc.v)); got != tc.want {
 				t.Fatalf("hash(%v) = %d, want %d", tc.v, got, tc.want)
 			}
 		})
 	}
 	// Missing hashes as null (ExpressionToHashedIndexKey).
-	if a, b := hashedIndexKey(bson.RawValue{}), hashedIndexKey(bson.RawValue{Type: bson.TypeNull}); a != b {
+	if a, b := HashedIndexKey(bson.RawValue{}), HashedIndexKey(bson.RawValue{Type: bson.TypeNull}); a != b {
 		t.Fatalf("missing %d != null %d", a, b)
 	}
 	// safeNumberLongForHash: 2^63 as a double hashes as MinInt64, NaN as 0,
@@ -55,20 +55,35 @@ func TestHashedIndexKey(t *testing.T) {
 		d    float64
 		want int64
 	}{{math.Ldexp(1, 63), math.MinInt64}, {math.NaN(), 0}, {math.Inf(1), math.MaxInt64}, {math.Inf(-1), math.MinInt64}} {
-		if got, want := hashedIndexKey(rawOf(t, tc.d)), hashedIndexKey(rawOf(t, tc.want)); got != want {
+		if got, want := HashedIndexKey(rawOf(t, tc.d)), HashedIndexKey(rawOf(t, tc.want)); got != want {
 			t.Errorf("hash(%v) = %d, want hash(int64 %d) = %d", tc.d, got, tc.want, want)
 		}
 	}
 	// Embedded documents hash their field names: {a: 1} and {b: 1} differ,
 	// {a: 1} and {a: 1.0} do not.
-	a1 := hashedIndexKey(rawOf(t, bson.D{{Key: "a", Value: int32(1)}}))
-	if a1 != hashedIndexKey(rawOf(t, bson.D{{Key: "a", Value: 1.0}})) {
+	a1 := HashedIndexKey(rawOf(t, bson.D{{Key: "a", Value: int32(1)}}))
+	if a1 != HashedIndexKey(rawOf(t, bson.D{{Key: "a", Value: 1.0}})) {
 		t.Error("{a: 1} and {a: 1.0} hash differently")
 	}
-	if a1 == hashedIndexKey(rawOf(t, bson.D{{Key: "b", Value: int32(1)}})) {
+	if a1 == HashedIndexKey(rawOf(t, bson.D{{Key: "b", Value: int32(1)}})) {
 		t.Error("{a: 1} and {b: 1} hash alike")
 	}
-	if hashedIndexKey(rawOf(t, "1")) == hashedIndexKey(rawOf(t, int32(1))) {
+	if HashedIndexKey(rawOf(t, "1")) == HashedIndexKey(rawOf(t, int32(1))) {
 		t.Error(`"1" and 1 hash alike`)
+	}
+}
+
+func TestPartition(t *testing.T) {
+	for _, tc := range []struct {
+		h    int64
+		n    int
+		want int
+	}{
+		{0, 4, 0}, {5, 4, 1}, {-1, 4, 3}, {-4, 4, 0}, {-5, 4, 3},
+		{math.MinInt64, 4, 0}, {math.MinInt64, 3, 1}, {math.MaxInt64, 3, 1}, {12345, 1, 0},
+	} {
+		if got := Partition(tc.h, tc.n); got != tc.want {
+			t.Errorf("Partition(%d, %d) = %d, want %d", tc.h, tc.n, got, tc.want)
+		}
 	}
 }
