@@ -14,9 +14,6 @@ type ownership struct {
 	units atomic.Pointer[[]string] // sorted; nil: every unit
 }
 
-// all reports whether every unit is owned (no cluster mode).
-func (o *ownership) all() bool { return o.units.Load() == nil }
-
 // list returns the owned units (nil: every unit).
 func (o *ownership) list() []string {
 	if p := o.units.Load(); p != nil {
