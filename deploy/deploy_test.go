@@ -473,13 +473,6 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Errorf("ServiceMonitor apiVersion %v", sm["apiVersion"])
 	}
 
-	// One reader per source: one replica, never two at once.
-	if r := get(t, dep, "spec", "replicas"); r != 1 {
-		t.Errorf("replicas %v, want 1", r)
-	}
-	if s := str(t, dep, "spec", "strategy", "type"); s != "Recreate" {
-		t.Errorf("strategy %s, want Recreate", s)
-	}
 	pod := get(t, dep, "spec", "template", "spec").(obj)
 	containers := get(t, pod, "containers").([]any)
 	if len(containers) != 1 {
@@ -575,6 +568,36 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 
 	// Termination grace outlasts the drain.
+	// Replicas follow the config: in cluster mode several share the units
+	// through leases (a rolling update is safe, and a disruption budget
+	// keeps one up); without it, one reader per source, never two at once.
+	replicas := get(t, dep, "spec", "replicas").(int)
+	strategy := str(t, dep, "spec", "strategy", "type")
+	pdb := objs["PodDisruptionBudget"]
+	if cfg.Cluster.Enabled {
+		if replicas < 2 || strategy != "RollingUpdate" || get(t, dep, "spec", "strategy", "rollingUpdate", "maxUnavailable") != 0 {
+			t.Errorf("cluster mode: replicas %d, strategy %s; want >= 2, RollingUpdate with maxUnavailable 0", replicas, strategy)
+		}
+		if pdb == nil {
+			t.Error("cluster mode without a PodDisruptionBudget")
+		} else {
+			if m := get(t, pdb, "spec", "minAvailable"); m != 1 {
+				t.Errorf("PodDisruptionBudget minAvailable %v, want 1", m)
+			}
+			sel := get(t, pdb, "spec", "selector", "matchLabels").(obj)
+			labels := get(t, dep, "spec", "template", "metadata", "labels").(obj)
+			for k, v := range sel {
+				if labels[k] != v {
+					t.Errorf("PodDisruptionBudget selects %s=%v, the pods have %v", k, v, labels[k])
+				}
+			}
+		}
+		if cfg.Cluster.Instance == "" {
+			t.Error("cluster mode without an instance name")
+		}
+	} else if replicas != 1 || strategy != "Recreate" {
+		t.Errorf("without cluster mode: replicas %d, strategy %s; want 1, Recreate", replicas, strategy)
+	}
 	if g := get(t, pod, "terminationGracePeriodSeconds").(int); time.Duration(g)*time.Second <= cfg.Server.ShutdownGrace {
 		t.Errorf("terminationGracePeriodSeconds %d <= shutdown_grace %s", g, cfg.Server.ShutdownGrace)
 	}
