@@ -89,15 +89,15 @@ func TestClusterFailover(t *testing.T) {
 		reps[i] = r
 	}
 	env := []string{"TEST_SECRET=" + testSecret}
-	start := func(r *replica) {
-		t.Helper()
+	start := func(r *replica) error {
 		p, err := startGateway(bin, r.cfg, env, logFile)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		mu.Lock()
 		r.proc = p
 		mu.Unlock()
+		return nil
 	}
 	defer func() {
 		mu.Lock()
@@ -110,7 +110,9 @@ func TestClusterFailover(t *testing.T) {
 		}
 	}()
 	for _, r := range reps {
-		start(r)
+		if err := start(r); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Every unit owned, every replica ready, before the writer starts (the
 	// first start reads from "now").
@@ -167,6 +169,10 @@ func TestClusterFailover(t *testing.T) {
 	}
 	var faults []fault
 	faultsDone := make(chan error, 1)
+	jitter := make([]time.Duration, 6) // drawn here: rng also drives the writer
+	for i := range jitter {
+		jitter[i] = time.Duration(rng.IntN(500)) * time.Millisecond
+	}
 	w0 := time.Now()
 	go func() {
 		sleepUntil := func(d time.Duration) bool {
@@ -208,7 +214,7 @@ func TestClusterFailover(t *testing.T) {
 				killed = r
 				return nil
 			},
-			func() error { start(killed); return nil },
+			func() error { return start(killed) },
 			func() error { // freeze another for longer than the TTL
 				r, units := pick(killed)
 				if r == nil {
@@ -234,11 +240,11 @@ func TestClusterFailover(t *testing.T) {
 				killed = r
 				return nil
 			},
-			func() error { start(killed); return nil },
+			func() error { return start(killed) },
 		}
 		at := []time.Duration{4 * time.Second, 6 * time.Second, 9 * time.Second, 9*time.Second + ttl + 2*time.Second, 17 * time.Second, 20 * time.Second}
 		for i, step := range steps {
-			if !sleepUntil(at[i] + time.Duration(rng.IntN(500))*time.Millisecond) {
+			if !sleepUntil(at[i] + jitter[i]) {
 				faultsDone <- ctx.Err()
 				return
 			}
