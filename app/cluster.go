@@ -209,11 +209,11 @@ func (cl *clusterLoop) ownedCount() int {
 	return len(cl.owned)
 }
 
-// ownedNamesLocked returns the owned units; cl.mu is held.
-func (cl *clusterLoop) ownedNamesLocked() []string {
-	out := make([]string, 0, len(cl.owned))
-	for u := range cl.owned {
-		out = append(out, u)
+// ownedTenuresLocked returns the tenures of the owned units; cl.mu is held.
+func (cl *clusterLoop) ownedTenuresLocked() []*event.Tenure {
+	out := make([]*event.Tenure, 0, len(cl.owned))
+	for _, o := range cl.owned {
+		out = append(out, o.tenure)
 	}
 	return out
 }
@@ -263,7 +263,7 @@ func (cl *clusterLoop) acquire(ctx, srcCtx context.Context, unit string) {
 	o := &ownedUnit{lease: l, tenure: event.NewTenure(unit, l.Epoch, l.Deadline)}
 	cl.mu.Lock()
 	cl.owned[unit] = o
-	cl.g.engine.SetOwnedUnits(cl.ownedNamesLocked())
+	cl.g.engine.SetOwnedTenures(cl.ownedTenuresLocked())
 	cl.mu.Unlock()
 	// Fence before the source loads its checkpoint: from now on the
 	// previous owner's saves are refused, and what it saved is read.
@@ -276,7 +276,7 @@ func (cl *clusterLoop) acquire(ctx, srcCtx context.Context, unit string) {
 		cl.mu.Lock()
 		if cl.owned[unit] == o {
 			delete(cl.owned, unit)
-			cl.g.engine.SetOwnedUnits(cl.ownedNamesLocked())
+			cl.g.engine.SetOwnedTenures(cl.ownedTenuresLocked())
 		}
 		cl.mu.Unlock()
 		o.tenure.End()
@@ -304,7 +304,7 @@ func (cl *clusterLoop) loseLocked(o *ownedUnit, reason string) {
 		o.ru.src.Abandon()
 	}
 	delete(cl.owned, unit)
-	cl.g.engine.SetOwnedUnits(cl.ownedNamesLocked())
+	cl.g.engine.SetOwnedTenures(cl.ownedTenuresLocked())
 	cl.g.metrics.LeaseLosses.WithLabelValues(unit).Inc()
 	cl.g.metrics.LeaseOwned.WithLabelValues(unit).Set(0)
 	cl.log.Error("lost the lease of a unit: stopped reading it; what it still held is dropped unacknowledged and re-read by its next owner",
@@ -356,7 +356,7 @@ func (cl *clusterLoop) handOver(ctx context.Context, unit string) {
 			return // lost meanwhile
 		}
 		delete(cl.owned, unit)
-		cl.g.engine.SetOwnedUnits(cl.ownedNamesLocked())
+		cl.g.engine.SetOwnedTenures(cl.ownedTenuresLocked())
 		cl.g.metrics.LeaseOwned.WithLabelValues(unit).Set(0)
 		cl.mu.Unlock()
 		o.tenure.End()

@@ -6,12 +6,14 @@ import (
 	"sync/atomic"
 
 	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/event"
 )
 
 // ownership is the set of units of work this process owns, shared by an
 // engine's lanes. Without a set (single process mode) it owns every unit.
 type ownership struct {
-	units atomic.Pointer[[]string] // sorted; nil: every unit
+	units   atomic.Pointer[[]string] // sorted; nil: every unit
+	tenures atomic.Pointer[map[string]*event.Tenure]
 }
 
 // list returns the owned units (nil: every unit).
@@ -29,8 +31,15 @@ func (o *ownership) owns(unit string) bool {
 	if p == nil {
 		return true
 	}
-	_, found := slices.BinarySearch(*p, unit)
-	return found
+	if _, found := slices.BinarySearch(*p, unit); !found {
+		return false
+	}
+	// Held checks the tenure's local deadline too: a replica that was
+	// paused past its lease stops re-driving before its lease loop runs.
+	if ts := o.tenures.Load(); ts != nil {
+		return (*ts)[unit].Held()
+	}
+	return true
 }
 
 // parkedFilter returns the filter of the parked entries of sink that this
@@ -48,6 +57,25 @@ func (o *ownership) parkedFilter(sink string, limit int) deadletter.Filter {
 // parked entries of owned units, and stop re-driving a unit's entries as
 // soon as it is no longer owned.
 func (e *Engine) SetOwnedUnits(units []string) {
+	e.own.tenures.Store(nil)
+	e.setUnits(units)
+}
+
+// SetOwnedTenures is SetOwnedUnits with the tenure of each owned unit: a
+// unit whose tenure is no longer held (its local lease deadline passed)
+// counts as not owned at once, before the lease loop notices.
+func (e *Engine) SetOwnedTenures(ts []*event.Tenure) {
+	units := make([]string, 0, len(ts))
+	m := make(map[string]*event.Tenure, len(ts))
+	for _, t := range ts {
+		units = append(units, t.Unit)
+		m[t.Unit] = t
+	}
+	e.own.tenures.Store(&m)
+	e.setUnits(units)
+}
+
+func (e *Engine) setUnits(units []string) {
 	if units == nil {
 		e.own.units.Store(nil)
 		return

@@ -46,14 +46,14 @@ func TestUnitsOwnershipAndTenure(t *testing.T) {
 	}
 
 	// Take over unit #0: its parked entry is re-driven before its new change.
-	eng.SetOwnedUnits([]string{"orders#0/2"})
+	ten := event.NewTenure("orders#0/2", 1, time.Time{})
+	eng.SetOwnedTenures([]*event.Tenure{ten})
 	if err := eng.PrepareUnit(ctx, "orders#0/2"); err != nil {
 		t.Fatal(err)
 	}
 	if !l.Status().Parked {
 		t.Fatal("taking over a unit with parked entries must park the lane")
 	}
-	ten := event.NewTenure("orders#0/2", 1, time.Time{})
 	ev := posEvent(t, 3, 10)
 	ev.Tenure = ten
 	var acked atomic.Int64
@@ -106,6 +106,11 @@ func TestUnitsOwnershipAndTenure(t *testing.T) {
 	if acked.Load() != 2 {
 		// 4 was acked (delivered before the loss was noticed); 5 was not.
 		t.Fatalf("acked %d, want 2", acked.Load())
+	}
+	// An ended tenure's unit is not owned any more, even before the lease
+	// loop updates the set: its parked entries are left to the next owner.
+	if eng.own.owns("orders#0/2") {
+		t.Fatal("a unit whose tenure ended still counts as owned")
 	}
 }
 
