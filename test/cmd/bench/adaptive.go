@@ -265,9 +265,18 @@ func (b *bench) runLimit(id int, name string, load receiverLoad, fixed, n int) *
 	if !r.finished {
 		from, to = first, cut
 	}
+	all := samples()
+	if fixed == 0 && len(all) > 0 {
+		// The trajectory of the adaptive limit, one sample a second.
+		var tr []string
+		for i := 0; i < len(all); i += 5 {
+			tr = append(tr, fmt.Sprintf("%d@%.0fms", all[i].limit, all[i].latency))
+		}
+		b.logf("  %s, auto: limit@latency every second: %s", name, strings.Join(tr, " "))
+	}
 	var lims, infl []int
 	var lats []float64
-	for _, s := range samples() {
+	for _, s := range all {
 		if s.at < from || s.at > to {
 			continue
 		}
