@@ -293,7 +293,7 @@ func parseLatencies(s string) ([]time.Duration, error) {
 	var out []time.Duration
 	for _, f := range strings.Split(s, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(f))
-		if err != nil || d <= 0 {
+		if err != nil || d < 0 {
 			return nil, fmt.Errorf("-latencies: bad duration %q", f)
 		}
 		out = append(out, d)

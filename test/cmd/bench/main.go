@@ -98,6 +98,7 @@ type benchOpts struct {
 	sweep       []int           // fixed max_in_flight values of 10 and 11
 	runTime     time.Duration   // target run time of one setting in 10 and 11
 	rateCap     int             // events/s assumed at most when sizing 10 and 11
+	maxInFlight int             // sinks' max_in_flight in 4-9 (0: the default)
 }
 
 type bench struct {
@@ -156,6 +157,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "time limit of one scenario")
 	fs.StringVar(&o.out, "o", "", "also write the report to this file")
 	fs.DurationVar(&o.runTime, "run-time", 0, "scenarios 10 and 11: size each setting's backlog to run about this long (default 8s; -quick 2s)")
+	fs.IntVar(&o.maxInFlight, "max-in-flight", 0, "scenarios 4-9: the sinks' max_in_flight (default: changegate's default)")
 	fs.IntVar(&o.rateCap, "rate-cap", 12000, "scenarios 10 and 11: the events/s a setting is assumed to reach at most, when sizing its backlog")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -733,7 +735,7 @@ func (b *bench) gatewayBacklog(id, sinks, batch int, filter, noPushdown bool) []
 	} else if filter {
 		tag += "-pushdown"
 	}
-	c, err := b.startGateway(tag, gwConf{uri: e.srv.URI(), url: rcv.url, sinks: sinks, batch: batch, startAt: start, filter: filter}, filter, extra...)
+	c, err := b.startGateway(tag, gwConf{uri: e.srv.URI(), url: rcv.url, sinks: sinks, batch: batch, startAt: start, filter: filter, maxInFlight: b.o.maxInFlight}, filter, extra...)
 	if err != nil {
 		r.err = err
 		return []*result{r}
