@@ -1,8 +1,9 @@
 // Package limit paces a sink's requests. Its concurrency limit is AIMD on latency, after Vector's ARC:
 // once per window (one smoothed RTT), a window that filled the limit with a mean RTT within 1.5× + 2 ms
 // of the baseline (the minimum seen) adds 1, or doubles it in the initial slow start; back-pressure (429,
-// 503, timeout, transport error) or a higher RTT multiplies it by 0.9 (0.5 leaving slow start), within
-// [min, max] and the source's cap. Retry-After pauses the sink; 5 failures in a row open a circuit.
+// 503, timeout, transport error) or a higher RTT multiplies it by 0.9 (0.5 on back-pressure in slow start), within
+// [min, max] and the source's cap. Retry-After pauses the sink; 5 failures in a row open a circuit. The
+// limit that drew back-pressure is not tried again for 10× what that cost (the pause, or one window).
 package limit
 
 import (
@@ -85,6 +86,14 @@ const (
 	minWindow = 10 * time.Millisecond
 	// srttAlpha weighs a new window mean in the smoothed RTT.
 	srttAlpha = 0.4
+	// holdFactor: after back-pressure at a limit, the limit grows back to
+	// just below it and stays there for holdFactor times what the
+	// back-pressure cost (its Retry-After pause, at least one window)
+	// before it probes that limit again. Without it, +1 per window against
+	// a receiver with a hard slot count re-draws a 429 every few windows,
+	// and each Retry-After: 1 idles the sink for a second: a 32-slot
+	// receiver taking 50 ms per request then got a fifth of its capacity.
+	holdFactor = 10
 )
 
 // Config configures a Limiter. Zero fields take the defaults.
@@ -184,6 +193,8 @@ type Limiter struct {
 	reached      bool
 	base, srtt   time.Duration
 	haveBase     bool
+	ceiling      int       // limit that last drew back-pressure; 0: none
+	holdUntil    time.Time // the limit stays below ceiling until then
 
 	pausedUntil time.Time
 	circuit     string
@@ -520,6 +531,10 @@ func (t *Token) Release(o Outcome) {
 	t.released = true
 	now := l.clock.Now()
 	l.inFlight--
+	if o.RetryAfter > 0 {
+		// Before the back-pressure below: the pause is part of its cost.
+		l.pauseUntil(now, now.Add(o.RetryAfter))
+	}
 	switch o.Class {
 	case Success, Rejected:
 		if o.Class == Success {
@@ -551,9 +566,6 @@ func (t *Token) Release(o Outcome) {
 			l.probeOut = false
 		}
 	}
-	if o.RetryAfter > 0 {
-		l.pauseUntil(now, now.Add(o.RetryAfter))
-	}
 	l.adjust(now)
 	l.grant(now)
 }
@@ -582,12 +594,35 @@ func (l *Limiter) onBackpressure(now, sent time.Time) {
 func (l *Limiter) window() time.Duration { return max(l.srtt, minWindow) }
 
 func (l *Limiter) decrease(now time.Time, reason string) {
-	n := int(float64(l.limit) * decrease)
-	if l.slowStart {
-		n, l.slowStart = l.limit/2, false
+	if reason == "backpressure" {
+		l.ceiling = l.limit
+		l.holdUntil = now.Add(holdFactor * max(l.pausedUntil.Sub(now), l.window()))
 	}
+	n := int(float64(l.limit) * decrease)
+	if l.slowStart && reason == "backpressure" {
+		// The doubling overshot: the previous limit was the last good one.
+		n = l.limit / 2
+	}
+	// A latency rise ends slow start with the usual 0.9: one slow window
+	// (a GC pause, a busy CPU) halving a limit of 1024 took minutes to win
+	// back at +1 per 200 ms window; if latency stays high, the next
+	// windows cut again.
+	l.slowStart = false
 	l.setLimit(max(n, l.lower()), reason)
 	l.lastDecrease = now
+}
+
+// grow returns the limit to increase to from the current one, next, held
+// below the ceiling until the hold ends; past it the ceiling is forgotten.
+func (l *Limiter) grow(now time.Time, next int) int {
+	if l.ceiling == 0 || next < l.ceiling {
+		return next
+	}
+	if now.Before(l.holdUntil) {
+		return max(min(next, l.ceiling-1), l.limit)
+	}
+	l.ceiling = 0
+	return next
 }
 
 // adjust closes the current window when it has ended and moves the limit.
@@ -613,9 +648,9 @@ func (l *Limiter) adjust(now time.Time) {
 			l.decrease(now, reason)
 		case have && l.haveBase && l.reached && l.limit < l.upper():
 			if l.slowStart {
-				l.setLimit(min(l.limit*2, l.upper()), "slow-start")
+				l.setLimit(l.grow(now, min(l.limit*2, l.upper())), "slow-start")
 			} else {
-				l.setLimit(l.limit+1, "increase")
+				l.setLimit(l.grow(now, l.limit+1), "increase")
 			}
 		}
 	}

@@ -201,6 +201,85 @@ func TestDecreaseOncePerWindowAndOldNewsIgnored(t *testing.T) {
 	}
 }
 
+// After back-pressure at a limit, the limit grows back to just below it and
+// probes it again only after 10× the cost of that back-pressure (here the
+// 1s Retry-After pause).
+func TestHoldsBelowTheLimitThatDrewBackpressure(t *testing.T) {
+	clk := newFakeClock()
+	l := warm(t, clk, Config{}, 100)
+	toks := fill(t, l)
+	clk.Advance(50 * time.Millisecond)
+	refusedAt := clk.Now()
+	for _, tok := range toks {
+		tok.Release(Outcome{Class: Backpressure, RetryAfter: time.Second})
+	}
+	if got := l.Current(); got != 90 {
+		t.Fatalf("limit = %d, want 90", got)
+	}
+	clk.Advance(time.Second) // the pause
+	round := func() {
+		toks := fill(t, l)
+		clk.Advance(50 * time.Millisecond)
+		for _, tok := range toks {
+			tok.Release(Outcome{Class: Success})
+		}
+	}
+	for clk.Now().Before(refusedAt.Add(10*time.Second - 100*time.Millisecond)) {
+		round()
+		if got := l.Current(); got >= 100 {
+			t.Fatalf("limit = %d %s after the 429, want < 100 for 10s", got, clk.Now().Sub(refusedAt))
+		}
+	}
+	if got := l.Current(); got != 99 {
+		t.Fatalf("limit = %d before the hold ends, want 99", got)
+	}
+	for clk.Now().Before(refusedAt.Add(10*time.Second + 200*time.Millisecond)) {
+		round()
+	}
+	if got := l.Current(); got < 101 {
+		t.Fatalf("limit = %d after the hold, want it past 100 again", got)
+	}
+}
+
+// A latency rise ends slow start with ×0.9; back-pressure there halves.
+func TestLeavingSlowStart(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		last Outcome
+		rtt  time.Duration
+		want int
+	}{
+		{"latency", Outcome{Class: Success}, 200 * time.Millisecond, 360}, // 400 when judged
+		{"backpressure", Outcome{Class: Backpressure}, 50 * time.Millisecond, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			l := New(Config{Clock: clk, Initial: 100})
+			round := func(rtt time.Duration, o Outcome) {
+				toks := fill(t, l)
+				clk.Advance(rtt)
+				for _, tok := range toks {
+					tok.Release(o)
+				}
+			}
+			round(50*time.Millisecond, Outcome{Class: Success}) // baseline 50ms, x2
+			round(50*time.Millisecond, Outcome{Class: Success})
+			if got := l.Current(); got != 200 {
+				t.Fatalf("limit = %d in slow start, want 200", got)
+			}
+			round(tc.rtt, tc.last)
+			if tc.last.Class == Success {
+				// The slow round is judged two rounds later (x2 first).
+				round(50*time.Millisecond, Outcome{Class: Success})
+				round(50*time.Millisecond, Outcome{Class: Success})
+			}
+			if got := l.Current(); got != tc.want {
+				t.Fatalf("limit = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestLatencyRiseDecreasesAndStableLatencyIncreases(t *testing.T) {
 	clk := newFakeClock()
 	l := warm(t, clk, Config{}, 100)

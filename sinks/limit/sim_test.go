@@ -252,6 +252,11 @@ func TestConvergesToSlotLimitedReceiver(t *testing.T) {
 			if frac := float64(res.refusedLate) / float64(res.servedLate+res.refusedLate); frac >= 0.05 {
 				t.Errorf("%.1f%% of requests refused after 5s, want < 5%%", 100*frac)
 			}
+			// Each Retry-After idles the sink: probing above the slots
+			// must be rare enough to keep most of the capacity busy.
+			if rate, capacity := float64(res.servedLate)/55, 32/0.05; rate < 0.85*capacity {
+				t.Errorf("throughput %.0f/s after 5s, want >= 85%% of the capacity %.0f/s", rate, capacity)
+			}
 		})
 	}
 }

@@ -2,7 +2,7 @@
 // with the ceilings of its source and sink sides and with the naive loop it
 // replaces, and prints a markdown table:
 //
-//	go run ./test/cmd/bench [-quick] [-scenarios 1,2,4|all] [-n N] [-backlog N]
+//	go run ./test/cmd/bench [-quick] [-scenarios 1,2,4|all|limits] [-n N] [-backlog N]
 //
 // Everything runs here: test/mongowire (the in-memory MongoDB wire-protocol
 // test server) and a lean loopback webhook receiver run in this process;
@@ -25,6 +25,13 @@
 //     it starts: catch-up time and peak RSS.
 //  9. filter: a rule keeping 10% of the changes, pushed down into the change
 //     stream ($match) or evaluated client-side only.
+//  10. limit: the defaults (max_in_flight = "auto") and fixed max_in_flight
+//     values (-sweep) against receivers with a fixed latency (-latencies).
+//  11. slots: the same against a receiver serving at most 32 requests at
+//     once (50 ms each) and answering 429 with Retry-After: 1 above that.
+//
+// "all" runs 1-9; 10 and 11 (about 6 minutes) run when named, or with
+// "limits" (see adaptive.go).
 //
 // Scenarios 1-6 and 9 drain a backlog written before the consumer starts
 // (events/s is measured from the first to the last event received), so
@@ -67,7 +74,12 @@ func main() {
 	os.Exit(benchMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-var scenarioNames = []string{"", "drain", "http", "naive", "single", "batch", "fanout", "latency", "backlog", "filter"}
+var scenarioNames = []string{"", "drain", "http", "naive", "single", "batch", "fanout", "latency", "backlog", "filter", "limit", "slots"}
+
+// allScenarios is how many scenarios "all" runs: 10 and 11 (issue 11's
+// max_in_flight sweeps, about 6 minutes) only run when named, or with
+// "limits".
+const allScenarios = 9
 
 type benchOpts struct {
 	scenarios   map[int]bool
@@ -82,6 +94,11 @@ type benchOpts struct {
 	timeout     time.Duration
 	out         string
 	quick       bool
+	latencies   []time.Duration // scenario 10
+	sweep       []int           // fixed max_in_flight values of 10 and 11
+	runTime     time.Duration   // target run time of one setting in 10 and 11
+	rateCap     int             // events/s assumed at most when sizing 10 and 11
+	maxInFlight int             // sinks' max_in_flight in 4-9 (0: the default)
 }
 
 type bench struct {
@@ -94,6 +111,7 @@ type bench struct {
 	http   float64
 	naive  float64
 	result []*result
+	limits []*limitRow // scenarios 10 and 11
 }
 
 // result is one row of the table.
@@ -123,7 +141,9 @@ func (r *result) rate() float64 {
 func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scen := fs.String("scenarios", "all", "comma-separated scenario numbers or names: 1 drain, 2 http, 3 naive, 4 single, 5 batch, 6 fanout, 7 latency, 8 backlog, 9 filter; or all")
+	scen := fs.String("scenarios", "all", "comma-separated scenario numbers or names: 1 drain, 2 http, 3 naive, 4 single, 5 batch, 6 fanout, 7 latency, 8 backlog, 9 filter, 10 limit, 11 slots; all (1-9), limits (10-11)")
+	lats := fs.String("latencies", "20ms,50ms,200ms", "receiver latencies of scenario 10")
+	sweep := fs.String("sweep", "16,64,256,1024,4096", "fixed max_in_flight values run next to the defaults in scenarios 10 and 11")
 	var o benchOpts
 	fs.BoolVar(&o.quick, "quick", false, "small sizes (about a minute in all)")
 	fs.IntVar(&o.n, "n", 0, "changes per throughput scenario (default 200000; -quick 20000)")
@@ -136,6 +156,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.profile, "profile", "", "write CPU and allocation profiles of changegate to this directory (runs changegate in-process via app.Run)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "time limit of one scenario")
 	fs.StringVar(&o.out, "o", "", "also write the report to this file")
+	fs.DurationVar(&o.runTime, "run-time", 0, "scenarios 10 and 11: size each setting's backlog to run about this long (default 8s; -quick 2s)")
+	fs.IntVar(&o.maxInFlight, "max-in-flight", 0, "scenarios 4-9: the sinks' max_in_flight (default: changegate's default)")
+	fs.IntVar(&o.rateCap, "rate-cap", 12000, "scenarios 10 and 11: the events/s a setting is assumed to reach at most, when sizing its backlog")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -160,13 +183,31 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			o.duration = 3 * time.Second
 		}
 	}
+	if o.runTime == 0 {
+		o.runTime = 8 * time.Second
+		if o.quick {
+			o.runTime = 2 * time.Second
+		}
+	}
+	var err error
+	if o.latencies, err = parseLatencies(*lats); err == nil {
+		o.sweep, err = parseSweep(*sweep)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 2
+	}
 	o.scenarios = map[int]bool{}
 	for _, s := range strings.Split(*scen, ",") {
 		s = strings.TrimSpace(s)
-		if s == "all" {
-			for i := 1; i < len(scenarioNames); i++ {
+		switch s {
+		case "all":
+			for i := 1; i <= allScenarios; i++ {
 				o.scenarios[i] = true
 			}
+			continue
+		case "limits":
+			o.scenarios[10], o.scenarios[11] = true, true
 			continue
 		}
 		i, err := strconv.Atoi(s)
@@ -194,6 +235,11 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	for _, r := range b.result {
+		if r.err != nil {
+			return 1
+		}
+	}
+	for _, r := range b.limits {
 		if r.err != nil {
 			return 1
 		}
@@ -276,6 +322,18 @@ func (b *bench) run(args []string) string {
 			}
 		}
 		b.result = append(b.result, rs...)
+		runtime.GC()
+		debug.FreeOSMemory()
+	}
+	for _, st := range []struct {
+		id int
+		f  func() []*limitRow
+	}{{10, b.scenarioAdaptiveLatency}, {11, b.scenarioAdaptiveSlots}} {
+		if !b.o.scenarios[st.id] {
+			continue
+		}
+		b.logf("scenario %d (%s)", st.id, scenarioNames[st.id])
+		b.limits = append(b.limits, st.f()...)
 		runtime.GC()
 		debug.FreeOSMemory()
 	}
@@ -475,11 +533,21 @@ type gwConf struct {
 	batch   int
 	startAt int64 // unix seconds; 0: from now
 	filter  bool
+	// maxInFlight is the sinks' max_in_flight (0: the default).
+	maxInFlight int
+	// listen is the admin server's address ("": none).
+	listen string
+	// grace is shutdown_grace (0: 10s).
+	grace time.Duration
 }
 
 func (c gwConf) toml() string {
 	var s strings.Builder
-	fmt.Fprintf(&s, "[mongo]\nuri = %q\n\n[server]\nlisten = \"\"\nshutdown_grace = \"10s\"\n\n", c.uri)
+	grace := c.grace
+	if grace == 0 {
+		grace = 10 * time.Second
+	}
+	fmt.Fprintf(&s, "[mongo]\nuri = %q\n\n[server]\nlisten = %q\nshutdown_grace = %q\n\n", c.uri, c.listen, grace.String())
 	fmt.Fprintf(&s, "[[sources]]\nname = \"orders\"\ndatabase = %q\ncollection = %q\n", benchDB, benchColl)
 	if c.startAt != 0 {
 		fmt.Fprintf(&s, "start_at = %q\n", time.Unix(c.startAt, 0).UTC().Format(time.RFC3339))
@@ -490,6 +558,9 @@ func (c gwConf) toml() string {
 		names = append(names, strconv.Quote(name))
 		fmt.Fprintf(&s, "\n[[sinks]]\nname = %q\ntype = \"webhook\"\nurl = \"%s/%s\"\nsecret = %q\nallow_private_networks = true\nbatch_size = %d\n",
 			name, c.url, name, benchSecret, max(c.batch, 1))
+		if c.maxInFlight > 0 {
+			fmt.Fprintf(&s, "max_in_flight = %d\n", c.maxInFlight)
+		}
 	}
 	fmt.Fprintf(&s, "\n[[rules]]\nname = \"all\"\nsource = \"orders\"\nsinks = [%s]\n", strings.Join(names, ", "))
 	if c.filter {
@@ -664,7 +735,7 @@ func (b *bench) gatewayBacklog(id, sinks, batch int, filter, noPushdown bool) []
 	} else if filter {
 		tag += "-pushdown"
 	}
-	c, err := b.startGateway(tag, gwConf{uri: e.srv.URI(), url: rcv.url, sinks: sinks, batch: batch, startAt: start, filter: filter}, filter, extra...)
+	c, err := b.startGateway(tag, gwConf{uri: e.srv.URI(), url: rcv.url, sinks: sinks, batch: batch, startAt: start, filter: filter, maxInFlight: b.o.maxInFlight}, filter, extra...)
 	if err != nil {
 		r.err = err
 		return []*result{r}

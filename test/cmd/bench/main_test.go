@@ -37,3 +37,25 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("a scenario failed:\n%s", out.String())
 	}
 }
+
+// TestSmokeLimits runs scenarios 10 and 11 with tiny sizes: the defaults and
+// one fixed max_in_flight against a 20 ms receiver and the 32-slot one.
+func TestSmokeLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several child processes")
+	}
+	var out, log bytes.Buffer
+	code := benchMain([]string{"-scenarios", "limits", "-latencies", "20ms", "-sweep", "16", "-run-time", "1s",
+		"-rate-cap", "2000", "-changegate", "self", "-timeout", "30s"}, &out, &log)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), log.String())
+	}
+	for _, want := range []string{"| 10 | latency 20ms | auto (default) |", "| 10 | latency 20ms | 16 |", "| 11 | 32 slots", "| 11 | 32 slots × 50ms, 429 above | 16 |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report has no %q row:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "FAILED") {
+		t.Errorf("a scenario failed:\n%s", out.String())
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math/bits"
 	"net"
 	"net/http"
 	"slices"
@@ -35,6 +36,25 @@ type receiver struct {
 	latMu      sync.Mutex
 	lat        []int64
 	firstFired atomic.Bool
+
+	// load shapes the receiver's answers (scenarios 10 and 11).
+	load      receiverLoad
+	active    atomic.Int64 // requests being served, with load.slots
+	throttled atomic.Int64 // requests answered 429
+	firstAt   atomic.Int64 // unix nanos of the first request
+	lateReqs  atomic.Int64 // requests load.lateAfter or more after the first
+	late429   atomic.Int64 // of which answered 429
+	at10      atomic.Int64 // unix nanos when count reached target/10
+	at90      atomic.Int64 // unix nanos when count reached target*9/10
+}
+
+// receiverLoad makes the receiver behave like a real one under load: each
+// accepted request takes latency, and with slots > 0 at most slots requests
+// are served at once, the others answered 429 with Retry-After: 1 at once.
+type receiverLoad struct {
+	latency   time.Duration
+	slots     int64
+	lateAfter time.Duration // requests this long after the first count as late
 }
 
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -43,11 +63,16 @@ var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // envelopes after which Done is closed; seqs bounds the "seq" values
 // tracked for duplicates (per path).
 func newReceiver(target int64, seqs int, recordLat bool) (*receiver, error) {
+	return newLoadReceiver(target, seqs, recordLat, receiverLoad{})
+}
+
+// newLoadReceiver is newReceiver with a load behaviour.
+func newLoadReceiver(target int64, seqs int, recordLat bool, load receiverLoad) (*receiver, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	r := &receiver{target: target, recordLat: recordLat, done: make(chan struct{}), firstReq: make(chan struct{})}
+	r := &receiver{target: target, recordLat: recordLat, done: make(chan struct{}), firstReq: make(chan struct{}), load: load}
 	for i := range r.seen {
 		r.seen[i] = make([]atomic.Uint64, (seqs+63)/64)
 	}
@@ -96,7 +121,32 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.requests.Add(1)
 	if r.firstFired.CompareAndSwap(false, true) {
+		r.firstAt.Store(time.Now().UnixNano())
 		close(r.firstReq)
+	}
+	late := false
+	if r.load.lateAfter > 0 {
+		if f := r.firstAt.Load(); f != 0 && time.Now().UnixNano()-f >= int64(r.load.lateAfter) {
+			late = true
+			r.lateReqs.Add(1)
+		}
+	}
+	if r.load.slots > 0 {
+		if r.active.Add(1) > r.load.slots {
+			r.active.Add(-1)
+			bodyPool.Put(buf)
+			r.throttled.Add(1)
+			if late {
+				r.late429.Add(1)
+			}
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		defer r.active.Add(-1)
+	}
+	if r.load.latency > 0 {
+		time.Sleep(r.load.latency)
 	}
 	path := 0
 	if p := req.URL.Path; len(p) == 3 && p[1] == 's' && p[2] >= '0' && p[2] <= '3' {
@@ -145,8 +195,17 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.first.CompareAndSwap(0, now)
 	r.last.Store(now)
-	if c := r.count.Add(n); c >= r.target && r.target > 0 {
-		r.doneOnce.Do(func() { close(r.done) })
+	c := r.count.Add(n)
+	if r.target > 0 {
+		if t := r.target / 10; c-n < t && c >= t {
+			r.at10.Store(now)
+		}
+		if t := r.target * 9 / 10; c-n < t && c >= t {
+			r.at90.Store(now)
+		}
+		if c >= r.target {
+			r.doneOnce.Do(func() { close(r.done) })
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -154,6 +213,25 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // window returns the time from the first to the newest envelope.
 func (r *receiver) window() time.Duration {
 	return time.Duration(r.last.Load() - r.first.Load())
+}
+
+// steadyRate returns the envelopes/s between 10% and 90% of the target,
+// or 0 if 90% was not reached.
+func (r *receiver) steadyRate() float64 {
+	t10, t90 := r.at10.Load(), r.at90.Load()
+	if t10 == 0 || t90 <= t10 {
+		return 0
+	}
+	return float64(r.target*9/10-r.target/10) / time.Duration(t90-t10).Seconds()
+}
+
+// distinct returns the number of distinct seq values received on path p.
+func (r *receiver) distinct(p int) int {
+	n := 0
+	for i := range r.seen[p] {
+		n += bits.OnesCount64(r.seen[p][i].Load())
+	}
+	return n
 }
 
 // latStats are latency percentiles.

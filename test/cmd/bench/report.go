@@ -15,6 +15,10 @@ func (b *bench) report(args []string, started time.Time, loadBefore, loadAfter s
 	fmt.Fprintf(&s, "Date: %s (%s in all)  \n", started.UTC().Format("2006-01-02 15:04 MST"), time.Since(started).Round(time.Second))
 	fmt.Fprintf(&s, "Machine: %s, nproc %d, %s; %s %s/%s  \n", host, runtime.NumCPU(), machine(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(&s, "Load average (1/5/15 min): %s before, %s after\n\n", loadBefore, loadAfter)
+	if len(b.result) == 0 {
+		b.limitReport(&s)
+		return s.String()
+	}
 	s.WriteString("| # | scenario | changes | events/s | vs ceiling | vs naive | consumer CPU µs/event | mongowire+receiver CPU µs/event | consumer peak RSS | p50 | p99 | max | notes |\n")
 	s.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range b.result {
@@ -44,6 +48,7 @@ func (b *bench) report(args []string, started time.Time, loadBefore, loadAfter s
 			r.id, r.name, r.events, rate, vsCeil, vsNaive, perEvent(r.cpu), perEvent(r.envCPU),
 			float64(r.rss)/(1<<20), p50, p99, pmax, r.note)
 	}
+	b.limitReport(&s)
 	return s.String()
 }
 
