@@ -271,6 +271,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			Name: sc.Name, Database: sc.Database, Collection: sc.Collection,
 			FullDocument: sc.FullDocument, FullDocumentBeforeChange: sc.FullDocumentBeforeChange,
 			Pipeline: pipeline, Pushdown: push, StartAt: sc.StartAt, OnHistoryLost: string(sc.OnHistoryLost),
+			SplitLargeEvents: sc.SplitLargeEvents, OnOversizeEvent: sc.OnOversizeEvent,
 			BatchSize: sc.BatchSize, MaxAwait: sc.MaxAwait, MaxInFlight: sc.MaxInFlightEvents,
 			CheckpointInterval: sc.CheckpointInterval,
 		}, client, cps, dls, engine, m, log))
