@@ -6,10 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -335,8 +337,12 @@ func (e *Event) Envelope(canonical bool) ([]byte, error) {
 }
 
 func (e *Event) encode(canonical bool) ([]byte, error) {
-	if b, err := e.encodeFast(canonical); err == nil {
+	b, err := e.encodeFast(canonical)
+	switch {
+	case err == nil:
 		return b, nil
+	case errors.Is(err, ErrInvalidUTF8):
+		return nil, fmt.Errorf("event %s: encode envelope: %w", e.ID, err)
 	}
 	return e.encodeDriver(canonical)
 }
@@ -344,6 +350,9 @@ func (e *Event) encode(canonical bool) ([]byte, error) {
 // encodeFast encodes the envelope with the direct encoder of extjson.go;
 // it fails (and encode falls back to encodeDriver) on malformed BSON.
 func (e *Event) encodeFast(canonical bool) ([]byte, error) {
+	if !utf8.ValidString(e.ID) || !utf8.ValidString(e.OperationType) {
+		return nil, ErrInvalidUTF8
+	}
 	b := make([]byte, 0, 128+len(e.Raw)*3/2)
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, e.ID)
