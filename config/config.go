@@ -148,6 +148,15 @@ const (
 	OversizeEventSkip = "skip"
 )
 
+// Reactions of [Sink.Oversize] to an event over the sink's payload limit.
+const (
+	// OversizeDeadLetter dead-letters the event (reason "oversize").
+	OversizeDeadLetter = "deadletter"
+	// OversizeStrip sends the envelope without fullDocument and
+	// fullDocumentBeforeChange, marked "truncated": true.
+	OversizeStrip = "strip"
+)
+
 // splitLargeEventStage is the name of MongoDB's split stage.
 const splitLargeEventStage = "$changeStreamSplitLargeEvent"
 
@@ -283,6 +292,9 @@ type Sink struct {
 	ParkAfter time.Duration
 	// Retry is the retry policy, defaults filled in.
 	Retry Retry
+	// Oversize is what happens to an event whose payload exceeds the sink's
+	// limit: OversizeDeadLetter (default) or OversizeStrip.
+	Oversize string
 
 	// Webhook holds the options of a webhook sink; nil for other types.
 	Webhook *WebhookSink

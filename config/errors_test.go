@@ -309,6 +309,15 @@ pipeline = '[{"$match": {"operationType": "insert"}}, {"$changeStreamSplitLargeE
 sources[0].on_oversize_event: invalid value "drop"; allowed values: "fail", "skip" at config.toml:7
 sources[0].pipeline: stage 0: $changeStreamSplitLargeEvent must be the last stage of the pipeline (MongoDB refuses it anywhere else) at config.toml:8`},
 
+		{"bad oversize", head + `
+[[sinks]]
+name = "bus"
+type = "eventbridge"
+event_bus = "b"
+region = "us-east-1"
+oversize = "truncate"
+`, nil, `sinks[0].oversize: invalid value "truncate"; allowed values: "deadletter", "strip" at config.toml:9`},
+
 		{"unset environment variables", `
 [mongo]
 uri = "${MONGODB_URI}"

@@ -177,3 +177,20 @@ func FuzzChangeEnvelope(f *testing.F) {
 		}
 	})
 }
+
+func TestStrippedEnvelope(t *testing.T) {
+	e := oddChange(t, func(b *bsoncore.DocumentBuilder) *bsoncore.DocumentBuilder { return b.AppendString("v", "big") })
+	e.Rules = []string{"r"}
+	got, err := e.StrippedEnvelope(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"id":"s:82","source":"s","operationType":"insert","rules":["r"],"truncated":true}`
+	if string(got) != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	full, _ := e.Envelope(false)
+	if !strings.Contains(string(full), `"fullDocument"`) || strings.Contains(string(full), "truncated") {
+		t.Fatalf("the cached envelope changed: %s", full)
+	}
+}
