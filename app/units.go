@@ -36,6 +36,7 @@ func unitDefs(cfg *config.Config) []unitDef {
 				Database: sc.Database, Collection: sc.Collection,
 				FullDocument: sc.FullDocument, FullDocumentBeforeChange: sc.FullDocumentBeforeChange,
 				Pipeline: pipeline, StartAt: sc.StartAt, OnHistoryLost: string(sc.OnHistoryLost),
+				SplitLargeEvents: sc.SplitLargeEvents, OnOversizeEvent: sc.OnOversizeEvent,
 				BatchSize: sc.BatchSize, MaxAwait: sc.MaxAwait, MaxInFlight: sc.MaxInFlightEvents,
 				CheckpointInterval: sc.CheckpointInterval,
 			}})

@@ -129,6 +129,37 @@ const (
 	HistoryLostResumeFromNow OnHistoryLost = "resume_from_now"
 )
 
+// Large change event modes of [Source.SplitLargeEvents].
+const (
+	// SplitLargeEventsAuto appends $changeStreamSplitLargeEvent to the
+	// change stream pipeline when the server supports it (MongoDB 7.0+ and
+	// 6.0.9+) and reassembles the fragments into one event.
+	SplitLargeEventsAuto = "auto"
+	// SplitLargeEventsOff never adds the stage.
+	SplitLargeEventsOff = "off"
+)
+
+// Reactions to a change event MongoDB cannot return (BSONObjectTooLarge,
+// 10334), of [Source.OnOversizeEvent].
+const (
+	// OversizeEventFail stops the source with an error naming the change.
+	OversizeEventFail = "fail"
+	// OversizeEventSkip records a gap dead letter and resumes after it.
+	OversizeEventSkip = "skip"
+)
+
+// Reactions of [Sink.Oversize] to an event over the sink's payload limit.
+const (
+	// OversizeDeadLetter dead-letters the event (reason "oversize").
+	OversizeDeadLetter = "deadletter"
+	// OversizeStrip sends the envelope without fullDocument and
+	// fullDocumentBeforeChange, marked "truncated": true.
+	OversizeStrip = "strip"
+)
+
+// splitLargeEventStage is the name of MongoDB's split stage.
+const splitLargeEventStage = "$changeStreamSplitLargeEvent"
+
 // Source is one [[sources]] entry: one change stream.
 type Source struct {
 	// Name identifies the source in rules, checkpoints, event ids, logs and
@@ -152,6 +183,12 @@ type Source struct {
 	StartAt time.Time
 	// OnHistoryLost is the reaction to lost history (default fail).
 	OnHistoryLost OnHistoryLost
+	// SplitLargeEvents is SplitLargeEventsAuto (default) or
+	// SplitLargeEventsOff.
+	SplitLargeEvents string
+	// OnOversizeEvent is OversizeEventFail (default) or OversizeEventSkip:
+	// the reaction to a change event over 16 MB the server cannot split.
+	OnOversizeEvent string
 	// BatchSize is the change stream cursor batch size; 0 leaves it to the
 	// server.
 	BatchSize int32
@@ -255,6 +292,9 @@ type Sink struct {
 	ParkAfter time.Duration
 	// Retry is the retry policy, defaults filled in.
 	Retry Retry
+	// Oversize is what happens to an event whose payload exceeds the sink's
+	// limit: OversizeDeadLetter (default) or OversizeStrip.
+	Oversize string
 
 	// Webhook holds the options of a webhook sink; nil for other types.
 	Webhook *WebhookSink

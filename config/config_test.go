@@ -83,8 +83,8 @@ func allKeys() []string {
 		"listen", "shutdown_grace", "admin_token",
 		"enabled", "lease_ttl", "renew_every", "instance", "leases_collection", "partitions",
 		"name", "database", "collection", "full_document", "full_document_before_change", "pipeline",
-		"start_at", "on_history_lost", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval",
-		"type", "max_in_flight", "max_in_flight_min", "max_in_flight_max", "rate_limit", "rate_limit_burst", "ordering", "batch_wait", "json", "park_after",
+		"start_at", "on_history_lost", "split_large_events", "on_oversize_event", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval",
+		"type", "max_in_flight", "max_in_flight_min", "max_in_flight_max", "rate_limit", "rate_limit_burst", "ordering", "batch_wait", "json", "park_after", "oversize",
 		"max_attempts", "initial_interval", "max_interval", "max_elapsed", "multiplier", "jitter",
 		"source", "operations", "namespaces", "filter", "sinks",
 	}
@@ -136,6 +136,8 @@ sinks = ["hook"]
 			FullDocument:             "default",
 			FullDocumentBeforeChange: "off",
 			OnHistoryLost:            HistoryLostFail,
+			SplitLargeEvents:         SplitLargeEventsAuto,
+			OnOversizeEvent:          OversizeEventFail,
 			MaxAwait:                 time.Second,
 			MaxInFlightEvents:        10000,
 			CheckpointInterval:       time.Second,
@@ -150,6 +152,7 @@ sinks = ["hook"]
 			BatchSize:      1,
 			JSON:           JSONRelaxed,
 			ParkAfter:      30 * time.Second,
+			Oversize:       OversizeDeadLetter,
 			Retry: Retry{
 				MaxAttempts:     8,
 				InitialInterval: 500 * time.Millisecond,

@@ -296,6 +296,28 @@ pipeline = '[{"$lookup": {}}, 3]'
 sources[1].pipeline: stage 0: $lookup is not allowed in a change stream; allowed stages: $addFields, $match, $project, $replaceRoot, $replaceWith, $redact, $set, $unset, $changeStreamSplitLargeEvent at config.toml:9
 sources[1].pipeline: stage 1: must be a document at config.toml:9`},
 
+		{"large event options", head + `
+[[sources]]
+name = "orders"
+split_large_events = "on"
+on_oversize_event = "drop"
+pipeline = '[{"$changeStreamSplitLargeEvent": {}}, {"$project": {"fullDocument": 0}}]'
+[[sources]]
+name = "ok"
+pipeline = '[{"$match": {"operationType": "insert"}}, {"$changeStreamSplitLargeEvent": {}}]'
+`, nil, `sources[0].split_large_events: invalid value "on"; allowed values: "auto", "off" at config.toml:6
+sources[0].on_oversize_event: invalid value "drop"; allowed values: "fail", "skip" at config.toml:7
+sources[0].pipeline: stage 0: $changeStreamSplitLargeEvent must be the last stage of the pipeline (MongoDB refuses it anywhere else) at config.toml:8`},
+
+		{"bad oversize", head + `
+[[sinks]]
+name = "bus"
+type = "eventbridge"
+event_bus = "b"
+region = "us-east-1"
+oversize = "truncate"
+`, nil, `sinks[0].oversize: invalid value "truncate"; allowed values: "deadletter", "strip" at config.toml:9`},
+
 		{"unset environment variables", `
 [mongo]
 uri = "${MONGODB_URI}"

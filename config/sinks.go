@@ -86,6 +86,7 @@ func (d *decoder) sink(o *obj) (s Sink, nameVal *value) {
 	s.BatchWait, _ = o.duration("batch_wait", 0, 0)
 	s.JSON = JSONFormat(o.enum("json", string(JSONRelaxed), jsonFormats))
 	s.ParkAfter, _ = o.duration("park_after", DefaultParkAfter, 0)
+	s.Oversize = o.enum("oversize", OversizeDeadLetter, []string{OversizeDeadLetter, OversizeStrip})
 	s.Retry = d.retry(o)
 
 	typeKeys := d.sinkTypeKeys()

@@ -13,6 +13,8 @@ var (
 	fullDocumentModes             = []string{FullDocumentDefault, FullDocumentUpdateLookup, FullDocumentWhenAvailable, FullDocumentRequired}
 	fullDocumentBeforeChangeModes = []string{FullDocumentBeforeChangeOff, FullDocumentBeforeChangeWhenAvailable, FullDocumentBeforeChangeRequired}
 	historyLostModes              = []string{string(HistoryLostFail), string(HistoryLostResumeFromNow)}
+	splitLargeEventsModes         = []string{SplitLargeEventsAuto, SplitLargeEventsOff}
+	oversizeEventModes            = []string{OversizeEventFail, OversizeEventSkip}
 	// changeStreamStages are the aggregation stages MongoDB allows in a
 	// change stream pipeline.
 	changeStreamStages = []string{"$addFields", "$match", "$project", "$replaceRoot", "$replaceWith", "$redact", "$set", "$unset", "$changeStreamSplitLargeEvent"}
@@ -47,6 +49,8 @@ func (d *decoder) source(o *obj) (s Source, nameVal *value) {
 	}
 	s.StartAt = o.startAt("start_at")
 	s.OnHistoryLost = OnHistoryLost(o.enum("on_history_lost", string(HistoryLostFail), historyLostModes))
+	s.SplitLargeEvents = o.enum("split_large_events", SplitLargeEventsAuto, splitLargeEventsModes)
+	s.OnOversizeEvent = o.enum("on_oversize_event", OversizeEventFail, oversizeEventModes)
 	s.BatchSize = int32(o.integer("batch_size", 0, 0, math.MaxInt32))
 	s.MaxAwait, _ = o.duration("max_await", DefaultMaxAwait, 0)
 	s.MaxInFlightEvents = int(o.integer("max_in_flight_events", DefaultMaxInFlightEvents, 1, math.MaxInt32))
@@ -113,6 +117,14 @@ func (d *decoder) pipeline(path string, line int, s string) []bson.D {
 			ok = false
 		}
 		stages = append(stages, stage)
+	}
+	// MongoDB requires $changeStreamSplitLargeEvent to be the last stage
+	// (error 7182802) and allows it once.
+	for i, st := range stages {
+		if ok && st[0].Key == splitLargeEventStage && i != len(stages)-1 {
+			d.errorf(path, line, "stage %d: %s must be the last stage of the pipeline (MongoDB refuses it anywhere else)", i, splitLargeEventStage)
+			ok = false
+		}
 	}
 	if !ok {
 		return nil

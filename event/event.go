@@ -6,10 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -335,8 +337,12 @@ func (e *Event) Envelope(canonical bool) ([]byte, error) {
 }
 
 func (e *Event) encode(canonical bool) ([]byte, error) {
-	if b, err := e.encodeFast(canonical); err == nil {
+	b, err := e.encodeFast(canonical)
+	switch {
+	case err == nil:
 		return b, nil
+	case errors.Is(err, ErrInvalidUTF8):
+		return nil, fmt.Errorf("event %s: encode envelope: %w", e.ID, err)
 	}
 	return e.encodeDriver(canonical)
 }
@@ -344,6 +350,9 @@ func (e *Event) encode(canonical bool) ([]byte, error) {
 // encodeFast encodes the envelope with the direct encoder of extjson.go;
 // it fails (and encode falls back to encodeDriver) on malformed BSON.
 func (e *Event) encodeFast(canonical bool) ([]byte, error) {
+	if !utf8.ValidString(e.ID) || !utf8.ValidString(e.OperationType) {
+		return nil, ErrInvalidUTF8
+	}
 	b := make([]byte, 0, 128+len(e.Raw)*3/2)
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, e.ID)
@@ -432,4 +441,37 @@ func (e *Event) encodeDriver(canonical bool) ([]byte, error) {
 		return nil, fmt.Errorf("event %s: encode envelope: %w", e.ID, err)
 	}
 	return b, nil
+}
+
+// strippedFields are left out of a stripped envelope.
+var strippedFields = map[string]bool{"fullDocument": true, "fullDocumentBeforeChange": true}
+
+// StrippedEnvelope returns the envelope without fullDocument and
+// fullDocumentBeforeChange and with "truncated": true, for a sink whose
+// payload limit the whole envelope exceeds (oversize = "strip"): the
+// receiver keeps documentKey and can fetch the document itself. The id is
+// the event's. It is encoded on every call.
+func (e *Event) StrippedEnvelope(canonical bool) ([]byte, error) {
+	elems, err := e.Raw.Elements()
+	if err != nil {
+		return nil, fmt.Errorf("event %s: strip envelope: %w", e.ID, err)
+	}
+	idx, dst := bsoncore.AppendDocumentStart(make([]byte, 0, 256))
+	for _, el := range elems {
+		if !strippedFields[el.Key()] {
+			dst = append(dst, el...)
+		}
+	}
+	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
+	s := &Event{
+		ID: e.ID, Source: e.Source, Seq: e.Seq, Token: e.Token, OperationType: e.OperationType,
+		DB: e.DB, Coll: e.Coll, DocumentKey: e.DocumentKey, ClusterTime: e.ClusterTime,
+		WallTime: e.WallTime, Raw: bson.Raw(dst), Rules: e.Rules, Tenure: e.Tenure,
+	}
+	b, err := s.encode(canonical)
+	if err != nil {
+		return nil, err
+	}
+	// b ends with the "rules" array and "}".
+	return append(b[:len(b)-1:len(b)-1], `,"truncated":true}`...), nil
 }

@@ -24,6 +24,13 @@ import (
 
 var errSlowPath = errors.New("extjson: not handled by the fast encoder")
 
+// ErrInvalidUTF8 is returned (wrapped) by Event.Envelope for a change with
+// a string or key that is not valid UTF-8. JSON cannot carry such bytes,
+// and the driver's replacement by U+FFFD would lose them, so the event is
+// not encoded: sinks fail it permanently (reason "encode") and the
+// dead-letter entry keeps the change's raw BSON for inspection and replay.
+var ErrInvalidUTF8 = errors.New("a string or key is not valid UTF-8")
+
 // rfc3339Milli is the driver's layout for relaxed $date values.
 const rfc3339Milli = "2006-01-02T15:04:05.999Z07:00"
 
@@ -132,6 +139,9 @@ func appendExtJSONDoc(dst []byte, doc []byte, canonical bool) ([]byte, error) {
 		if !ok {
 			return dst, errSlowPath
 		}
+		if !utf8.Valid(key) {
+			return dst, ErrInvalidUTF8
+		}
 		if !first {
 			dst = append(dst, ',')
 		}
@@ -229,6 +239,9 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 		if !ok {
 			return dst, src, errSlowPath
 		}
+		if !utf8.Valid(s) {
+			return dst, src, ErrInvalidUTF8
+		}
 		return appendJSONBytesString(dst, s), rem, nil
 	case bson.TypeEmbeddedDocument:
 		doc, rem, ok := readSubdoc(src)
@@ -316,6 +329,9 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 		if !ok {
 			return dst, src, errSlowPath
 		}
+		if !utf8.ValidString(pattern) || !utf8.ValidString(options) {
+			return dst, src, ErrInvalidUTF8
+		}
 		runes := []rune(options)
 		slices.Sort(runes)
 		dst = append(dst, `{"$regularExpression":{"pattern":`...)
@@ -327,6 +343,9 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 		ns, rem, ok := readString(src)
 		if !ok || len(rem) < 12 {
 			return dst, src, errSlowPath
+		}
+		if !utf8.ValidString(ns) {
+			return dst, src, ErrInvalidUTF8
 		}
 		// The driver writes the namespace unescaped; so do we.
 		dst = append(dst, `{"$dbPointer":{"$ref":"`...)
@@ -341,6 +360,9 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 		if !ok {
 			return dst, src, errSlowPath
 		}
+		if !utf8.ValidString(code) {
+			return dst, src, ErrInvalidUTF8
+		}
 		dst = append(dst, `{"$code":`...)
 		dst = appendJSONString(dst, code)
 		return append(dst, '}'), rem, nil
@@ -348,6 +370,9 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 		sym, rem, ok := readString(src)
 		if !ok {
 			return dst, src, errSlowPath
+		}
+		if !utf8.ValidString(sym) {
+			return dst, src, ErrInvalidUTF8
 		}
 		dst = append(dst, `{"$symbol":`...)
 		dst = appendJSONString(dst, sym)
@@ -361,6 +386,9 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 		code, scope, ok := readString(body)
 		if !ok {
 			return dst, src, errSlowPath
+		}
+		if !utf8.ValidString(code) {
+			return dst, src, ErrInvalidUTF8
 		}
 		dst = append(dst, `{"$code":`...)
 		dst = appendJSONString(dst, code)

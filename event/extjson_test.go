@@ -2,6 +2,7 @@ package event
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -25,7 +26,6 @@ func allTypesDoc(t testing.TB) bson.Raw {
 		AppendString("plain", "hello").
 		AppendString("escapes", "q\" b\\ nl\n cr\r tab\t bs\b ff\f nul\x00 ctl\x1f del\x7f <>&").
 		AppendString("unicode", "héllo 世界 \u2028 \u2029 😀").
-		AppendString("badutf8", "a\xffb\xc3").
 		AppendString("empty", "").
 		AppendDouble("d1", 19.99).
 		AppendDouble("d2", 3).
@@ -184,6 +184,9 @@ func FuzzEnvelopeFastMatchesDriver(f *testing.F) {
 		for _, canonical := range []bool{false, true} {
 			want, werr := e.encodeDriver(canonical)
 			got, gerr := e.encode(canonical)
+			if errors.Is(gerr, ErrInvalidUTF8) {
+				continue // refused on purpose: the driver would replace the bytes
+			}
 			if werr != nil {
 				if fast, ferr := e.encodeFast(canonical); ferr == nil {
 					t.Fatalf("fast path accepted what the driver refuses (%v): %s", werr, fast)

@@ -38,6 +38,9 @@ type Metrics struct {
 	StreamReconnects  *prometheus.CounterVec   // source
 	StreamInvalidates *prometheus.CounterVec   // source
 	HistoryLost       *prometheus.CounterVec   // source
+	SplitEvents       *prometheus.CounterVec   // source: events reassembled from fragments
+	OversizeEvents    *prometheus.CounterVec   // source: changes MongoDB could not return (10334)
+	StreamFailures    *prometheus.GaugeVec     // source: consecutive stream failures without progress
 	CheckpointSaves   *prometheus.CounterVec   // source
 	CheckpointLag     *prometheus.GaugeVec     // source: seconds between newest change seen and checkpoint
 	DeadLetters       *prometheus.GaugeVec     // sink, kind: entries in the dead-letter collection
@@ -99,6 +102,15 @@ func New(reg prometheus.Registerer) *Metrics {
 		HistoryLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "changegate_history_lost_total", Help: "Times a source's resume point had fallen off the oplog (ChangeStreamHistoryLost).",
 		}, []string{"source"}),
+		SplitEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_split_events_total", Help: "Change events over 16 MB reassembled from $changeStreamSplitLargeEvent fragments.",
+		}, []string{"source"}),
+		OversizeEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_oversize_events_total", Help: "Change events MongoDB could not return (BSONObjectTooLarge) and the source skipped or stopped at.",
+		}, []string{"source"}),
+		StreamFailures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "changegate_stream_consecutive_failures", Help: "Change stream failures since the stream last made progress; 0 while it reads.",
+		}, []string{"source"}),
 		CheckpointSaves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "changegate_checkpoint_saves_total", Help: "Checkpoints persisted.",
 		}, []string{"source"}),
@@ -127,7 +139,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts, m.DeliveryFailures,
 			m.DeliveryDuration, m.EndToEndLag, m.InFlight, m.QueueDepth, m.SinkParked, m.SinkConcurrency,
-			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
+			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.SplitEvents, m.OversizeEvents, m.StreamFailures, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
 			m.LeaseOwned, m.LeaseAcquisitions, m.LeaseLosses, m.ClusterMembers, m.ClusterMember,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

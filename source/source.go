@@ -63,6 +63,8 @@ type Spec struct {
 	Pushdown                 bson.D // $match stage from the rules, or nil
 	StartAt                  time.Time
 	OnHistoryLost            string
+	SplitLargeEvents         string // SplitAuto (default) or SplitOff; see split.go
+	OnOversizeEvent          string // OversizeFail (default) or OversizeSkip
 	BatchSize                int32
 	MaxAwait                 time.Duration
 	MaxInFlight              int
@@ -105,7 +107,10 @@ const (
 	StateOpen        State = "open"
 	StateReconnect   State = "reconnecting"
 	StateHistoryLost State = "history_lost"
-	StateStopped     State = "stopped"
+	// StateFailed: stopped at a change it cannot read (on_oversize_event
+	// = "fail"); acknowledged events are still checkpointed.
+	StateFailed  State = "failed"
+	StateStopped State = "stopped"
 )
 
 // Status is a snapshot of a source.
@@ -134,7 +139,8 @@ type Source struct {
 	log    *slog.Logger
 
 	mRead, mReconnect, mInvalidate, mHistoryLost, mSaves prometheus.Counter
-	mInFlight, mLag                                      prometheus.Gauge
+	mInFlight, mLag, mFailures                           prometheus.Gauge
+	mSplit, mOversize                                    prometheus.Counter
 
 	stopReading chan struct{}
 	stopOnce    sync.Once
@@ -150,6 +156,9 @@ type Source struct {
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
 	status  Status
+	// splitKnown: the server version was asked; splitOK: it has
+	// $changeStreamSplitLargeEvent (split.go).
+	splitKnown, splitOK bool
 }
 
 // New returns a source; nothing happens until Run.
@@ -162,6 +171,12 @@ func New(spec Spec, client *mongo.Client, cps CheckpointStore, gaps GapRecorder,
 	}
 	if spec.OnHistoryLost == "" {
 		spec.OnHistoryLost = HistoryLostFail
+	}
+	if spec.SplitLargeEvents == "" {
+		spec.SplitLargeEvents = SplitAuto
+	}
+	if spec.OnOversizeEvent == "" {
+		spec.OnOversizeEvent = OversizeFail
 	}
 	if m == nil {
 		m = metrics.New(nil)
@@ -195,6 +210,9 @@ func New(spec Spec, client *mongo.Client, cps CheckpointStore, gaps GapRecorder,
 		mSaves:       m.CheckpointSaves.WithLabelValues(u),
 		mInFlight:    m.InFlight.WithLabelValues(u),
 		mLag:         m.CheckpointLag.WithLabelValues(u),
+		mFailures:    m.StreamFailures.WithLabelValues(u),
+		mSplit:       m.SplitEvents.WithLabelValues(u),
+		mOversize:    m.OversizeEvents.WithLabelValues(u),
 		stopReading:  make(chan struct{}),
 		reopen:       make(chan struct{}, 1),
 		abandon:      make(chan struct{}),
@@ -386,15 +404,26 @@ func (s *Source) load(ctx context.Context) (checkpoint.Checkpoint, bool, error) 
 // is lost with policy fail.
 func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver, token bson.Raw, fresh bool) error {
 	backoff := 100 * time.Millisecond
+	// failures counts stream failures since the stream last made progress
+	// (read a change or answered a getMore): the backoff grows with it, and
+	// a successful open alone does not reset it, so a getMore that fails
+	// every time (a poison change, an injected fault) backs off to 30s
+	// instead of reopening ten times a second.
+	failures := 0
+	// narrow: after BSONObjectTooLarge, read one change per batch until past
+	// the large change, so that the changes before it in the failed batch
+	// are delivered and the error names the very next change.
+	narrow := false
 	var startAt *bson.Timestamp
 	if fresh && !s.spec.StartAt.IsZero() {
 		startAt = &bson.Timestamp{T: uint32(s.spec.StartAt.Unix())}
 	}
 	for ctx.Err() == nil {
-		cs, err := s.open(ctx, token, startAt)
+		cs, err := s.open(ctx, token, startAt, narrow)
 		if err == nil {
-			backoff = 100 * time.Millisecond
-			s.setState(StateOpen, nil)
+			if failures == 0 {
+				s.setState(StateOpen, nil)
+			}
 			if token == nil {
 				// First start: persist the stream's initial position at
 				// once, so a crash before the first event cannot skip it.
@@ -421,7 +450,19 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 				case <-streamCtx.Done():
 				}
 			}()
-			token, invalidated, err = s.consume(streamCtx, cs, tr, token)
+			var progressed bool
+			before := token
+			token, invalidated, progressed, err = s.consume(streamCtx, cs, tr, token, failures > 0)
+			if progressed {
+				if failures > 0 || backoff > 100*time.Millisecond {
+					s.log.Info("change stream reads again", "after_failures", failures)
+				}
+				failures, backoff = 0, 100*time.Millisecond
+				s.mFailures.Set(0)
+			}
+			if narrow && string(before) != string(token) {
+				narrow = false
+			}
 			reconfigured := streamCtx.Err() != nil
 			cancelStream()
 			_ = cs.Close(context.WithoutCancel(ctx))
@@ -471,16 +512,59 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 			token, startAt = nil, nil
 			continue
 		}
+		if isTooLarge(err) {
+			if !narrow {
+				// The failed batch may have held changes before the large
+				// one: read them one at a time first.
+				narrow = true
+				s.log.Warn("a change event is too large for MongoDB to return; reading one change per batch up to it", "err", err)
+				continue
+			}
+			tok, ct, ok := oversizePosition(err)
+			if s.spec.OnOversizeEvent != OversizeSkip || !ok {
+				s.mOversize.Inc()
+				pos, _ := tr.Position()
+				where := "the change after the checkpoint (cluster time " + strconv.FormatUint(uint64(pos.ClusterTime.T), 10) + ")"
+				if ok {
+					where = fmt.Sprintf("the change with resume token %s (cluster time %d, %s)", event.TokenData(tok), ct.T, formatTime(time.Unix(int64(ct.T), 0)))
+				}
+				ferr := fmt.Errorf("source %s: %w: MongoDB cannot return %s because it is over 16 MB (BSONObjectTooLarge); "+
+					"the server splits such events when split_large_events = \"auto\" and it is MongoDB 7.0 or 6.0.9+; "+
+					"otherwise reduce the event (no full_document/full_document_before_change, or a $project in pipeline), "+
+					"or set on_oversize_event = \"skip\" to record it as a gap in the dead-letter collection and go on: %v",
+					s.spec.Name, ErrOversizeEvent, where, err)
+				s.setState(StateFailed, ferr)
+				s.log.Error("source stopped at a change event too large to read", "err", ferr)
+				<-ctx.Done() // checkpointing goes on in Run; other sources too
+				return nil
+			}
+			if gerr := s.recordOversize(ctx, tok, ct, err); gerr != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				s.log.Error("cannot record the skipped change; retrying", "err", gerr)
+				sleep(ctx, backoff)
+				backoff = min(backoff*2, 30*time.Second)
+				continue
+			}
+			// Everything before it was handed on (one change per batch),
+			// so the stream continues after it.
+			tr.SetResumePoint(tok)
+			token, narrow = tok, false
+			continue
+		}
+		failures++
+		s.mFailures.Set(float64(failures))
 		s.mReconnect.Inc()
 		s.setState(StateReconnect, err)
-		s.log.Warn("change stream failed; reopening from the last position handed to the router", "err", err, "retry_in", backoff)
+		s.log.Warn("change stream failed; reopening from the last position handed to the router", "err", err, "retry_in", backoff, "failures", failures)
 		sleep(ctx, backoff)
 		backoff = min(backoff*2, 30*time.Second)
 	}
 	return nil
 }
 
-func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timestamp) (*mongo.ChangeStream, error) {
+func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timestamp, narrow bool) (*mongo.ChangeStream, error) {
 	opts := options.ChangeStream()
 	if s.spec.FullDocument != "" && s.spec.FullDocument != "default" {
 		opts.SetFullDocument(options.FullDocument(s.spec.FullDocument))
@@ -490,6 +574,9 @@ func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timesta
 	}
 	if s.spec.BatchSize > 0 {
 		opts.SetBatchSize(s.spec.BatchSize)
+	}
+	if narrow {
+		opts.SetBatchSize(1)
 	}
 	if s.spec.MaxAwait > 0 {
 		opts.SetMaxAwaitTime(s.spec.MaxAwait)
@@ -512,6 +599,10 @@ func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timesta
 		pipeline = append(pipeline, push)
 	}
 	pipeline = append(pipeline, s.spec.Pipeline...)
+	pipeline, err := s.splitPipeline(ctx, pipeline)
+	if err != nil {
+		return nil, err
+	}
 	switch {
 	case s.spec.Database == "":
 		return s.client.Watch(ctx, pipeline, opts)
@@ -524,10 +615,24 @@ func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timesta
 
 // consume reads events until the stream ends or fails. It returns the resume
 // token to reopen from (the last event handed to the router, or the newest
-// post-batch token), whether the stream ended with an invalidate, and the
-// stream's error.
-func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkpoint.Tracker, token bson.Raw) (bson.Raw, bool, error) {
-	invalidated := false
+// post-batch token), whether the stream ended with an invalidate, whether
+// it made progress (read a change or got an answer to a getMore), and the
+// stream's error. recovering: the stream failed before without progress;
+// its state turns open with the first progress.
+func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkpoint.Tracker, token bson.Raw, recovering bool) (bson.Raw, bool, bool, error) {
+	invalidated, progressed := false, false
+	progress := func() {
+		if !progressed && recovering {
+			s.setState(StateOpen, nil)
+			s.mFailures.Set(0)
+		}
+		progressed = true
+	}
+	// Fragments of a split event (split.go): the event is handed on whole,
+	// after its last fragment; the post-batch token is not a resume point
+	// while fragments are pending.
+	var frags fragments
+	polls := 0
 	// A getMore that never answers (a network partition, a hung server)
 	// would block forever: bound each one and reopen when it expires.
 	pollTimeout := s.spec.MaxAwait + 10*time.Second
@@ -547,16 +652,32 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			s.mu.Unlock()
 		}
 		if got {
+			progress()
 			raw := make(bson.Raw, len(cs.Current))
 			copy(raw, cs.Current)
+			whole, err := frags.add(raw)
+			if err != nil {
+				// Reopen from the last whole event: the fragments come again
+				// from the first.
+				return token, false, progressed, err
+			}
+			if whole == nil {
+				continue // more fragments to come
+			}
+			if len(whole) != len(raw) || string(whole) != string(raw) {
+				s.mSplit.Inc()
+			}
+			raw = whole
 			ev, err := event.FromChange(s.spec.Name, 0, raw)
 			if err != nil {
-				return token, false, fmt.Errorf("malformed change event: %w", err)
+				// The driver refuses a change without a document _id, so
+				// this cannot loop on one change; reopen as for an error.
+				return token, false, progressed, fmt.Errorf("malformed change event: %w", err)
 			}
 			ev.Tenure = s.spec.Tenure
 			seq, err := tr.Add(ctx, ev.Token, ev.ClusterTime, ev.WallTime)
 			if err != nil {
-				return token, false, nil // stopping
+				return token, false, progressed, nil // stopping
 			}
 			ev.Seq = seq
 			token = ev.Token
@@ -580,9 +701,14 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 		}
 		if err := cs.Err(); err != nil {
 			if ctx.Err() != nil {
-				return token, false, nil
+				return token, false, progressed, nil
 			}
-			return token, false, err
+			return token, false, progressed, err
+		}
+		// The first empty TryNext only consumes the aggregate's first
+		// batch; the second one got an answer to a getMore.
+		if polls++; polls >= 2 {
+			progress()
 		}
 		if cs.ID() == 0 {
 			// The server closed the cursor: an invalidate. Its event may have
@@ -593,9 +719,9 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 				tr.SetResumePoint(rt)
 				token = rt
 			}
-			return token, true, nil
+			return token, true, progressed, nil
 		}
-		if rt := cs.ResumeToken(); rt != nil && cs.RemainingBatchLength() == 0 {
+		if rt := cs.ResumeToken(); rt != nil && cs.RemainingBatchLength() == 0 && !frags.pending() {
 			tr.SetResumePoint(rt)
 			token = rt
 		}

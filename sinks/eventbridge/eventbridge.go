@@ -131,6 +131,11 @@ type Config struct {
 	// MaxRequestBytes caps the size of one PutEvents request (default 256
 	// KiB, at most 1 MiB).
 	MaxRequestBytes int
+	// StripOversize sends an event whose entry would exceed
+	// MaxRequestBytes without fullDocument and fullDocumentBeforeChange,
+	// marked "truncated": true (event.StrippedEnvelope), instead of failing
+	// it with reason "oversize"; one still too large fails as before.
+	StripOversize bool
 	// Canonical selects canonical instead of relaxed Extended JSON.
 	Canonical bool
 	// Timeout bounds one Send, all its PutEvents calls together (default
@@ -154,6 +159,7 @@ type EventBridge struct {
 	resources  []string
 	resBytes   int
 	maxBytes   int
+	strip      bool
 	canonical  bool
 	timeout    time.Duration
 	client     *eventbridge.Client
@@ -219,7 +225,7 @@ func New(cfg Config, logger *slog.Logger) (*EventBridge, error) {
 	})
 	b := &EventBridge{
 		name: cfg.Name, bus: cfg.EventBus, source: src, detailType: dt,
-		resources: cfg.Resources, maxBytes: cfg.MaxRequestBytes,
+		resources: cfg.Resources, maxBytes: cfg.MaxRequestBytes, strip: cfg.StripOversize,
 		canonical: cfg.Canonical, timeout: cfg.Timeout, client: client, log: logger,
 	}
 	for _, r := range cfg.Resources {
@@ -312,6 +318,12 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 			ent.Time = aws.Time(e.WallTime)
 		}
 		size := EntrySize(ent)
+		if size > b.maxBytes && b.strip {
+			if env, err := e.StrippedEnvelope(b.canonical); err == nil {
+				ent.Detail = aws.String(string(env))
+				size = EntrySize(ent)
+			}
+		}
 		if size > b.maxBytes {
 			fail(i, sinks.Permanent("oversize", fmt.Errorf("%s: event %s: entry is %d bytes, more than the request limit of %d bytes (max_request_bytes)",
 				prefix, e.ID, size, b.maxBytes)))

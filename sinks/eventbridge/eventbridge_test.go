@@ -518,3 +518,27 @@ func TestClockSkew(t *testing.T) {
 		t.Fatalf("after the skew was corrected: %v", err)
 	}
 }
+
+// With StripOversize an entry over the limit goes without its document,
+// marked truncated; one small enough is sent whole.
+func TestOversizeStrip(t *testing.T) {
+	f := &fakeBus{}
+	b := newTestSink(t, f, func(c *Config) { c.MaxRequestBytes = 1000; c.StripOversize = true })
+	evs := []*event.Event{testEvent(t, 0, 10), testEvent(t, 1, 2000)}
+	if err := b.Send(context.Background(), evs); err != nil {
+		t.Fatal(err)
+	}
+	calls := f.snapshot()
+	if len(calls) != 1 || len(calls[0]) != 2 {
+		t.Fatalf("calls %v", calls)
+	}
+	whole, _ := evs[0].Envelope(false)
+	if calls[0][0].Detail != string(whole) {
+		t.Errorf("small entry changed: %s", calls[0][0].Detail)
+	}
+	d := calls[0][1].Detail
+	if strings.Contains(d, "fullDocument") || !strings.Contains(d, `"truncated":true`) ||
+		!strings.Contains(d, `"documentKey":{"_id":1}`) || !strings.Contains(d, `"id":"`+evs[1].ID+`"`) {
+		t.Errorf("stripped entry: %s", d)
+	}
+}

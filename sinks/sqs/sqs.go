@@ -138,6 +138,11 @@ type Config struct {
 	// MaxRequestBytes caps the payload of one SendMessageBatch call
 	// (default 256 KiB, at most 1 MiB).
 	MaxRequestBytes int
+	// StripOversize sends an event whose message would exceed
+	// MaxRequestBytes without fullDocument and fullDocumentBeforeChange,
+	// marked "truncated": true (event.StrippedEnvelope), instead of failing
+	// it with reason "oversize"; one still too large fails as before.
+	StripOversize bool
 	// Canonical selects canonical instead of relaxed Extended JSON.
 	Canonical bool
 	// Timeout bounds one Send, queue resolution and calls together
@@ -158,6 +163,7 @@ type SQS struct {
 	fifo      bool
 	groupBy   []string
 	maxBytes  int
+	strip     bool
 	canonical bool
 	timeout   time.Duration
 	client    *sqs.Client
@@ -223,7 +229,7 @@ func New(cfg Config, logger *slog.Logger) (*SQS, error) {
 	})
 	s := &SQS{
 		name: cfg.Name, queueName: cfg.QueueName, groupBy: groupBy,
-		maxBytes: cfg.MaxRequestBytes, canonical: cfg.Canonical, timeout: cfg.Timeout,
+		maxBytes: cfg.MaxRequestBytes, strip: cfg.StripOversize, canonical: cfg.Canonical, timeout: cfg.Timeout,
 		client: client, log: logger,
 		fifo: strings.HasSuffix(cfg.QueueURL, ".fifo") || strings.HasSuffix(cfg.QueueName, ".fifo"),
 	}
@@ -403,6 +409,11 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 			continue
 		}
 		ent, size := s.entry(i, e, env)
+		if size > s.maxBytes && s.strip {
+			if env, err := e.StrippedEnvelope(s.canonical); err == nil {
+				ent, size = s.entry(i, e, env)
+			}
+		}
 		if size > s.maxBytes {
 			fail(i, sinks.Permanent("oversize", fmt.Errorf("%s: event %s: message is %d bytes, more than the request limit of %d bytes (max_request_bytes)",
 				prefix, e.ID, size, s.maxBytes)))

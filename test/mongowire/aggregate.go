@@ -45,6 +45,12 @@ func (s *Server) cmdAggregate(cmd *command, dst []byte) ([]byte, error) {
 	if len(stages) > 0 && stages[0].Index(0).Key() == "$changeStream" {
 		return s.openChangeStream(cmd, dst, stages)
 	}
+	for _, st := range stages {
+		if st.Index(0).Key() == splitStage {
+			// A stage with ChangeStreamRequirement::kRequiresChangeStream.
+			return nil, cmdErr(codeIllegalOperation, "%s can only be used in a $changeStream pipeline.", splitStage)
+		}
+	}
 	if _, ok := cmd.body.Lookup("cursor").DocumentOK(); !ok {
 		if _, err := cmd.body.LookupErr("explain"); err != nil {
 			return nil, cmdErr(codeFailedToParse, "The 'cursor' option is required, except for aggregate with the explain argument")

@@ -2,6 +2,7 @@ package mongowire
 
 import (
 	"bytes"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -46,6 +47,15 @@ type streamCursor struct {
 	// scanned after it, so the post-batch token equals that event's _id.
 	lastEvent *resumeToken
 	closed    bool
+
+	// split: the pipeline ends with $changeStreamSplitLargeEvent (split.go).
+	split bool
+	// parts are fragments of a split event still to be returned.
+	parts []eventPart
+	// resumeFrag is the fragment number + 1 of the resume token when the
+	// stream resumed from a fragment of the event of entry resumeSeq.
+	resumeFrag uint32
+	resumeSeq  uint64
 
 	// killed is closed by killCursors: it interrupts a getMore waiting for
 	// events, which then fails with CursorKilled like on the server.
@@ -157,9 +167,14 @@ func (s *Server) openChangeStream(cmd *command, dst []byte, stages []bson.Raw) (
 			return nil, cmdErr(codeBadValue, "Enumeration value '%s' for field '$changeStream.fullDocumentBeforeChange' is not a valid value.", v)
 		}
 	}
-	for _, st := range stages[1:] {
+	for i, st := range stages[1:] {
 		e := st.Index(0)
 		switch e.Key() {
+		case splitStage:
+			if err := parseSplitStage(e, i, len(stages)-1); err != nil {
+				return nil, err
+			}
+			c.split = true
 		case "$match":
 			f, ok := e.Value().DocumentOK()
 			if !ok {
@@ -195,6 +210,9 @@ func (s *Server) openChangeStream(cmd *command, dst []byte, stages []bson.Raw) (
 	if cur, ok := cmd.body.Lookup("cursor").DocumentOK(); ok {
 		if v, err := cur.LookupErr("batchSize"); err == nil {
 			batchSize = int(num(v))
+			if batchSize == 0 {
+				batchSize = noEvents // an empty first batch, as on the server
+			}
 		}
 	} else {
 		return nil, cmdErr(codeFailedToParse, "The 'cursor' option is required, except for aggregate with the explain argument")
@@ -216,6 +234,10 @@ func (s *Server) openChangeStream(cmd *command, dst []byte, stages []bson.Raw) (
 			d.mu.Unlock()
 			return nil, cmdErr(codeInvalidResumeToken, "Bad resume token: _data of missing or of wrong type. Expected string, got %s", tdoc)
 		}
+		if _, isFrag := tok.fragment(); isFrag && !c.split {
+			d.mu.Unlock()
+			return nil, cmdErr(codeChangeStreamFatalError, "To resume from a split event, the $changeStream pipeline must include a $changeStreamSplitLargeEvent stage")
+		}
 		if tok.kind == tokInvalidate && key == "resumeAfter" {
 			d.mu.Unlock()
 			return nil, cmdErr(codeInvalidResumeToken, "Attempting to resume a change stream using 'resumeAfter' is not allowed from an invalidate notification.")
@@ -229,7 +251,12 @@ func (s *Server) openChangeStream(cmd *command, dst []byte, stages []bson.Raw) (
 			return nil, cmdErr(codeChangeStreamHistory, "Resume of change stream was not possible, as the resume point may no longer be in the oplog.")
 		}
 		c.pos, c.posTS = tok.seq, tok.ts
-		if tok.kind == tokEvent {
+		if _, isFrag := tok.fragment(); isFrag {
+			// Re-read the event and continue after the fragment (split.go).
+			c.pos, c.resumeFrag, c.resumeSeq = tok.seq-1, tok.frag, tok.seq
+			t := tok
+			c.lastEvent = &t
+		} else if tok.kind == tokEvent {
 			if e := o.get(tok.seq); e != nil {
 				if _, inv := c.relevant(e); inv {
 					c.pendingInvalidate = true
@@ -350,7 +377,7 @@ func (s *Server) appendStreamReply(dst []byte, batchKey string, id int64, c *str
 	idx, dst := bsoncore.AppendDocumentStart(dst)
 	cidx, dst := bsoncore.AppendDocumentElementStart(dst, "cursor")
 	aidx, dst := bsoncore.AppendArrayElementStart(dst, batchKey)
-	dst, n, pbrt, err := s.scanEvents(dst, c, batchSize)
+	dst, n, pbrt, err := s.scanEvents(dst, c, batchSize, batchKey == "nextBatch")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -369,14 +396,38 @@ func (s *Server) appendStreamReply(dst []byte, batchKey string, id int64, c *str
 // cannot hold the data lock for long.
 const maxScan = 1 << 18
 
-// scanEvents appends up to batchSize events (batchSize <= 0: no count limit)
+// noEvents is the batch size of an aggregate with cursor {batchSize: 0}.
+const noEvents = math.MinInt
+
+// scanEvents appends up to batchSize events (<= 0: no count limit; noEvents: none)
 // after the cursor position as array elements and advances the cursor. It
 // returns the post-batch resume token.
-func (s *Server) scanEvents(dst []byte, c *streamCursor, batchSize int) ([]byte, int, resumeToken, error) {
+func (s *Server) scanEvents(dst []byte, c *streamCursor, batchSize int, getMore bool) ([]byte, int, resumeToken, error) {
 	o := &s.data.oplog
 	n := 0
 	budget := maxBatchBytes
-	full := func() bool { return batchSize > 0 && n >= batchSize }
+	full := func() bool { return batchSize == noEvents || batchSize > 0 && n >= batchSize }
+	// emitParts returns the pending fragments of a split event that fit;
+	// false when some are left for the next batch.
+	emitParts := func() bool {
+		for len(c.parts) > 0 {
+			p := c.parts[0]
+			if full() || n > 0 && len(p.doc)+len(arrayKey(n))+2 > budget {
+				return false
+			}
+			budget -= len(p.doc) + len(arrayKey(n)) + 2
+			dst = bsoncore.AppendDocumentElement(dst, arrayKey(n), p.doc)
+			n++
+			t := p.tok
+			c.lastEvent = &t
+			c.parts = c.parts[1:]
+		}
+		c.parts = nil
+		return true
+	}
+	if !emitParts() {
+		return dst, n, c.positionToken(), nil
+	}
 	emitInvalidate := func() {
 		e := o.get(c.pos)
 		tok := resumeToken{ts: c.posTS, seq: c.pos, kind: tokInvalidate}
@@ -421,18 +472,24 @@ func (s *Server) scanEvents(dst []byte, c *streamCursor, batchSize int) ([]byte,
 			return nil, 0, resumeToken{}, err
 		}
 		if ev != nil {
-			if n > 0 && len(ev)+len(arrayKey(n))+2 > budget {
+			// An event too large to serialize fails the whole batch, even
+			// after events already in it (split.go).
+			parts, err := c.eventParts(ev, resumeToken{ts: e.ts, seq: seq, kind: tokEvent}, getMore)
+			if err != nil {
+				return nil, 0, resumeToken{}, err
+			}
+			if n > 0 && len(parts) > 0 && len(parts[0].doc)+len(arrayKey(n))+2 > budget {
 				break // batch full by size; resume here next time
 			}
-			budget -= len(ev) + len(arrayKey(n)) + 2
-			dst = bsoncore.AppendDocumentElement(dst, arrayKey(n), ev)
-			n++
-			tok := resumeToken{ts: e.ts, seq: seq, kind: tokEvent}
-			c.lastEvent = &tok
+			c.parts = parts
+			c.pos, c.posTS = seq, e.ts
+			if !emitParts() {
+				break // the rest of a split event comes in the next batch
+			}
 		} else {
 			c.lastEvent = nil
+			c.pos, c.posTS = seq, e.ts
 		}
-		c.pos, c.posTS = seq, e.ts
 		if invalidates {
 			c.pendingInvalidate = true
 			if !full() {

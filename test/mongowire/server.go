@@ -27,7 +27,10 @@
 // whenAvailable, required), fullDocumentBeforeChange, batchSize, awaiting
 // getMores (maxTimeMS, default 1s), $match/$project/$unset stages on the
 // events, post-batch resume tokens that advance past filtered events,
-// invalidate on drop/rename/dropDatabase, and bounded history
+// invalidate on drop/rename/dropDatabase, events over 16 MiB + 16 KiB
+// failing the batch with BSONObjectTooLarge (10334) and the
+// $changeStreamSplitLargeEvent stage with resumable fragments (split.go),
+// and bounded history
 // (Options.OplogMaxEntries/OplogMaxAge, TruncateHistory, DiscardHistory):
 // resuming from before the retained history fails with code 286.
 // Resume tokens are {_data: "<hex>"} and sort by cluster time.

@@ -396,6 +396,11 @@ const (
 	tokHighWater  = 2 // a position after entry seq, with no event
 	tokenVersion  = 0x82
 	tokenLen      = 1 + 8 + 8 + 1
+	// tokenFragLen is the length of a split event fragment's token: the
+	// event's token followed by the fragment number (0-based, big-endian),
+	// so fragments sort after their event and before the next position, as
+	// MongoDB's ResumeTokenData.fragmentNum does.
+	tokenFragLen = tokenLen + 4
 )
 
 // resumeToken is a decoded resume token.
@@ -403,19 +408,32 @@ type resumeToken struct {
 	ts   bson.Timestamp
 	seq  uint64
 	kind byte
+	// frag is the fragment number + 1 of a split event fragment's token
+	// (0: not a fragment).
+	frag uint32
 }
+
+// fragment returns the token's 0-based fragment number and whether it is
+// a fragment's token.
+func (t resumeToken) fragment() (uint32, bool) { return t.frag - 1, t.frag > 0 }
 
 // appendToken appends the token document {_data: "<hex>"} under key.
 // The hex string sorts like (clusterTime, seq, kind).
 func appendToken(dst []byte, key string, t resumeToken) []byte {
-	var raw [tokenLen]byte
+	var buf [tokenFragLen]byte
+	raw := buf[:tokenLen]
 	raw[0] = tokenVersion
 	binary.BigEndian.PutUint32(raw[1:], t.ts.T)
 	binary.BigEndian.PutUint32(raw[5:], t.ts.I)
 	binary.BigEndian.PutUint64(raw[9:], t.seq)
 	raw[17] = t.kind
-	var hx [2 * tokenLen]byte
-	hex.Encode(hx[:], raw[:])
+	if n, ok := t.fragment(); ok {
+		raw = buf[:tokenFragLen]
+		binary.BigEndian.PutUint32(raw[tokenLen:], n)
+	}
+	var hxBuf [2 * tokenFragLen]byte
+	hx := hxBuf[:2*len(raw)]
+	hex.Encode(hx, raw)
 	for i, c := range hx {
 		if c >= 'a' {
 			hx[i] = c - 'a' + 'A'
@@ -436,12 +454,19 @@ func decodeToken(doc bson.Raw) (resumeToken, bool) {
 		return resumeToken{}, false
 	}
 	raw, err := hex.DecodeString(s)
-	if err != nil || len(raw) != tokenLen || raw[0] != tokenVersion || raw[17] > tokHighWater {
+	if err != nil || (len(raw) != tokenLen && len(raw) != tokenFragLen) || raw[0] != tokenVersion || raw[17] > tokHighWater {
 		return resumeToken{}, false
 	}
-	return resumeToken{
+	t := resumeToken{
 		ts:   bson.Timestamp{T: binary.BigEndian.Uint32(raw[1:]), I: binary.BigEndian.Uint32(raw[5:])},
 		seq:  binary.BigEndian.Uint64(raw[9:]),
 		kind: raw[17],
-	}, true
+	}
+	if len(raw) == tokenFragLen {
+		if t.kind != tokEvent {
+			return resumeToken{}, false
+		}
+		t.frag = binary.BigEndian.Uint32(raw[tokenLen:]) + 1
+	}
+	return t, true
 }

@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+const tenMiB = 10 * 1024 * 1024
+
+// TestLargeEventSplitAndStripped: a 10 MiB document updated to another
+// 10 MiB value, with updateLookup and pre-images (about 30 MiB of change
+// event), reaches a webhook whole and byte-identical (reassembled from the
+// server's fragments), reaches EventBridge per its policy (oversize =
+// "strip": the 10 MiB insert goes without its document; the update still
+// carries 10 MiB in updateDescription, so even stripped it is too large and
+// is dead-lettered with reason "oversize"), and later small changes keep
+// flowing; a crash right after the update and a restart lose nothing.
+func TestLargeEventSplitAndStripped(t *testing.T) {
+	w := newAWSWorld(t)
+	ctx := context.Background()
+	err := w.e.client.Database(w.e.db).CreateCollection(ctx, "items",
+		options.CreateCollection().SetChangeStreamPreAndPostImages(bson.M{"enabled": true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := w.e.config(fmt.Sprintf(`
+[mongo]
+uri = "%%URI%%"
+state_database = "%%STATE%%"
+
+[server]
+listen = "127.0.0.1:0"
+
+[[sources]]
+name = "items"
+database = "%%DB%%"
+collection = "items"
+full_document = "updateLookup"
+full_document_before_change = "required"
+checkpoint_interval = "100ms"
+max_await = "200ms"
+
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = %q
+secret = "${TEST_SECRET}"
+allow_private_networks = true
+timeout = "60s"
+
+[[sinks]]
+name = "bus"
+type = "eventbridge"
+event_bus = "orders"
+endpoint = %q
+oversize = "strip"
+
+[[rules]]
+name = "hooks"
+source = "items"
+sinks = ["hook"]
+
+[[rules]]
+name = "aws"
+source = "items"
+sinks = ["bus"]
+`, w.rcv.URL(), w.eb.URL()))
+	g := w.e.start(cfg)
+	c := w.e.coll("items")
+	oldV, newV := strings.Repeat("x", tenMiB), strings.Repeat("y", tenMiB)
+	if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}, {Key: "v", Value: oldV}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpdateOne(ctx, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: newV}}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Crash (no drain) while the large event is being read or delivered,
+	// then restart: at-least-once, nothing lost.
+	time.Sleep(50 * time.Millisecond)
+	_ = g.stop(t, true)
+	w.e.start(cfg)
+	insertN(t, c, 2, 5) // later small changes
+
+	waitFor(t, 60*time.Second, "the update and the small inserts at the webhook", func() bool {
+		ops := map[string]bool{}
+		for _, d := range w.rcv.Deliveries() {
+			ops[d.Operation+d.DocKey] = true
+		}
+		return ops[`update{"_id":1}`] && ops[`insert{"_id":6}`]
+	})
+	var update json.RawMessage
+	for _, d := range w.rcv.Deliveries() {
+		if d.Operation == "update" {
+			update = d.Envelope
+		}
+	}
+	var env struct {
+		FullDocument             json.RawMessage `json:"fullDocument"`
+		FullDocumentBeforeChange json.RawMessage `json:"fullDocumentBeforeChange"`
+		Truncated                bool            `json:"truncated"`
+	}
+	if err := json.Unmarshal(update, &env); err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"_id":1,"v":"` + newV + `"}`; string(env.FullDocument) != want {
+		t.Fatalf("webhook fullDocument is %d bytes, not the updated document", len(env.FullDocument))
+	}
+	if want := `{"_id":1,"v":"` + oldV + `"}`; string(env.FullDocumentBeforeChange) != want || env.Truncated {
+		t.Fatalf("webhook pre-image is %d bytes (truncated %v)", len(env.FullDocumentBeforeChange), env.Truncated)
+	}
+	for _, d := range w.rcv.Deliveries() {
+		if strings.Contains(string(d.Envelope), `"splitEvent"`) {
+			t.Fatal("a fragment reached the webhook")
+		}
+	}
+
+	waitFor(t, 60*time.Second, "the events at EventBridge", func() bool {
+		n := 0
+		for _, ev := range w.eb.Events() {
+			if strings.Contains(ev.Detail, `"documentKey":{"_id":1}`) || strings.Contains(ev.Detail, `"documentKey":{"_id":6}`) {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	dls := w.e.client.Database(w.e.state).Collection("deadletters")
+	waitFor(t, 30*time.Second, "the update dead-lettered for EventBridge", func() bool {
+		n, err := dls.CountDocuments(ctx, bson.D{{Key: "sink", Value: "bus"}, {Key: "operation", Value: "update"}, {Key: "reason", Value: "oversize"}})
+		return err == nil && n == 1
+	})
+	for _, ev := range w.eb.Events() {
+		var v struct {
+			OperationType string          `json:"operationType"`
+			DocumentKey   json.RawMessage `json:"documentKey"`
+			FullDocument  json.RawMessage `json:"fullDocument"`
+			Truncated     bool            `json:"truncated"`
+		}
+		if err := json.Unmarshal([]byte(ev.Detail), &v); err != nil {
+			t.Fatal(err)
+		}
+		big := string(v.DocumentKey) == `{"_id":1}`
+		if big && (!v.Truncated || v.FullDocument != nil) {
+			t.Fatalf("eventbridge got the large %s event unstripped", v.OperationType)
+		}
+		if !big && (v.Truncated || v.FullDocument == nil) {
+			t.Fatalf("eventbridge stripped a small event: %s", ev.Detail)
+		}
+	}
+}
