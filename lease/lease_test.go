@@ -208,6 +208,10 @@ func TestNoTwoOwners(t *testing.T) {
 				mu.Lock()
 				tenures = append(tenures, tn)
 				mu.Unlock()
+				// Give the others (polling every 5 ms) a turn: on a
+				// loaded machine the owner that just let go would
+				// otherwise win every race and the unit never move.
+				time.Sleep(30 * time.Millisecond)
 			}
 		}()
 	}
