@@ -3,6 +3,9 @@ package app
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -133,11 +136,16 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 		writeJSON(w, http.StatusOK, g.report())
 	})
 	mux.HandleFunc("GET /api/v1/deadletters", g.listDeadLetters)
+	mux.HandleFunc("GET /api/v1/deadletters/{id...}", g.showDeadLetter(make(chan struct{}, maxPayloads)))
 	mux.HandleFunc("POST /api/v1/deadletters/replay", g.mutating(g.replayDeadLetters))
 	mux.HandleFunc("DELETE /api/v1/deadletters", g.mutating(g.purgeDeadLetters))
 	mux.HandleFunc("POST /api/v1/reload", g.mutating(g.reloadHandler))
 	return mux
 }
+
+// maxPayloads bounds the whole entries (GET /api/v1/deadletters/{id})
+// rendered at once.
+const maxPayloads = 2
 
 type apiError struct {
 	Error string `json:"error"`
@@ -170,31 +178,90 @@ func queryOf(r *http.Request) DeadLetterQuery {
 	}
 }
 
-type deadLetterPage struct {
-	Entries []deadletter.Entry `json:"entries"`
-	// Next is the after parameter of the next page; empty on the last.
-	Next string `json:"next,omitempty"`
-}
-
+// listDeadLetters streams a page of dead-letter summaries: memory stays
+// bounded by one cursor batch of summaries whatever the entries' sizes. The
+// body is {"entries": [...], "next": ID, "error": MSG}: entries are
+// summaries (no change, no envelope: GET /api/v1/deadletters/{id} shows
+// one in full), next is the after parameter of the next page (absent on the
+// last), error is present when the listing failed half way (the entries
+// before it are valid, the page is incomplete).
 func (g *gateway) listDeadLetters(w http.ResponseWriter, r *http.Request) {
-	f, err := queryOf(r).Filter(time.Now(), 100)
+	f, err := queryOf(r).ListFilter(time.Now())
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
 		return
 	}
-	es, err := g.dls.List(r.Context(), f)
-	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
+	n, last, started := 0, "", false
+	err = g.dls.Summaries(r.Context(), f, func() {
+		started = true
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"entries":[`)
+	}, func(e deadletter.Entry) error {
+		sep := "\n  "
+		if n > 0 {
+			sep = ",\n  "
+		}
+		if _, err := io.WriteString(w, sep); err != nil {
+			return err
+		}
+		b, err := e.MarshalJSON()
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		n++
+		last = e.ID
+		return nil
+	})
+	if err != nil && !started {
+		code := http.StatusInternalServerError
+		if errors.Is(err, deadletter.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		writeJSON(w, code, apiError{err.Error()})
 		return
 	}
-	page := deadLetterPage{Entries: make([]deadletter.Entry, 0, len(es))}
-	for _, e := range es {
-		page.Entries = append(page.Entries, e.Summary())
+	tail := "\n]"
+	if n == 0 {
+		tail = "]"
 	}
-	if f.Limit > 0 && len(es) == f.Limit {
-		page.Next = es[len(es)-1].ID
+	if err == nil && n == f.Limit {
+		nb, _ := json.Marshal(last)
+		tail += `,"next":` + string(nb)
 	}
-	writeJSON(w, http.StatusOK, page)
+	if err != nil {
+		eb, _ := json.Marshal(err.Error())
+		tail += `,"error":` + string(eb)
+	}
+	_, _ = io.WriteString(w, tail+"}\n")
+}
+
+// showDeadLetter returns one entry in full (change and envelope included).
+// At most maxPayloads such replies are built at once, each up to a few
+// times MongoDB's 16 MiB document limit.
+func (g *gateway) showDeadLetter(payloads chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		select {
+		case payloads <- struct{}{}:
+			defer func() { <-payloads }()
+		case <-r.Context().Done():
+			return
+		}
+		e, ok, err := g.dls.Get(r.Context(), id)
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
+			return
+		}
+		if !ok {
+			writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("no dead letter %q", id)})
+			return
+		}
+		writeJSON(w, http.StatusOK, e)
+	}
 }
 
 type replayReport struct {

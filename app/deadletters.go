@@ -22,6 +22,28 @@ type DeadLetterQuery struct {
 	After        string // paging: the id of the last entry of the previous page
 }
 
+// Listing limits: a listing (admin API and CLI) returns DefaultListLimit
+// entries unless limit says otherwise, and at most MaxListLimit; page with
+// after for more. Replay and purge take no default limit.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// ListFilter is Filter for a listing: limit defaults to DefaultListLimit and
+// must be from 1 to MaxListLimit (0, "no limit", is refused: a listing is
+// paged).
+func (q DeadLetterQuery) ListFilter(now time.Time) (deadletter.Filter, error) {
+	f, err := q.Filter(now, DefaultListLimit)
+	if err != nil {
+		return f, err
+	}
+	if f.Limit < 1 || f.Limit > MaxListLimit {
+		return f, fmt.Errorf("limit: %q is out of range: a listing takes 1 to %d entries (page with after)", q.Limit, MaxListLimit)
+	}
+	return f, nil
+}
+
 // Filter validates q and returns the deadletter filter it means. defLimit
 // applies when q.Limit is empty.
 func (q DeadLetterQuery) Filter(now time.Time, defLimit int) (deadletter.Filter, error) {

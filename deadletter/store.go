@@ -440,6 +440,50 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Entry, error) {
 	return out, nil
 }
 
+// summaryProjection leaves out of a listed entry the parts that can be
+// large (the stored change and its envelope, up to 16 MiB each).
+var summaryProjection = bson.D{{Key: "change", Value: 0}, {Key: "envelope", Value: 0}}
+
+// Summaries calls fn, one entry at a time and in List order, with the
+// summary (Entry.Summary: no Change, no Envelope) of each entry List(f)
+// would return. The large fields are never read from the server, and no
+// more than one cursor batch of summaries is held at once, so memory does
+// not grow with the size or number of the entries. fn's error stops the
+// walk and is returned as is; ready, if non-nil, is called once the query
+// was accepted and before the first fn call, so a caller can tell an
+// invalid filter (an error before ready) from a failure half way.
+func (s *Store) Summaries(ctx context.Context, f Filter, ready func(), fn func(Entry) error) error {
+	q, err := s.pageQuery(ctx, f)
+	if err != nil {
+		return fmt.Errorf("dead letters: list: %w", err)
+	}
+	opts := options.Find().SetSort(f.sort()).SetProjection(summaryProjection).SetBatchSize(100)
+	if f.Limit > 0 {
+		opts.SetLimit(int64(f.Limit))
+	}
+	cur, err := s.coll.Find(ctx, q, opts)
+	if err != nil {
+		return fmt.Errorf("dead letters: list: %w", err)
+	}
+	defer cur.Close(ctx)
+	if ready != nil {
+		ready()
+	}
+	for cur.Next(ctx) {
+		var r record
+		if err := cur.Decode(&r); err != nil {
+			return fmt.Errorf("dead letters: list: decode: %w", err)
+		}
+		if err := fn(r.entry()); err != nil {
+			return err
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("dead letters: list: %w", err)
+	}
+	return nil
+}
+
 // ids returns the _ids of the entries List(f) would return.
 func (s *Store) ids(ctx context.Context, f Filter) ([]string, error) {
 	q, err := s.pageQuery(ctx, f)

@@ -1,0 +1,187 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/checkpoint"
+	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/test/mongotest"
+)
+
+// newEnvAt is newEnv on the MongoDB at uri.
+func newEnvAt(t *testing.T, uri string) (*env, *deadletter.Store) {
+	t.Helper()
+	client := mongotest.Client(t, uri)
+	e := &env{t: t, uri: uri, db: mongotest.UniqueName("cgapp_"), state: mongotest.UniqueName("cgappstate_")}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Database(e.db).Drop(ctx)
+		_ = client.Database(e.state).Drop(ctx)
+	})
+	e.cps = checkpoint.NewStore(client.Database(e.state), "checkpoints")
+	e.insert = func() error { return nil }
+	return e, deadletter.NewStore(client.Database(e.state), "deadletters")
+}
+
+// call makes an admin API request and returns the status and body.
+func call(t *testing.T, method, addr, path, token string, hdr ...string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+		} else {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+type listPage struct {
+	Entries []deadletter.Entry `json:"entries"`
+	Next    string             `json:"next"`
+	Error   string             `json:"error"`
+}
+
+// TestListDeadLettersBoundedMemory: listing 50 dead letters of 10 MB each,
+// six requests at once, keeps the heap under 64 MB (the listing reads
+// summaries only, streams them, and caps limit); one entry's payload is a
+// separate call.
+func TestListDeadLettersBoundedMemory(t *testing.T) {
+	if raceEnabled {
+		t.Skip("heap bounds are not measured under the race detector (it inflates allocations, and storing 500 MB takes a minute)")
+	}
+	e, dls := newEnvAt(t, outOfProcessURI(t))
+	ctx := context.Background()
+	if err := dls.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	blob := make([]byte, 10<<20)
+	for i := range 50 {
+		change, err := bson.Marshal(bson.D{{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("%04d", i)}}}, {Key: "blob", Value: blob}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _ := bson.Marshal(bson.D{{Key: "_id", Value: i}})
+		if err := dls.Put(ctx, deadletter.Entry{
+			Kind: deadletter.KindFailed, EventID: fmt.Sprintf("items:%04d", i), Source: "items", Sink: "hook",
+			Namespace: e.db + ".items", DocumentKey: key, Change: change, LastError: "http 400",
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(hook.Close)
+	t.Logf("stored 50 entries")
+	g := start(t, e.config(hook.URL, "5s"), app.Options{})
+
+	runtime.GC()
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapAlloc > peak.Load() {
+				peak.Store(ms.HeapAlloc)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, q := range []string{"", "?limit=1000", "?limit=1000", "?sink=hook&limit=1000", "?limit=25", "?kind=failed"} {
+		wg.Go(func() {
+			code, body := call(t, "GET", g.admin, "/api/v1/deadletters"+q, "s3cret")
+			var p listPage
+			if err := json.Unmarshal(body, &p); err != nil || code != 200 {
+				t.Errorf("list%s: %d %v %.200s", q, code, err, body)
+				return
+			}
+			want := 50
+			if q == "?limit=25" {
+				want = 25
+			}
+			if len(p.Entries) != want || p.Error != "" {
+				t.Errorf("list%s: %d entries (error %q), want %d", q, len(p.Entries), p.Error, want)
+			}
+			for _, en := range p.Entries {
+				if en.Change != nil || en.Envelope != nil || en.DocumentKey == nil {
+					t.Errorf("list%s: entry %s carries its change or lacks its key", q, en.ID)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-sampled
+	if p := peak.Load(); p > 64<<20 {
+		t.Errorf("heap reached %d MB while listing, want < 64 MB", p>>20)
+	}
+
+	// One entry in full is a separate call; an unknown one is 404.
+	id := deadletter.EntryID("items:0007", "hook")
+	code, body := call(t, "GET", g.admin, "/api/v1/deadletters/"+url.PathEscape(id), "s3cret")
+	var full deadletter.Entry
+	if err := json.Unmarshal(body, &full); err != nil || code != 200 || full.ID != id || len(full.Change) < 10<<20 {
+		t.Fatalf("show %s: %d %v, change %d bytes", id, code, err, len(full.Change))
+	}
+	if code, _ := call(t, "GET", g.admin, "/api/v1/deadletters/nope/hook", "s3cret"); code != http.StatusNotFound {
+		t.Fatalf("show of a missing entry: %d, want 404", code)
+	}
+
+	// limit is capped, and paging continues a capped listing.
+	for _, q := range []string{"limit=0", "limit=1001", "limit=-1", "limit=x"} {
+		if code, body := call(t, "GET", g.admin, "/api/v1/deadletters?"+q, "s3cret"); code != http.StatusBadRequest {
+			t.Errorf("list?%s: %d %s, want 400", q, code, body)
+		}
+	}
+	var p listPage
+	_, body = call(t, "GET", g.admin, "/api/v1/deadletters?limit=30", "s3cret")
+	if err := json.Unmarshal(body, &p); err != nil || len(p.Entries) != 30 || p.Next == "" {
+		t.Fatalf("first page: %v %d entries next %q", err, len(p.Entries), p.Next)
+	}
+	_, body = call(t, "GET", g.admin, "/api/v1/deadletters?limit=30&after="+url.QueryEscape(p.Next), "s3cret")
+	p = listPage{}
+	if err := json.Unmarshal(body, &p); err != nil || len(p.Entries) != 20 || p.Next != "" {
+		t.Fatalf("second page: %v %d entries next %q", err, len(p.Entries), p.Next)
+	}
+	if code, _ := call(t, "GET", g.admin, "/api/v1/deadletters?after=gone", "s3cret"); code != http.StatusNotFound {
+		t.Fatalf("paging after a missing entry: %d, want 404", code)
+	}
+}
