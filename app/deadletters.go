@@ -65,6 +65,9 @@ func (q DeadLetterQuery) Filter(now time.Time, defLimit int) (deadletter.Filter,
 		if err := bson.UnmarshalExtJSON([]byte(q.DocumentKey), false, &key); err != nil {
 			return f, fmt.Errorf("document key: %q is not a JSON document: %v", q.DocumentKey, err)
 		}
+		if err := deadletter.CheckDocumentKey(key); err != nil {
+			return f, fmt.Errorf("document key: %q: %w", q.DocumentKey, err)
+		}
 		f.DocumentKey = key
 	}
 	if q.Limit != "" {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -340,8 +341,12 @@ func (f Filter) query() (bson.D, error) {
 		if err != nil {
 			return nil, fmt.Errorf("filter: invalid document key: %w", err)
 		}
+		if path := operatorPath(f.DocumentKey, ""); path != "" {
+			return nil, fmt.Errorf("filter: invalid document key: %w", &OperatorError{Path: path})
+		}
+		// $eq: the key's values are matched literally, whatever they hold.
 		for _, el := range elems {
-			q = append(q, bson.E{Key: "documentKey." + el.Key(), Value: el.Value()})
+			q = append(q, bson.E{Key: "documentKey." + el.Key(), Value: bson.D{{Key: "$eq", Value: el.Value()}}})
 		}
 	}
 	if f.IDs != nil {
@@ -351,6 +356,60 @@ func (f Filter) query() (bson.D, error) {
 		q = append(q, bson.E{Key: "unit", Value: bson.D{{Key: "$in", Value: f.Units}}})
 	}
 	return q, nil
+}
+
+// OperatorError is the error for a document key (Filter.DocumentKey) that
+// holds a field name starting with "$": a key is matched literally, and such
+// a name would be read by MongoDB as a query operator ({"_id": {"$ne":
+// null}} would select every entry).
+type OperatorError struct {
+	// Path is the dotted path of the offending field, e.g. "_id.$ne".
+	Path string
+}
+
+func (e *OperatorError) Error() string {
+	return fmt.Sprintf("field %q is a query operator: a document key is matched literally, write its value as (Extended) JSON, e.g. {\"_id\": {\"$oid\": \"...\"}}", e.Path)
+}
+
+// CheckDocumentKey returns an *OperatorError when key holds a field name
+// starting with "$" (once Extended JSON wrappers such as {"$oid": ...} were
+// parsed into their types), and nil otherwise. Every Filter method refuses
+// such a key; callers parsing user input call it to report it early.
+func CheckDocumentKey(key bson.Raw) error {
+	if path := operatorPath(key, ""); path != "" {
+		return &OperatorError{Path: path}
+	}
+	return nil
+}
+
+// operatorPath returns the dotted path of the first field of doc (at any
+// depth, arrays included) whose name starts with "$", or "".
+func operatorPath(doc bson.Raw, prefix string) string {
+	elems, err := doc.Elements()
+	if err != nil {
+		return ""
+	}
+	for _, el := range elems {
+		path := el.Key()
+		if prefix != "" {
+			path = prefix + "." + path
+		}
+		if strings.HasPrefix(el.Key(), "$") {
+			return path
+		}
+		v := el.Value()
+		switch v.Type {
+		case bson.TypeEmbeddedDocument:
+			if p := operatorPath(v.Document(), path); p != "" {
+				return p
+			}
+		case bson.TypeArray:
+			if p := operatorPath(bson.Raw(v.Array()), path); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
 }
 
 // byOrder reports whether entries matching f are listed in stream order.

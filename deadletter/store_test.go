@@ -885,3 +885,50 @@ func TestInvalidFilter(t *testing.T) {
 		t.Errorf("Count = %d, %v; want 8 (nothing purged)", n, err)
 	}
 }
+
+// TestDocumentKeyIsLiteral: a document key is matched literally ($eq), and
+// one that holds a query operator is refused by every method before it
+// reaches MongoDB, so {"_id": {"$ne": null}} can neither list nor purge
+// everything.
+func TestDocumentKeyIsLiteral(t *testing.T) {
+	s, ctx := newStore(t)
+	fixture(t, ctx, s)
+	// An entry whose _id is itself a document matches only that document.
+	nested := entry(t, ev(t, "s1", "orders", bson.D{{Key: "a", Value: 1}, {Key: "b", Value: 2}}, 50), "a", deadletter.KindFailed)
+	put(t, ctx, s, nested)
+	if es, err := s.List(ctx, deadletter.Filter{DocumentKey: docKey(t, bson.D{{Key: "a", Value: 1}, {Key: "b", Value: 2}})}); err != nil || len(es) != 1 || es[0].ID != nested.ID {
+		t.Fatalf("literal embedded key: %v %v", ids(es), err)
+	}
+	if es, err := s.List(ctx, deadletter.Filter{DocumentKey: docKey(t, bson.D{{Key: "a", Value: 1}})}); err != nil || len(es) != 0 {
+		t.Fatalf("a part of an embedded key matched: %v %v", ids(es), err)
+	}
+	for _, key := range []bson.D{
+		{{Key: "_id", Value: bson.D{{Key: "$ne", Value: nil}}}},
+		{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "."}}}},
+		{{Key: "$where", Value: "true"}},
+		{{Key: "_id", Value: bson.A{bson.D{{Key: "$gt", Value: 0}}}}},
+		{{Key: "_id", Value: bson.D{{Key: "x", Value: bson.D{{Key: "$exists", Value: true}}}}}},
+	} {
+		raw, err := bson.Marshal(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := deadletter.Filter{DocumentKey: raw}
+		var oe *deadletter.OperatorError
+		if _, err := s.List(ctx, f); !errors.As(err, &oe) {
+			t.Errorf("List(%v): %v, want an OperatorError", key, err)
+		}
+		if _, err := s.Purge(ctx, f); !errors.As(err, &oe) {
+			t.Errorf("Purge(%v): %v, want an OperatorError", key, err)
+		}
+		if _, err := s.Count(ctx, f); !errors.As(err, &oe) {
+			t.Errorf("Count(%v): %v, want an OperatorError", key, err)
+		}
+		if _, err := s.Replay(ctx, f, func(context.Context, string, *event.Event) error { return nil }); !errors.As(err, &oe) {
+			t.Errorf("Replay(%v): %v, want an OperatorError", key, err)
+		}
+	}
+	if n, err := s.Count(ctx, deadletter.Filter{}); err != nil || n != 9 {
+		t.Errorf("Count = %d, %v; want 9 (nothing purged)", n, err)
+	}
+}

@@ -27,7 +27,8 @@ Commands:
   purge    delete matching dead letters (requires -yes)
 
 Filters: -sink NAME -source NAME -kind failed|parked|gap -since TIME (RFC 3339 or
-a duration such as 24h, meaning that long ago) -document-key JSON -limit N
+a duration such as 24h, meaning that long ago) -document-key JSON (the key's
+value as Extended JSON, matched literally; $ operators are refused) -limit N
 -after ID (list paging). The admin API (/api/v1/deadletters) takes the same
 filters as query parameters.
 `
