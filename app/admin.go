@@ -1,13 +1,11 @@
 package app
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +35,8 @@ type sourceReport struct {
 	CheckpointToken  string    `json:"checkpointToken,omitempty"`
 	LastEvent        time.Time `json:"lastEventTime,omitzero"`
 	CheckpointLagSec float64   `json:"checkpointLagSeconds"`
+	// brief is Reason without the error text, for the open /readyz.
+	brief string
 }
 
 type sinkReport struct {
@@ -61,6 +61,8 @@ type sinkReport struct {
 	Requests         int     `json:"requestsInFlight"`
 	LatencyMs        float64 `json:"latencyMs"`
 	Circuit          string  `json:"circuit,omitempty"`
+	// brief is Reason without the error text, for the open /readyz.
+	brief string
 }
 
 func (g *gateway) report() statusReport {
@@ -84,6 +86,7 @@ func (g *gateway) report() statusReport {
 		switch {
 		case st.State != source.StateOpen:
 			sr.Reason = "change stream is " + string(st.State)
+			sr.brief = sr.Reason
 			if st.LastError != "" {
 				sr.Reason += ": " + st.LastError
 			}
@@ -91,6 +94,9 @@ func (g *gateway) report() statusReport {
 			sr.Reason = "change stream has not answered for " + time.Since(st.LastPoll).Round(time.Second).String()
 		case st.InFlight > 0 && !st.CheckpointSave.IsZero() && time.Since(st.CheckpointSave) > staleAfter:
 			sr.Reason = "checkpoint has not advanced for " + time.Since(st.CheckpointSave).Round(time.Second).String()
+		}
+		if sr.brief == "" {
+			sr.brief = sr.Reason
 		}
 		sr.Ready = sr.Reason == ""
 		r.Ready = r.Ready && sr.Ready
@@ -108,13 +114,28 @@ func (g *gateway) report() statusReport {
 		// A parked sink does not hold the sources back, but it is not
 		// delivering: report it so an operator sees it.
 		if st.Failing && st.Queued+st.InProgress > 0 && time.Since(st.LastSuccess) > staleAfter {
-			kr.Reason = "sink has not delivered for " + time.Since(st.LastSuccess).Round(time.Second).String() + ": " + st.LastError
+			kr.brief = "sink has not delivered for " + time.Since(st.LastSuccess).Round(time.Second).String()
+			kr.Reason = kr.brief + ": " + st.LastError
 		}
 		kr.Ready = kr.Reason == ""
 		r.Ready = r.Ready && kr.Ready
 		r.Sinks = append(r.Sinks, kr)
 	}
 	return r
+}
+
+// verdict is r without details: which sources and sinks are ready and
+// why not, without error texts, positions or counts. /readyz shows it to callers that may not
+// read data.
+func (r statusReport) verdict() statusReport {
+	out := statusReport{Ready: r.Ready}
+	for _, s := range r.Sources {
+		out.Sources = append(out.Sources, sourceReport{Name: s.Name, State: s.State, Ready: s.Ready, Reason: s.brief})
+	}
+	for _, s := range r.Sinks {
+		out.Sinks = append(out.Sinks, sinkReport{Name: s.Name, Ready: s.Ready, Reason: s.brief})
+	}
+	return out
 }
 
 func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
@@ -124,19 +145,24 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
 		r := g.report()
 		code := http.StatusOK
 		if !r.Ready {
 			code = http.StatusServiceUnavailable
 		}
+		if !g.mayRead(req) {
+			// The verdict is open (probes); the details are data.
+			writeJSON(w, code, r.verdict())
+			return
+		}
 		writeJSON(w, code, r)
 	})
-	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /api/v1/status", g.reading(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.report())
-	})
-	mux.HandleFunc("GET /api/v1/deadletters", g.listDeadLetters)
-	mux.HandleFunc("GET /api/v1/deadletters/{id...}", g.showDeadLetter(make(chan struct{}, maxPayloads)))
+	}))
+	mux.HandleFunc("GET /api/v1/deadletters", g.reading(g.listDeadLetters))
+	mux.HandleFunc("GET /api/v1/deadletters/{id...}", g.reading(g.showDeadLetter(make(chan struct{}, maxPayloads))))
 	mux.HandleFunc("POST /api/v1/deadletters/replay", g.mutating(g.replayDeadLetters))
 	mux.HandleFunc("DELETE /api/v1/deadletters", g.mutating(g.purgeDeadLetters))
 	mux.HandleFunc("POST /api/v1/reload", g.mutating(g.reloadHandler))
@@ -149,25 +175,6 @@ const maxPayloads = 2
 
 type apiError struct {
 	Error string `json:"error"`
-}
-
-// mutating guards an endpoint that changes state: it needs the configured
-// admin token as a bearer token, and is disabled when none is configured.
-func (g *gateway) mutating(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		token := g.config().Server.AdminToken.Value()
-		if token == "" {
-			writeJSON(w, http.StatusForbidden, apiError{"mutating admin API calls are disabled: set server.admin_token to enable them"})
-			return
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="changegate"`)
-			writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong bearer token"})
-			return
-		}
-		h(w, r)
-	}
 }
 
 func queryOf(r *http.Request) DeadLetterQuery {
@@ -284,6 +291,9 @@ func (g *gateway) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{"parked entries are re-driven automatically, in order, once their sink accepts again; only failed entries can be replayed"})
 		return
 	}
+	// A replay waits for its deliveries (retries included): no write
+	// deadline for it.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	res, err := g.dls.Replay(r.Context(), f, g.engine.DeliverNow)
 	rep := replayReport{Replayed: res.Replayed, Failed: res.Failed, Skipped: res.Skipped}
 	for _, e := range res.Errors {

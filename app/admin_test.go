@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -183,5 +185,111 @@ func TestListDeadLettersBoundedMemory(t *testing.T) {
 	}
 	if code, _ := call(t, "GET", g.admin, "/api/v1/deadletters?after=gone", "s3cret"); code != http.StatusNotFound {
 		t.Fatalf("paging after a missing entry: %d, want 404", code)
+	}
+}
+
+// TestAdminAccess: /healthz, /metrics and the /readyz verdict are open;
+// status details and dead letters need the token (scheme matched
+// case-insensitively) unless server.public_read; a Host header naming
+// another site (DNS rebinding) is refused on every endpoint; bodies are
+// bounded; an operator in document_key is refused.
+func TestAdminAccess(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(hook.Close)
+	g := start(t, e.config(hook.URL, "5s"), app.Options{})
+	hostname, _ := os.Hostname()
+
+	type req struct {
+		method, path, token string
+		hdr                 []string
+		want                int
+	}
+	for _, r := range []req{
+		{"GET", "/healthz", "", nil, 200},
+		{"GET", "/metrics", "", nil, 200},
+		{"GET", "/readyz", "", nil, 200},
+		{"GET", "/api/v1/status", "", nil, 401},
+		{"GET", "/api/v1/status", "wrong", nil, 401},
+		{"GET", "/api/v1/deadletters", "", nil, 401},
+		{"GET", "/api/v1/deadletters/x/hook", "", nil, 401},
+		{"GET", "/api/v1/status", "s3cret", nil, 200},
+		{"GET", "/api/v1/status", "", []string{"Authorization", "bearer s3cret"}, 200},
+		{"GET", "/api/v1/status", "", []string{"Authorization", "BEARER   s3cret"}, 200},
+		{"GET", "/api/v1/status", "", []string{"Authorization", "Basic s3cret"}, 401},
+		{"GET", "/api/v1/deadletters", "s3cret", nil, 200},
+		// DNS rebinding: a page on evil.example resolved to this address.
+		{"GET", "/api/v1/status", "s3cret", []string{"Host", "evil.example:9464"}, 421},
+		{"GET", "/metrics", "", []string{"Host", "evil.example"}, 421},
+		{"GET", "/readyz", "", []string{"Host", "EVIL.example."}, 421},
+		{"GET", "/api/v1/status", "s3cret", []string{"Host", "localhost:9464"}, 200},
+		{"GET", "/api/v1/status", "s3cret", []string{"Host", "LocalHost."}, 200},
+		{"GET", "/api/v1/status", "s3cret", []string{"Host", "10.1.2.3:9464"}, 200},
+		{"GET", "/api/v1/status", "s3cret", []string{"Host", "[::1]:9464"}, 200},
+		{"GET", "/api/v1/status", "s3cret", []string{"Host", hostname}, 200},
+		// Operators in document_key are refused, for reads and purges alike.
+		{"GET", "/api/v1/deadletters?document_key=" + url.QueryEscape(`{"_id":{"$ne":null}}`), "s3cret", nil, 400},
+		{"DELETE", "/api/v1/deadletters?document_key=" + url.QueryEscape(`{"_id":{"$regex":"."}}`), "s3cret", nil, 400},
+	} {
+		if code, body := call(t, r.method, g.admin, r.path, r.token, r.hdr...); code != r.want {
+			t.Errorf("%s %s (token %q, %q): %d %s, want %d", r.method, r.path, r.token, r.hdr, code, body, r.want)
+		}
+	}
+
+	// The open /readyz gives the verdict, not the details.
+	_, open := call(t, "GET", g.admin, "/readyz", "")
+	_, full := call(t, "GET", g.admin, "/readyz", "s3cret")
+	if strings.Contains(string(open), "checkpointToken") || !strings.Contains(string(open), `"ready": true`) {
+		t.Errorf("open /readyz shows details: %s", open)
+	}
+	if !strings.Contains(string(full), "checkpointToken") {
+		t.Errorf("/readyz with the token lacks details: %s", full)
+	}
+
+	// Bodies are bounded.
+	big, _ := http.NewRequest("POST", "http://"+g.admin+"/api/v1/reload", strings.NewReader(strings.Repeat("x", 1<<20)))
+	big.Header.Set("Authorization", "Bearer s3cret")
+	if resp, err := http.DefaultClient.Do(big); err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("1 MiB body: %v %v, want 413", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}
+
+// TestAdminPublicRead: server.public_read serves data without a token,
+// server.allowed_hosts replaces the default names, and without a token
+// configured data reads are refused (403) rather than open.
+func TestAdminPublicRead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(hook.Close)
+	cfg := e.config(hook.URL, "5s")
+	cfg.Server.PublicRead = true
+	cfg.Server.AllowedHosts = []string{"changegate.example"}
+	g := start(t, cfg, app.Options{})
+	for _, r := range []struct {
+		host string
+		want int
+	}{{"", 200}, {"changegate.example:9464", 200}, {"other.example", 421}} {
+		var hdr []string
+		if r.host != "" {
+			hdr = []string{"Host", r.host}
+		}
+		if code, body := call(t, "GET", g.admin, "/api/v1/status", "", hdr...); code != r.want {
+			t.Errorf("public status, Host %q: %d %s, want %d", r.host, code, body, r.want)
+		}
+	}
+	if code, _ := call(t, "POST", g.admin, "/api/v1/reload", ""); code != http.StatusUnauthorized {
+		t.Errorf("reload without token under public_read: %d, want 401", code)
+	}
+	g.stop(t, 10*time.Second)
+
+	cfg = e.config(hook.URL, "5s")
+	cfg.Server.AdminToken = ""
+	g = start(t, cfg, app.Options{})
+	if code, body := call(t, "GET", g.admin, "/api/v1/deadletters", ""); code != http.StatusForbidden || !strings.Contains(string(body), "server.public_read") {
+		t.Errorf("list without a configured token: %d %s, want 403 naming server.public_read", code, body)
 	}
 }

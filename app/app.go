@@ -284,7 +284,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			return fmt.Errorf("server.listen: %w", err)
 		}
 		adminAddr = ln.Addr().String()
-		srv = &http.Server{Handler: g.handler(reg), ReadHeaderTimeout: 10 * time.Second}
+		srv = g.newAdminServer(reg)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin server failed", "err", err)

@@ -80,7 +80,7 @@ func TestExampleConfig(t *testing.T) {
 func allKeys() []string {
 	keys := []string{
 		"uri", "state_database", "checkpoint_collection", "deadletter_collection",
-		"listen", "shutdown_grace", "admin_token",
+		"listen", "shutdown_grace", "admin_token", "public_read", "allowed_hosts",
 		"enabled", "lease_ttl", "renew_every", "instance", "leases_collection", "partitions",
 		"name", "database", "collection", "full_document", "full_document_before_change", "pipeline",
 		"start_at", "on_history_lost", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval",

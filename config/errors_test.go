@@ -56,6 +56,21 @@ colection = "orders"
 admin_token = "  "
 `, nil, `server.admin_token: is only white space: set a real token, or leave it empty to disable mutating admin API calls at config.toml:5`},
 
+		{"bad allowed hosts", head + `
+[server]
+public_read = "yes"
+allowed_hosts = ["changegate.example", "https://x.example", "a.example:9464", "", "two words", 7]
+`, nil, `server.public_read: expected a boolean (true or false), got string at config.toml:5
+server.allowed_hosts[5]: expected a string, got integer at config.toml:6`},
+
+		{"bad allowed host names", head + `
+[server]
+allowed_hosts = ["changegate.example", "https://x.example", "a.example:9464", "", "two words"]
+`, nil, `server.allowed_hosts[1]: "https://x.example": want a host name such as "changegate.example.com", without scheme at config.toml:5
+server.allowed_hosts[2]: "a.example:9464": want a host name without port (any port is accepted) at config.toml:5
+server.allowed_hosts[3]: must not be empty at config.toml:5
+server.allowed_hosts[4]: "two words" is not a host name at config.toml:5`},
+
 		{"unknown table and missing mongo", `
 [mongodb]
 uri = "mongodb://localhost"

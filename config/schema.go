@@ -203,6 +203,25 @@ func checkCollName(s string) string {
 	return ""
 }
 
+// checkAllowedHost returns what is wrong with an allowed_hosts entry (lower
+// case, trimmed), or "".
+func checkAllowedHost(h string) string {
+	switch {
+	case h == "":
+		return "must not be empty"
+	case h == "*":
+		return ""
+	case strings.Contains(h, "://"):
+		return fmt.Sprintf("%q: want a host name such as \"changegate.example.com\", without scheme", h)
+	case strings.ContainsAny(h, "/ \t@?#*"):
+		return fmt.Sprintf("%q is not a host name", h)
+	}
+	if _, _, err := net.SplitHostPort(h); err == nil {
+		return fmt.Sprintf("%q: want a host name without port (any port is accepted)", h)
+	}
+	return ""
+}
+
 func (d *decoder) server(o *obj) Server {
 	s := Server{Listen: DefaultListen}
 	if l, v, ok := o.str("listen"); v != nil && ok {
@@ -220,6 +239,18 @@ func (d *decoder) server(o *obj) Server {
 	s.AdminToken, _ = o.secret("admin_token")
 	if s.AdminToken != "" && strings.TrimSpace(s.AdminToken.Value()) == "" {
 		d.errorf(o.keyPath("admin_token"), o.lineOf("admin_token"), "is only white space: set a real token, or leave it empty to disable mutating admin API calls")
+	}
+	s.PublicRead = o.boolean("public_read", false)
+	if hosts, elems, v := o.strings("allowed_hosts"); v != nil && !o.bad["allowed_hosts"] {
+		s.AllowedHosts = []string{}
+		for i, h := range hosts {
+			h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
+			if msg := checkAllowedHost(h); msg != "" {
+				d.errorf(indexPath(o.keyPath("allowed_hosts"), i), elems[i].line, "%s", msg)
+				continue
+			}
+			s.AllowedHosts = append(s.AllowedHosts, h)
+		}
 	}
 	o.done()
 	return s

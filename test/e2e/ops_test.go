@@ -79,29 +79,34 @@ admin_token = "s3cret"`, 1))
 	}
 	var p page
 	waitFor(t, 10*time.Second, "3 dead letters listed", func() bool {
-		api(t, "GET", g.admin, "/api/v1/deadletters?sink=hook", "", &p)
+		api(t, "GET", g.admin, "/api/v1/deadletters?sink=hook", "s3cret", &p)
 		return len(p.Entries) == 3
 	})
 	if p.Entries[0].Reason != "http_400" {
 		t.Fatalf("reason %q", p.Entries[0].Reason)
 	}
-	api(t, "GET", g.admin, "/api/v1/deadletters?document_key="+url.QueryEscape(`{"_id": 2}`), "", &p)
+	api(t, "GET", g.admin, "/api/v1/deadletters?document_key="+url.QueryEscape(`{"_id": 2}`), "s3cret", &p)
 	if len(p.Entries) != 1 {
 		t.Fatalf("document_key filter: %d entries, want 1", len(p.Entries))
 	}
-	api(t, "GET", g.admin, "/api/v1/deadletters?limit=2", "", &p)
+	api(t, "GET", g.admin, "/api/v1/deadletters?limit=2", "s3cret", &p)
 	if len(p.Entries) != 2 || p.Next == "" {
 		t.Fatalf("paging: %d entries, next %q", len(p.Entries), p.Next)
 	}
-	api(t, "GET", g.admin, "/api/v1/deadletters?limit=2&after="+url.QueryEscape(p.Next), "", &p)
+	next := p.Next
+	p = page{}
+	api(t, "GET", g.admin, "/api/v1/deadletters?limit=2&after="+url.QueryEscape(next), "s3cret", &p)
 	if len(p.Entries) != 1 {
 		t.Fatalf("second page: %d entries, want 1", len(p.Entries))
 	}
-	if code := api(t, "GET", g.admin, "/api/v1/deadletters?since=yesterday", "", nil); code != http.StatusBadRequest {
+	if code := api(t, "GET", g.admin, "/api/v1/deadletters?since=yesterday", "s3cret", nil); code != http.StatusBadRequest {
 		t.Fatalf("bad filter: status %d, want 400", code)
 	}
 
-	// Mutations need the token.
+	// Reads of data and mutations need the token.
+	if code := api(t, "GET", g.admin, "/api/v1/deadletters", "", nil); code != http.StatusUnauthorized {
+		t.Fatalf("list without token: %d", code)
+	}
 	if code := api(t, "POST", g.admin, "/api/v1/deadletters/replay", "", nil); code != http.StatusUnauthorized {
 		t.Fatalf("replay without token: %d", code)
 	}
@@ -128,7 +133,7 @@ admin_token = "s3cret"`, 1))
 	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters?sink=hook", "s3cret", &purged); code != 200 || purged.Purged != 2 {
 		t.Fatalf("purge: %d %+v", code, purged)
 	}
-	api(t, "GET", g.admin, "/api/v1/deadletters", "", &p)
+	api(t, "GET", g.admin, "/api/v1/deadletters", "s3cret", &p)
 	if len(p.Entries) != 0 {
 		t.Fatalf("%d entries left", len(p.Entries))
 	}
