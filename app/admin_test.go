@@ -129,7 +129,7 @@ func TestListDeadLettersBoundedMemory(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, q := range []string{"", "?limit=1000", "?limit=1000", "?sink=hook&limit=1000", "?limit=25", "?kind=failed"} {
 		wg.Go(func() {
-			code, body := call(t, "GET", g.admin, "/api/v1/deadletters"+q, "s3cret")
+			code, body := call(t, "GET", g.admin, "/api/v1/deadletters"+q, "s3cret-admin-token")
 			var p listPage
 			if err := json.Unmarshal(body, &p); err != nil || code != 200 {
 				t.Errorf("list%s: %d %v %.200s", q, code, err, body)
@@ -158,32 +158,32 @@ func TestListDeadLettersBoundedMemory(t *testing.T) {
 
 	// One entry in full is a separate call; an unknown one is 404.
 	id := deadletter.EntryID("items:0007", "hook")
-	code, body := call(t, "GET", g.admin, "/api/v1/deadletters/"+url.PathEscape(id), "s3cret")
+	code, body := call(t, "GET", g.admin, "/api/v1/deadletters/"+url.PathEscape(id), "s3cret-admin-token")
 	var full deadletter.Entry
 	if err := json.Unmarshal(body, &full); err != nil || code != 200 || full.ID != id || len(full.Change) < 10<<20 {
 		t.Fatalf("show %s: %d %v, change %d bytes", id, code, err, len(full.Change))
 	}
-	if code, _ := call(t, "GET", g.admin, "/api/v1/deadletters/nope/hook", "s3cret"); code != http.StatusNotFound {
+	if code, _ := call(t, "GET", g.admin, "/api/v1/deadletters/nope/hook", "s3cret-admin-token"); code != http.StatusNotFound {
 		t.Fatalf("show of a missing entry: %d, want 404", code)
 	}
 
 	// limit is capped, and paging continues a capped listing.
 	for _, q := range []string{"limit=0", "limit=1001", "limit=-1", "limit=x"} {
-		if code, body := call(t, "GET", g.admin, "/api/v1/deadletters?"+q, "s3cret"); code != http.StatusBadRequest {
+		if code, body := call(t, "GET", g.admin, "/api/v1/deadletters?"+q, "s3cret-admin-token"); code != http.StatusBadRequest {
 			t.Errorf("list?%s: %d %s, want 400", q, code, body)
 		}
 	}
 	var p listPage
-	_, body = call(t, "GET", g.admin, "/api/v1/deadletters?limit=30", "s3cret")
+	_, body = call(t, "GET", g.admin, "/api/v1/deadletters?limit=30", "s3cret-admin-token")
 	if err := json.Unmarshal(body, &p); err != nil || len(p.Entries) != 30 || p.Next == "" {
 		t.Fatalf("first page: %v %d entries next %q", err, len(p.Entries), p.Next)
 	}
-	_, body = call(t, "GET", g.admin, "/api/v1/deadletters?limit=30&after="+url.QueryEscape(p.Next), "s3cret")
+	_, body = call(t, "GET", g.admin, "/api/v1/deadletters?limit=30&after="+url.QueryEscape(p.Next), "s3cret-admin-token")
 	p = listPage{}
 	if err := json.Unmarshal(body, &p); err != nil || len(p.Entries) != 20 || p.Next != "" {
 		t.Fatalf("second page: %v %d entries next %q", err, len(p.Entries), p.Next)
 	}
-	if code, _ := call(t, "GET", g.admin, "/api/v1/deadletters?after=gone", "s3cret"); code != http.StatusNotFound {
+	if code, _ := call(t, "GET", g.admin, "/api/v1/deadletters?after=gone", "s3cret-admin-token"); code != http.StatusNotFound {
 		t.Fatalf("paging after a missing entry: %d, want 404", code)
 	}
 }
@@ -214,23 +214,23 @@ func TestAdminAccess(t *testing.T) {
 		{"GET", "/api/v1/status", "wrong", nil, 401},
 		{"GET", "/api/v1/deadletters", "", nil, 401},
 		{"GET", "/api/v1/deadletters/x/hook", "", nil, 401},
-		{"GET", "/api/v1/status", "s3cret", nil, 200},
-		{"GET", "/api/v1/status", "", []string{"Authorization", "bearer s3cret"}, 200},
-		{"GET", "/api/v1/status", "", []string{"Authorization", "BEARER   s3cret"}, 200},
-		{"GET", "/api/v1/status", "", []string{"Authorization", "Basic s3cret"}, 401},
-		{"GET", "/api/v1/deadletters", "s3cret", nil, 200},
+		{"GET", "/api/v1/status", "s3cret-admin-token", nil, 200},
+		{"GET", "/api/v1/status", "", []string{"Authorization", "bearer s3cret-admin-token"}, 200},
+		{"GET", "/api/v1/status", "", []string{"Authorization", "BEARER   s3cret-admin-token"}, 200},
+		{"GET", "/api/v1/status", "", []string{"Authorization", "Basic s3cret-admin-token"}, 401},
+		{"GET", "/api/v1/deadletters", "s3cret-admin-token", nil, 200},
 		// DNS rebinding: a page on evil.example resolved to this address.
-		{"GET", "/api/v1/status", "s3cret", []string{"Host", "evil.example:9464"}, 421},
+		{"GET", "/api/v1/status", "s3cret-admin-token", []string{"Host", "evil.example:9464"}, 421},
 		{"GET", "/metrics", "", []string{"Host", "evil.example"}, 421},
 		{"GET", "/readyz", "", []string{"Host", "EVIL.example."}, 421},
-		{"GET", "/api/v1/status", "s3cret", []string{"Host", "localhost:9464"}, 200},
-		{"GET", "/api/v1/status", "s3cret", []string{"Host", "LocalHost."}, 200},
-		{"GET", "/api/v1/status", "s3cret", []string{"Host", "10.1.2.3:9464"}, 200},
-		{"GET", "/api/v1/status", "s3cret", []string{"Host", "[::1]:9464"}, 200},
-		{"GET", "/api/v1/status", "s3cret", []string{"Host", hostname}, 200},
+		{"GET", "/api/v1/status", "s3cret-admin-token", []string{"Host", "localhost:9464"}, 200},
+		{"GET", "/api/v1/status", "s3cret-admin-token", []string{"Host", "LocalHost."}, 200},
+		{"GET", "/api/v1/status", "s3cret-admin-token", []string{"Host", "10.1.2.3:9464"}, 200},
+		{"GET", "/api/v1/status", "s3cret-admin-token", []string{"Host", "[::1]:9464"}, 200},
+		{"GET", "/api/v1/status", "s3cret-admin-token", []string{"Host", hostname}, 200},
 		// Operators in document_key are refused, for reads and purges alike.
-		{"GET", "/api/v1/deadletters?document_key=" + url.QueryEscape(`{"_id":{"$ne":null}}`), "s3cret", nil, 400},
-		{"DELETE", "/api/v1/deadletters?document_key=" + url.QueryEscape(`{"_id":{"$regex":"."}}`), "s3cret", nil, 400},
+		{"GET", "/api/v1/deadletters?document_key=" + url.QueryEscape(`{"_id":{"$ne":null}}`), "s3cret-admin-token", nil, 400},
+		{"DELETE", "/api/v1/deadletters?document_key=" + url.QueryEscape(`{"_id":{"$regex":"."}}`), "s3cret-admin-token", nil, 400},
 	} {
 		if code, body := call(t, r.method, g.admin, r.path, r.token, r.hdr...); code != r.want {
 			t.Errorf("%s %s (token %q, %q): %d %s, want %d", r.method, r.path, r.token, r.hdr, code, body, r.want)
@@ -239,7 +239,7 @@ func TestAdminAccess(t *testing.T) {
 
 	// The open /readyz gives the verdict, not the details.
 	_, open := call(t, "GET", g.admin, "/readyz", "")
-	_, full := call(t, "GET", g.admin, "/readyz", "s3cret")
+	_, full := call(t, "GET", g.admin, "/readyz", "s3cret-admin-token")
 	if strings.Contains(string(open), "checkpointToken") || !strings.Contains(string(open), `"ready": true`) {
 		t.Errorf("open /readyz shows details: %s", open)
 	}
@@ -249,7 +249,7 @@ func TestAdminAccess(t *testing.T) {
 
 	// Bodies are bounded.
 	big, _ := http.NewRequest("POST", "http://"+g.admin+"/api/v1/reload", strings.NewReader(strings.Repeat("x", 1<<20)))
-	big.Header.Set("Authorization", "Bearer s3cret")
+	big.Header.Set("Authorization", "Bearer s3cret-admin-token")
 	if resp, err := http.DefaultClient.Do(big); err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("1 MiB body: %v %v, want 413", resp, err)
 	} else {

@@ -31,7 +31,7 @@ state_database = "%STATE%"
 [server]
 listen = "127.0.0.1:0"
 shutdown_grace = "%GRACE%"
-admin_token = "s3cret"
+admin_token = "s3cret-admin-token"
 
 [[sources]]
 name = "items"
@@ -206,7 +206,7 @@ func TestRunStartStop(t *testing.T) {
 	}
 
 	req, _ := http.NewRequest(http.MethodPost, "http://"+g.admin+"/api/v1/reload", nil)
-	req.Header.Set("Authorization", "Bearer s3cret")
+	req.Header.Set("Authorization", "Bearer s3cret-admin-token")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

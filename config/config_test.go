@@ -219,10 +219,13 @@ leases_collection = "owners"
 func TestExpansionAndSecrets(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte("s3cr3t-token\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte("s3cr3t-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "pw.txt"), []byte("pa55\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key.txt"), []byte("raw-key-0123456789abcdefghij\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{
@@ -244,7 +247,7 @@ listen = "${EMPTY:-127.0.0.1:9000}"
 name = "a"
 type = "webhook"
 url = "https://example.com/$${literal}"
-secrets = ["${HOOK_KEY}", "file:pw.txt"]
+secrets = ["${HOOK_KEY}", "file:key.txt"]
 headers = { "x-api-key" = "${MONGO_PW}", "X-Team" = "billing" }
 basic_auth = { username = "u", password = "file:pw.txt" }
 `), envOf(env))
@@ -254,11 +257,11 @@ basic_auth = { username = "u", password = "file:pw.txt" }
 	checks := []struct{ name, got, want string }{
 		{"mongo.uri", cfg.Mongo.URI.Value(), "mongodb://app:mongopw@db.internal:27017/?replicaSet=rs0"},
 		{"mongo.state_database", cfg.Mongo.StateDatabase, "cg"},
-		{"server.admin_token", cfg.Server.AdminToken.Value(), "s3cr3t-token"},
+		{"server.admin_token", cfg.Server.AdminToken.Value(), "s3cr3t-token-0123456789"},
 		{"server.listen", cfg.Server.Listen, "127.0.0.1:9000"},
 		{"url", cfg.Sinks[0].Webhook.URL, "https://example.com/${literal}"},
 		{"secrets[0]", cfg.Sinks[0].Webhook.Secrets[0].Value(), env["HOOK_KEY"]},
-		{"secrets[1]", cfg.Sinks[0].Webhook.Secrets[1].Value(), "pa55"},
+		{"secrets[1]", cfg.Sinks[0].Webhook.Secrets[1].Value(), "raw-key-0123456789abcdefghij"},
 		{"headers[0].name", cfg.Sinks[0].Webhook.Headers[0].Name, "X-Api-Key"},
 		{"headers[0].value", cfg.Sinks[0].Webhook.Headers[0].Value.Value(), "mongopw"},
 		{"headers[1].name", cfg.Sinks[0].Webhook.Headers[1].Name, "X-Team"},
@@ -280,7 +283,7 @@ basic_auth = { username = "u", password = "file:pw.txt" }
 	out.Write(js)
 	slog.New(slog.NewJSONHandler(&out, nil)).Info("config", "uri", cfg.Mongo.URI, "sink", cfg.Sinks[0].Webhook)
 	slog.New(slog.NewTextHandler(&out, nil)).Info("config", "token", cfg.Server.AdminToken)
-	for _, secret := range []string{"mongopw", "s3cr3t-token", "pa55", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"} {
+	for _, secret := range []string{"mongopw", "s3cr3t-token", "raw-key-0123456789", "pa55", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"} {
 		if strings.Contains(out.String(), secret) {
 			t.Errorf("secret %q printed:\n%s", secret, out.String())
 		}

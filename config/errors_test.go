@@ -56,6 +56,40 @@ colection = "orders"
 admin_token = "  "
 `, nil, `server.admin_token: is only white space: set a real token, or leave it empty to disable mutating admin API calls at config.toml:5`},
 
+		{"short admin token and secrets", head + `
+[server]
+admin_token = "abc"
+[[sinks]]
+name = "a"
+type = "webhook"
+url = "https://example.com/"
+secret = "x"
+[[sinks]]
+name = "b"
+type = "webhook"
+url = "https://example.com/"
+secrets = ["whsec_c2hvcnQ", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+`, nil, `server.admin_token: is 3 characters, want at least 16 (e.g. the output of openssl rand -hex 16) at config.toml:5
+sinks[0].secret: the signing key is 1 bytes, want at least 24 random bytes (e.g. "whsec_" + the output of openssl rand -base64 32) at config.toml:10
+sinks[1].secrets[0]: the signing key is 5 bytes, want at least 24 random bytes (e.g. "whsec_" + the output of openssl rand -base64 32) at config.toml:15`},
+
+		{"credentials twice", head + `
+[[sinks]]
+name = "a"
+type = "webhook"
+url = "https://example.com/"
+bearer_token = "t"
+headers = { Authorization = "Bearer other" }
+[[sinks]]
+name = "b"
+type = "webhook"
+url = "https://example.com/"
+headers = { "authorization" = "x" }
+basic_auth = { username = "a:b", password = "p" }
+`, nil, `sinks[0].headers.Authorization: conflicts with bearer_token (line 8): set the credentials once at config.toml:9
+sinks[1].headers.authorization: conflicts with basic_auth (line 15): set the credentials once at config.toml:14
+sinks[1].basic_auth.username: must not contain ":" (HTTP basic authentication separates it from the password with one) at config.toml:15`},
+
 		{"bad allowed hosts", head + `
 [server]
 public_read = "yes"

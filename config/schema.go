@@ -239,6 +239,8 @@ func (d *decoder) server(o *obj) Server {
 	s.AdminToken, _ = o.secret("admin_token")
 	if s.AdminToken != "" && strings.TrimSpace(s.AdminToken.Value()) == "" {
 		d.errorf(o.keyPath("admin_token"), o.lineOf("admin_token"), "is only white space: set a real token, or leave it empty to disable mutating admin API calls")
+	} else if n := len([]rune(s.AdminToken.Value())); s.AdminToken != "" && n < MinAdminTokenLength {
+		d.errorf(o.keyPath("admin_token"), o.lineOf("admin_token"), "is %d characters, want at least %d (e.g. the output of openssl rand -hex 16)", n, MinAdminTokenLength)
 	}
 	s.PublicRead = o.boolean("public_read", false)
 	if hosts, elems, v := o.strings("allowed_hosts"); v != nil && !o.bad["allowed_hosts"] {

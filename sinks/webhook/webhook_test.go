@@ -453,6 +453,7 @@ func TestNewErrors(t *testing.T) {
 		{"bearer and basic", Config{URL: "https://example.com", BearerToken: "t", BasicUser: "u"}, []string{"bearer_token and basic auth are exclusive"}},
 		{"bad secret", Config{URL: "https://example.com", Secrets: []string{testSecret, "whsec_%%%"}}, []string{"secrets[1]: secret starts with \"whsec_\" but the rest is not valid base64"}},
 		{"empty secret", Config{URL: "https://example.com", Secrets: []string{""}}, []string{"secrets[0]: empty secret"}},
+		{"short secrets", Config{URL: "https://example.com", Secrets: []string{"k", "whsec_c2hvcnQ"}}, []string{"secrets[0]: the key is 1 bytes, want at least 24 random bytes"}},
 		{"reserved header", Config{URL: "https://example.com", Headers: map[string]string{"webhook-id": "x"}}, []string{"headers: Webhook-Id is set by the sink and cannot be overridden"}},
 		{"bad header name", Config{URL: "https://example.com", Headers: map[string]string{"bad name": "x"}}, []string{`headers: "bad name" is not a valid header name`}},
 		{"header injection", Config{URL: "https://example.com", Headers: map[string]string{"X-A": "a\r\nX-B: b"}}, []string{"headers: value of X-A contains a line break"}},
