@@ -293,3 +293,42 @@ func TestAdminPublicRead(t *testing.T) {
 		t.Errorf("list without a configured token: %d %s, want 403 naming server.public_read", code, body)
 	}
 }
+
+// TestPathSecretHidden: a webhook URL with a secret in its path (Slack- or
+// Discord-style) appears in no log, no /api/v1/status lastError and no dead
+// letter: they show the scheme, the host and a fingerprint of the path.
+func TestPathSecretHidden(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(hook.Close)
+	const secret = "T0001/B0002/pathSECRETtoken"
+	cfg := e.config(hook.URL+"/services/"+secret, "5s")
+	cfg.Sinks[0].Retry.MaxAttempts, cfg.Sinks[0].Retry.InitialInterval = 4, 300*time.Millisecond
+	g := start(t, cfg, app.Options{})
+	if err := e.insert(); err != nil {
+		t.Fatal(err)
+	}
+	var p listPage
+	var status []byte
+	waitFor(t, 15*time.Second, "the sink's lastError in the status", func() bool {
+		_, status = call(t, "GET", g.admin, "/api/v1/status", "s3cret-admin-token")
+		return strings.Contains(string(status), `"lastError"`)
+	})
+	waitFor(t, 15*time.Second, "a dead letter", func() bool {
+		_, body := call(t, "GET", g.admin, "/api/v1/deadletters", "s3cret-admin-token")
+		p = listPage{}
+		return json.Unmarshal(body, &p) == nil && len(p.Entries) == 1
+	})
+	_, full := call(t, "GET", g.admin, "/api/v1/deadletters/"+url.PathEscape(p.Entries[0].ID), "s3cret-admin-token")
+	for what, text := range map[string]string{"status": string(status), "dead letter": string(full), "logs": g.log.text()} {
+		if strings.Contains(text, "SECRET") {
+			t.Errorf("%s shows the URL path: %s", what, text)
+		}
+	}
+	if !strings.Contains(string(status), "path sha256:") || !strings.Contains(p.Entries[0].LastError, "/[path sha256:") {
+		t.Errorf("status or dead letter lacks the fingerprinted URL: %s / %s", status, p.Entries[0].LastError)
+	}
+}

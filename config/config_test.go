@@ -225,6 +225,9 @@ func TestExpansionAndSecrets(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "pw.txt"), []byte("pa55\r\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "url.txt"), []byte("https://hooks.example.com/services/T1/B2/secretpath\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "key.txt"), []byte("raw-key-0123456789abcdefghij\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -250,6 +253,11 @@ url = "https://example.com/$${literal}"
 secrets = ["${HOOK_KEY}", "file:key.txt"]
 headers = { "x-api-key" = "${MONGO_PW}", "X-Team" = "billing" }
 basic_auth = { username = "u", password = "file:pw.txt" }
+
+[[sinks]]
+name = "b"
+type = "webhook"
+url = "file:url.txt"
 `), envOf(env))
 	if err != nil {
 		t.Fatal(err)
@@ -266,6 +274,7 @@ basic_auth = { username = "u", password = "file:pw.txt" }
 		{"headers[0].value", cfg.Sinks[0].Webhook.Headers[0].Value.Value(), "mongopw"},
 		{"headers[1].name", cfg.Sinks[0].Webhook.Headers[1].Name, "X-Team"},
 		{"basic_auth.password", cfg.Sinks[0].Webhook.BasicAuth.Password.Value(), "pa55"},
+		{"sinks[1].url (file:)", cfg.Sinks[1].Webhook.URL, "https://hooks.example.com/services/T1/B2/secretpath"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

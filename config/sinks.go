@@ -214,11 +214,15 @@ func decodeWebhook(d *decoder, o *obj, s *Sink) {
 	w := &WebhookSink{}
 	s.Webhook = w
 
-	if u, ok := o.reqString("url"); ok {
-		if msg := checkHTTPURL(u); msg != "" {
-			d.errorf(o.keyPath("url"), o.lineOf("url"), "%s", msg)
+	// The URL may carry a secret in its path (Slack- or Discord-style
+	// hooks): like other secrets it may come from ${VAR} or a file:.
+	if u, v := o.secret("url"); v == nil {
+		o.missing("url")
+	} else if !o.bad["url"] {
+		if msg := checkHTTPURL(u.Value()); msg != "" {
+			d.errorf(o.keyPath("url"), v.line, "%s", msg)
 		}
-		w.URL = u
+		w.URL = u.Value()
 	}
 
 	secret, secretVal := o.secret("secret")

@@ -44,6 +44,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -143,7 +144,7 @@ type Webhook struct {
 	batching  bool
 
 	reqTemplate *http.Request // Method, URL, Host; shallow-copied per request
-	target      string        // scheme://host/path, for messages (no query or credentials)
+	target      string        // DisplayURL of the URL, for messages
 	static      http.Header   // precomputed headers, copied into each request
 	signer      *signer       // nil: unsigned
 
@@ -259,7 +260,7 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 		canonical: cfg.Canonical,
 		maxBatch:  batch,
 		batching:  batch > 1,
-		target:    (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String(),
+		target:    DisplayURL(u),
 		static:    static,
 		signer:    sg,
 		transport: tr,
@@ -295,6 +296,25 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 		PrepareRetry: w.prepareRetry,
 	}
 	return w, nil
+}
+
+// DisplayURL returns u as it may appear in logs, errors, /api/v1/status and
+// dead letters: the scheme and host, and instead of a path (or query) its
+// fingerprint, the first 8 hex digits of the SHA-256 of path and query —
+// a path can carry a secret (Slack- or Discord-style hook URLs). Different
+// paths show different fingerprints; nothing of the path can be read back.
+// Credentials (user:password@) are never shown.
+func DisplayURL(u *url.URL) string {
+	base := u.Scheme + "://" + u.Host
+	rest := u.EscapedPath()
+	if u.RawQuery != "" {
+		rest += "?" + u.RawQuery
+	}
+	if rest == "" || rest == "/" {
+		return base + rest
+	}
+	sum := sha256.Sum256([]byte(rest))
+	return base + "/[path sha256:" + hex.EncodeToString(sum[:4]) + "]"
 }
 
 // poolKeeper hides http.Transport's CloseIdleConnections from http.Client
@@ -683,7 +703,11 @@ func (w *Webhook) classify(resp *http.Response) error {
 	switch {
 	case code >= 300 && code <= 399:
 		if loc := resp.Header.Get("Location"); loc != "" {
-			msg += fmt.Sprintf(" (redirect to %s not followed: webhooks do not follow redirects, configure the final URL)", truncate(loc, 256))
+			shown := "an unparsable location"
+			if lu, err := url.Parse(loc); err == nil {
+				shown = DisplayURL(w.reqTemplate.URL.ResolveReference(lu))
+			}
+			msg += fmt.Sprintf(" (redirect to %s not followed: webhooks do not follow redirects, configure the final URL)", shown)
 		} else {
 			msg += " (redirects are not followed)"
 		}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -580,7 +581,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 	w := newSink(t, Config{URL: srv.URL + "/hook", AllowPrivateNetworks: true})
 	err := w.Send(context.Background(), []*event.Event{testEvent(t, 1)})
 	de := asSinkError(t, err)
-	if !de.Permanent || de.Reason != "http_302" || !strings.Contains(err.Error(), "redirect to /moved not followed") {
+	if !de.Permanent || de.Reason != "http_302" || !strings.Contains(err.Error(), "redirect to "+DisplayURL(mustParse(t, srv.URL+"/moved"))+" not followed") {
 		t.Errorf("Send = %v (%+v), want a permanent http_302 saying the redirect is not followed", err, de)
 	}
 	if followed.Load() != 0 {
@@ -779,8 +780,65 @@ func TestTransportErrorRetryable(t *testing.T) {
 	if strings.Contains(err.Error(), "token=secret") {
 		t.Errorf("message reveals the query string: %v", err)
 	}
-	if !strings.Contains(err.Error(), "webhook test: POST http://"+addr+"/x: ") {
+	if !strings.Contains(err.Error(), "webhook test: POST http://"+addr+"/[path sha256:") {
 		t.Errorf("message %q lacks the redacted target", err)
+	}
+}
+
+func mustParse(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestDisplayURL: a URL's path and query, which can carry a secret, never
+// appear in messages: only scheme, host and a fingerprint of the path.
+func TestDisplayURL(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"https://example.com", "https://example.com"},
+		{"https://example.com/", "https://example.com/"},
+		{"https://u:pw@example.com:8443/", "https://example.com:8443/"},
+		{"https://hooks.slack.com/services/T000/B000/XXXXSECRET", "https://hooks.slack.com/[path sha256:"},
+		{"https://example.com/?token=abc", "https://example.com/[path sha256:"},
+	} {
+		got := DisplayURL(mustParse(t, tt.in))
+		if !strings.HasPrefix(got, tt.want) || strings.Contains(got, "SECRET") || strings.Contains(got, "abc") || strings.Contains(got, "pw") {
+			t.Errorf("DisplayURL(%s) = %s, want %s…", tt.in, got, tt.want)
+		}
+	}
+	a := DisplayURL(mustParse(t, "https://h/a"))
+	b := DisplayURL(mustParse(t, "https://h/b"))
+	if a == b {
+		t.Errorf("different paths, same display %s", a)
+	}
+}
+
+// TestPathSecretNotInMessages: with the token in the URL path, no error of
+// any outcome class (HTTP status, redirect, transport, refused target)
+// names it.
+func TestPathSecretNotInMessages(t *testing.T) {
+	const secret = "T0001/B0002/pathSECRETtoken"
+	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Path+"/again", http.StatusFound)
+	})
+	w := newSink(t, Config{URL: srv.URL + "/services/" + secret, AllowPrivateNetworks: true})
+	err := w.Send(context.Background(), []*event.Event{testEvent(t, 1)})
+	if err == nil || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("redirect: %v", err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	w = newSink(t, Config{URL: "http://" + addr + "/services/" + secret, AllowPrivateNetworks: true})
+	if err := w.Send(context.Background(), []*event.Event{testEvent(t, 1)}); err == nil || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("transport: %v", err)
+	}
+	w = newSink(t, Config{URL: "http://" + addr + "/services/" + secret})
+	if err := w.Send(context.Background(), []*event.Event{testEvent(t, 1)}); err == nil || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("refused target: %v", err)
 	}
 }
 
