@@ -34,8 +34,11 @@
 // followed; proxies from the environment (HTTP_PROXY, HTTPS_PROXY) are not
 // used, because the private-network guard checks the address actually
 // dialled and behind a proxy that would be the proxy's; targets resolving to
-// loopback, private, link-local, CGNAT, multicast or cloud metadata
-// addresses are refused at dial time unless Config.AllowPrivateNetworks.
+// cloud metadata addresses or to any range of the IANA IPv4 and IPv6
+// special-purpose registries (loopback, private, link-local, CGNAT,
+// documentation, benchmarking, reserved, IPv4-compatible, Teredo,
+// site-local, ...; NAT64 and 6to4 by the IPv4 address they embed), and
+// multicast, are refused at dial time unless Config.AllowPrivateNetworks.
 package webhook
 
 import (
@@ -118,8 +121,9 @@ type Config struct {
 	// sends each envelope as a JSON object; > 1 sends a JSON array of
 	// envelopes, also for a batch of one.
 	BatchSize int
-	// AllowPrivateNetworks permits targets that resolve to loopback,
-	// private, link-local, CGNAT, multicast or cloud metadata addresses.
+	// AllowPrivateNetworks permits targets that resolve to cloud metadata
+	// addresses or to the IANA special-purpose ranges (see the package
+	// doc), loopback and private networks included.
 	AllowPrivateNetworks bool
 	// TLSCAFile is a PEM file of CA certificates trusted in addition to the
 	// system pool.

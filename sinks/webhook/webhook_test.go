@@ -672,6 +672,66 @@ func TestClassifyAddr(t *testing.T) {
 	}
 }
 
+// TestSpecialPurposeRanges: every range of the IANA special-purpose
+// registries is refused, at its first and last address, and the gaps the
+// review found are closed; addresses just outside stay allowed.
+func TestSpecialPurposeRanges(t *testing.T) {
+	for _, r := range specialRanges {
+		first := r.prefix.Masked().Addr()
+		last := first
+		for a := first; r.prefix.Contains(a); a = a.Next() {
+			last = a
+			if a.BitLen()-r.prefix.Bits() > 8 {
+				// Large ranges: jump to the last address directly.
+				b := first.AsSlice()
+				for i := r.prefix.Bits(); i < a.BitLen(); i++ {
+					b[i/8] |= 1 << (7 - i%8)
+				}
+				last, _ = netip.AddrFromSlice(b)
+				break
+			}
+		}
+		for _, a := range []netip.Addr{first, last} {
+			t.Run(r.prefix.String()+"/"+a.String(), func(t *testing.T) {
+				if k := classifyAddr(a); k == "" {
+					t.Errorf("classifyAddr(%s) allowed, in %s (%s)", a, r.prefix, r.kind)
+				}
+			})
+		}
+	}
+	for _, tt := range []struct{ addr, want string }{
+		{"::10.0.0.1", "IPv4-compatible (deprecated)"},
+		{"::8.8.8.8", "IPv4-compatible (deprecated)"},
+		{"2002:a00:1::1", "private (via 6to4)"},
+		{"2002:7f00:1::1", "loopback (via 6to4)"},
+		{"2002:a9fe:a9fe::1", "cloud metadata (via 6to4)"},
+		{"2001:0:4136:e378:8000:63bf:f5ff:fffe", "Teredo"}, // client 10.0.0.1
+		{"fec0::1", "site-local (deprecated)"},
+		{"198.18.0.1", "benchmarking"},
+		{"198.19.255.255", "benchmarking"},
+		{"240.0.0.1", "reserved"},
+		{"192.0.0.9", "IETF protocol assignment"},
+		{"2001:db8::1", "documentation"},
+		{"2001:2::1", "IETF protocol assignment"},
+		{"64:ff9b:1::a00:1", "local-use NAT64"},
+		{"100::1", "discard-only"},
+		{"3fff::1", "documentation"},
+		{"::ffff:0:a00:1", "IPv4-translated"},
+		// Public neighbours stay allowed.
+		{"2002:808:808::1", ""},
+		{"198.17.255.255", ""},
+		{"198.20.0.0", ""},
+		{"239.255.255.255", "multicast"},
+		{"223.255.255.255", ""},
+		{"2001:200::1", ""},
+		{"2620:4f:8001::1", ""},
+	} {
+		if got := classifyAddr(netip.MustParseAddr(tt.addr)); got != tt.want {
+			t.Errorf("classifyAddr(%s) = %q, want %q", tt.addr, got, tt.want)
+		}
+	}
+}
+
 // dropFirstConn is a listener that closes its first connection at once,
 // so that the client sees a transport error on its first attempt.
 type dropFirstConn struct {
