@@ -25,7 +25,7 @@ func (e *forbiddenTargetError) Error() string {
 func (e *forbiddenTargetError) Is(target error) bool { return target == ErrForbiddenTarget }
 
 var (
-	metadata  = []netip.Addr{
+	metadata = []netip.Addr{
 		netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, OpenStack, ...
 		netip.MustParseAddr("fd00:ec2::254"),   // AWS IMDS over IPv6
 		netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud
