@@ -314,6 +314,10 @@ type WebhookSink struct {
 	// BasicAuth, when non-nil, is sent as HTTP basic authentication.
 	// Exclusive with BearerToken.
 	BasicAuth *BasicAuth
+	// MaxRequestBytes caps the body of one batch request (batch_size > 1,
+	// default 1 MiB): a batch larger than that is sent as several requests.
+	// An event larger than the cap alone is sent in a request of its own.
+	MaxRequestBytes int
 	// Timeout bounds one request, including reading the response (default
 	// 10s, > 0).
 	Timeout time.Duration

@@ -158,7 +158,7 @@ sinks = ["hook"]
 				Multiplier:      2,
 				Jitter:          0.2,
 			},
-			Webhook: &WebhookSink{URL: "http://localhost:8080/", Timeout: 10 * time.Second},
+			Webhook: &WebhookSink{URL: "http://localhost:8080/", Timeout: 10 * time.Second, MaxRequestBytes: 1 << 20},
 		}},
 		Rules: []Rule{{Name: "all", Source: "orders", Sinks: []string{"hook"}}},
 	}

@@ -38,6 +38,10 @@ const (
 	DefaultRetryJitter          = 0.2
 
 	DefaultWebhookTimeout = 10 * time.Second
+	// DefaultWebhookMaxRequestBytes is the default byte cap of a webhook
+	// batch request; MaxWebhookMaxRequestBytes the largest accepted.
+	DefaultWebhookMaxRequestBytes = 1 << 20
+	MaxWebhookMaxRequestBytes     = 1 << 30
 )
 
 func (d *decoder) parse(data []byte) (*Config, error) {

@@ -309,6 +309,7 @@ func decodeWebhook(d *decoder, o *obj, s *Sink) {
 		b.done()
 	}
 	w.Timeout, _ = o.duration("timeout", DefaultWebhookTimeout, time.Millisecond)
+	w.MaxRequestBytes = int(o.integer("max_request_bytes", DefaultWebhookMaxRequestBytes, minMaxRequestBytes, MaxWebhookMaxRequestBytes))
 	w.AllowPrivateNetworks = o.boolean("allow_private_networks", false)
 	if f, v, ok := o.str("tls_ca_file"); v != nil && ok {
 		w.TLSCAFile = d.resolvePath(f)

@@ -1073,3 +1073,108 @@ func TestConcurrentSend(t *testing.T) {
 		}
 	}
 }
+
+// bigEvent is testEvent with a note of n bytes.
+func bigEvent(tb testing.TB, i, n int) *event.Event {
+	tb.Helper()
+	raw, err := bson.Marshal(bson.D{
+		{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("8266%016X", i)}}},
+		{Key: "operationType", Value: "insert"},
+		{Key: "clusterTime", Value: bson.Timestamp{T: 1_700_000_000, I: uint32(i)}},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: "shop"}, {Key: "coll", Value: "orders"}}},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: int32(i)}}},
+		{Key: "fullDocument", Value: bson.D{{Key: "_id", Value: int32(i)}, {Key: "note", Value: strings.Repeat("x", n)}}},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e, err := event.FromChange("orders", uint64(i), raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// limitedReceiver answers 413 to bodies over limit bytes and records the
+// event ids of the bodies it accepts, and the sizes of every request.
+type limitedReceiver struct {
+	limit    int
+	mu       sync.Mutex
+	accepted map[string]int
+	sizes    []int
+}
+
+func (l *limitedReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sizes = append(l.sizes, len(body))
+	if len(body) > l.limit {
+		http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	var envs []struct{ ID string }
+	if err := json.Unmarshal(body, &envs); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	for _, e := range envs {
+		l.accepted[e.ID]++
+	}
+}
+
+// TestBatchBytesAnd413: batches are cut at max_request_bytes; a 413 splits
+// a batch and retries the parts, so only an event the receiver refuses on
+// its own is given up (the review saw a 2 MB document take a small one into
+// the dead letters).
+func TestBatchBytesAnd413(t *testing.T) {
+	rcv := &limitedReceiver{limit: 1 << 20, accepted: map[string]int{}}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+
+	// Bytes cap: 30 small events and a 600 KiB one under a 256 KiB cap.
+	w := newSink(t, Config{URL: srv.URL, BatchSize: 31, MaxRequestBytes: 256 << 10, AllowPrivateNetworks: true})
+	batch := []*event.Event{}
+	for i := range 30 {
+		batch = append(batch, testEvent(t, i))
+	}
+	batch = append(batch[:15], append([]*event.Event{bigEvent(t, 100, 600<<10)}, batch[15:]...)...)
+	if err := w.Send(context.Background(), batch); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	if len(rcv.accepted) != 31 {
+		t.Errorf("%d events accepted, want 31", len(rcv.accepted))
+	}
+	for _, n := range rcv.sizes {
+		if n > 256<<10 && n < 600<<10 {
+			t.Errorf("a request of %d bytes: over the cap and not the big event alone", n)
+		}
+	}
+
+	// 413: the receiver takes at most 64 KiB; a 2 MB event is refused on
+	// its own, every small one is delivered.
+	rcv.limit, rcv.accepted, rcv.sizes = 64<<10, map[string]int{}, nil
+	w = newSink(t, Config{URL: srv.URL, BatchSize: 500, AllowPrivateNetworks: true})
+	batch = nil
+	for i := range 300 {
+		batch = append(batch, testEvent(t, i))
+	}
+	big := bigEvent(t, 1000, 2<<20)
+	batch = append(batch[:7], append([]*event.Event{big}, batch[7:]...)...)
+	err := w.Send(context.Background(), batch)
+	var be *sinks.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 1 || be.Failed[7] == nil {
+		t.Fatalf("Send = %v, want a BatchError naming only the big event", err)
+	}
+	if de := asSinkError(t, be.Failed[7]); !de.Permanent || de.Reason != "http_413" {
+		t.Errorf("big event: %+v, want a permanent http_413", de)
+	}
+	if len(rcv.accepted) != 300 || rcv.accepted[big.ID] != 0 {
+		t.Errorf("%d events accepted (big one %d times), want the 300 small ones", len(rcv.accepted), rcv.accepted[big.ID])
+	}
+	for id, n := range rcv.accepted {
+		if n != 1 {
+			t.Errorf("%s accepted %d times", id, n)
+		}
+	}
+}
