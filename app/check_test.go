@@ -107,3 +107,34 @@ url = "https://example.com/hook"
 		t.Fatal("BuildSinks accepted what Check refused")
 	}
 }
+
+// TestPushdownNotes: check says which filters stay in changegate and why.
+func TestPushdownNotes(t *testing.T) {
+	cfg, err := config.Parse("check.toml", []byte(`
+[mongo]
+uri = "mongodb://localhost:27017/?replicaSet=rs0"
+[[sources]]
+name = "items"
+[[sinks]]
+name = "s"
+type = "webhook"
+url = "https://example.com/hook"
+[[rules]]
+name = "plain"
+source = "items"
+filter = { "fullDocument.code" = { "$regex" = "^[A-Z]{3}$" } }
+sinks = ["s"]
+[[rules]]
+name = "redos"
+source = "items"
+filter = { "fullDocument.name" = { "$regex" = "^(a+)+$" } }
+sinks = ["s"]
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := app.PushdownNotes(cfg)
+	if len(notes) != 1 || !strings.HasPrefix(notes[0], `rules[1] (redos): filter evaluated in changegate only, not pushed down to MongoDB: pattern "^(a+)+$" at fullDocument.name: `) {
+		t.Errorf("notes = %q", notes)
+	}
+}

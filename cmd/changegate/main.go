@@ -179,6 +179,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 1
 	}
+	for _, n := range app.PushdownNotes(cfg) {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
 	fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d rules)\n", *path, len(cfg.Sources), len(cfg.Sinks), len(cfg.Rules))
 	return 0
 }
