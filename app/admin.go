@@ -181,7 +181,7 @@ func queryOf(r *http.Request) DeadLetterQuery {
 	v := r.URL.Query()
 	return DeadLetterQuery{
 		Sink: v.Get("sink"), Source: v.Get("source"), Kind: v.Get("kind"), Since: v.Get("since"),
-		DocumentKey: v.Get("document_key"), Limit: v.Get("limit"), After: v.Get("after"),
+		DocumentKey: v.Get("document_key"), DocumentKeyBSON: v.Get("document_key_bson"), Limit: v.Get("limit"), After: v.Get("after"),
 	}
 }
 
@@ -316,7 +316,7 @@ func (g *gateway) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
 	// Judge the filter, not the parameters: limit=0 (no limit) or empty
 	// values select everything too.
 	everything := f.Sink == "" && f.Source == "" && f.Kind == "" && f.Since.IsZero() &&
-		f.DocumentKey == nil && f.Limit == 0 && f.AfterID == ""
+		f.DocumentKey == nil && f.ExactDocumentKey == nil && f.Limit == 0 && f.AfterID == ""
 	if everything && r.URL.Query().Get("all") != "true" {
 		writeJSON(w, http.StatusBadRequest, apiError{"refusing to purge every dead letter without a filter: add all=true to mean it"})
 		return

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"time"
@@ -18,8 +19,12 @@ type DeadLetterQuery struct {
 	Kind         string // failed, parked, gap or empty
 	Since        string // RFC 3339 time, or a duration meaning that long ago
 	DocumentKey  string // the document key as (Extended) JSON, e.g. {"_id": 42}
-	Limit        string // a non-negative integer; empty: the default limit
-	After        string // paging: the id of the last entry of the previous page
+	// DocumentKeyBSON is the key's raw BSON, base64 (the documentKeyBSON
+	// of a listed entry): an exact look-up for a key its JSON cannot name
+	// (invalid UTF-8, "$" field names). Exclusive with DocumentKey.
+	DocumentKeyBSON string
+	Limit           string // a non-negative integer; empty: the default limit
+	After           string // paging: the id of the last entry of the previous page
 }
 
 // Listing limits: a listing (admin API and CLI) returns DefaultListLimit
@@ -69,6 +74,22 @@ func (q DeadLetterQuery) Filter(now time.Time, defLimit int) (deadletter.Filter,
 			return f, fmt.Errorf("document key: %q: %w", q.DocumentKey, err)
 		}
 		f.DocumentKey = key
+	}
+	if q.DocumentKeyBSON != "" {
+		if q.DocumentKey != "" {
+			return f, fmt.Errorf("document key: give document_key or document_key_bson, not both")
+		}
+		raw, err := base64.StdEncoding.DecodeString(q.DocumentKeyBSON)
+		if err == nil {
+			err = bson.Raw(raw).Validate()
+		}
+		if err != nil {
+			return f, fmt.Errorf("document key bson: %q is not the base64 of a BSON document (copy documentKeyBSON from a listing)", q.DocumentKeyBSON)
+		}
+		if err := deadletter.CheckDocumentKey(raw); err != nil {
+			return f, fmt.Errorf("document key bson: %w", err)
+		}
+		f.ExactDocumentKey = raw
 	}
 	if q.Limit != "" {
 		n, err := strconv.Atoi(q.Limit)

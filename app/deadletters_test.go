@@ -1,8 +1,12 @@
 package app_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/app"
 )
@@ -33,5 +37,28 @@ func TestDeadLetterQueryDocumentKey(t *testing.T) {
 				t.Errorf("error\n got %s\nwant %s", got, tt.err)
 			}
 		})
+	}
+}
+
+// TestDeadLetterQueryDocumentKeyBSON: document_key_bson takes a listing's
+// documentKeyBSON (the key's raw BSON, base64) for an exact look-up.
+func TestDeadLetterQueryDocumentKeyBSON(t *testing.T) {
+	key, _ := bson.Marshal(bson.D{{Key: "_id", Value: "a\xffb"}})
+	f, err := app.DeadLetterQuery{DocumentKeyBSON: base64.StdEncoding.EncodeToString(key)}.Filter(time.Now(), 0)
+	if err != nil || !bytes.Equal(f.ExactDocumentKey, key) {
+		t.Fatalf("Filter = %v, %v", f.ExactDocumentKey, err)
+	}
+	op, _ := bson.Marshal(bson.D{{Key: "_id", Value: bson.D{{Key: "$ne", Value: nil}}}})
+	for _, tt := range []struct {
+		q    app.DeadLetterQuery
+		want string
+	}{
+		{app.DeadLetterQuery{DocumentKeyBSON: "!!"}, `document key bson: "!!" is not the base64 of a BSON document (copy documentKeyBSON from a listing)`},
+		{app.DeadLetterQuery{DocumentKeyBSON: base64.StdEncoding.EncodeToString(key), DocumentKey: `{"_id":1}`}, `document key: give document_key or document_key_bson, not both`},
+		{app.DeadLetterQuery{DocumentKeyBSON: base64.StdEncoding.EncodeToString(op)}, `document key bson: field "_id.$ne" is a query operator: a document key is matched literally, write its value as (Extended) JSON, e.g. {"_id": {"$oid": "..."}}`},
+	} {
+		if _, err := tt.q.Filter(time.Now(), 0); err == nil || err.Error() != tt.want {
+			t.Errorf("Filter(%+v) = %v, want %s", tt.q, err, tt.want)
+		}
 	}
 }

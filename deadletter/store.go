@@ -37,6 +37,12 @@ type Filter struct {
 	// sharded collection whose key holds more fields). A non-nil DocumentKey
 	// that is not a valid, non-empty document is an error.
 	DocumentKey bson.Raw
+	// ExactDocumentKey selects entries whose documentKey is this document,
+	// byte for byte (field order, types and invalid UTF-8 included): the
+	// lossless look-up for a key whose JSON form is ambiguous
+	// (Entry.DocumentKeyLossy). A non-nil ExactDocumentKey that is not a
+	// valid, non-empty document without "$" field names is an error.
+	ExactDocumentKey bson.Raw
 	// IDs selects entries by _id; a non-nil empty IDs selects nothing.
 	IDs []string
 	// Units selects entries by unit of work (Entry.Unit); a non-nil empty
@@ -348,6 +354,19 @@ func (f Filter) query() (bson.D, error) {
 		for _, el := range elems {
 			q = append(q, bson.E{Key: "documentKey." + el.Key(), Value: bson.D{{Key: "$eq", Value: el.Value()}}})
 		}
+	}
+	if f.ExactDocumentKey != nil {
+		elems, err := f.ExactDocumentKey.Elements()
+		if err == nil && len(elems) == 0 {
+			err = errors.New("empty document")
+		}
+		if err == nil {
+			err = CheckDocumentKey(f.ExactDocumentKey)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("filter: invalid exact document key: %w", err)
+		}
+		q = append(q, bson.E{Key: "documentKey", Value: bson.D{{Key: "$eq", Value: f.ExactDocumentKey}}})
 	}
 	if f.IDs != nil {
 		q = append(q, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: f.IDs}}})

@@ -1056,3 +1056,42 @@ func TestReplayHoldsBackBehindUndeliverable(t *testing.T) {
 		t.Errorf("errors %v", res.Errors)
 	}
 }
+
+// TestExactDocumentKey: a key whose JSON cannot name it (invalid UTF-8
+// becomes U+FFFD) is listed with its raw BSON (documentKeyBSON), which
+// reads back losslessly and finds the entry; the JSON form does not.
+func TestExactDocumentKey(t *testing.T) {
+	s, ctx := newStore(t)
+	odd := entry(t, ev(t, "s1", "orders", "a\xffb", 5), "a", deadletter.KindFailed)
+	plain := entry(t, ev(t, "s1", "orders", 7, 6), "a", deadletter.KindFailed)
+	put(t, ctx, s, odd, plain)
+	if !deadletter.DocumentKeyLossy(odd.DocumentKey) || deadletter.DocumentKeyLossy(plain.DocumentKey) {
+		t.Fatal("DocumentKeyLossy: want true for the invalid UTF-8 key only")
+	}
+	b, err := json.Marshal(odd.Summary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back deadletter.Entry
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(back.DocumentKey, odd.DocumentKey) || !strings.Contains(string(b), `"documentKeyBSON":`) {
+		t.Fatalf("round trip lost the key: %s", b)
+	}
+	if pb, _ := json.Marshal(plain.Summary()); strings.Contains(string(pb), "documentKeyBSON") {
+		t.Errorf("a plain key carries its BSON too: %s", pb)
+	}
+	if es, err := s.List(ctx, deadletter.Filter{ExactDocumentKey: back.DocumentKey}); err != nil || len(es) != 1 || es[0].ID != odd.ID {
+		t.Errorf("exact look-up: %v %v", ids(es), err)
+	}
+	if es, err := s.List(ctx, deadletter.Filter{DocumentKey: docKey(t, "a\ufffdb")}); err != nil || len(es) != 0 {
+		t.Errorf("the U+FFFD form found %v (%v)", ids(es), err)
+	}
+	if es, err := s.List(ctx, deadletter.Filter{ExactDocumentKey: plain.DocumentKey}); err != nil || len(es) != 1 || es[0].ID != plain.ID {
+		t.Errorf("exact look-up of a plain key: %v %v", ids(es), err)
+	}
+	if _, err := s.List(ctx, deadletter.Filter{ExactDocumentKey: docKey(t, bson.D{{Key: "$gt", Value: 1}})}); err == nil {
+		t.Error("an operator in an exact key was accepted")
+	}
+}

@@ -28,7 +28,9 @@ Commands:
 
 Filters: -sink NAME -source NAME -kind failed|parked|gap -since TIME (RFC 3339 or
 a duration such as 24h, meaning that long ago) -document-key JSON (the key's
-value as Extended JSON, matched literally; $ operators are refused) -limit N
+value as Extended JSON, matched literally; $ operators are refused)
+-document-key-bson BASE64 (the exact key, as a listing's documentKeyBSON shows
+it for a key JSON cannot name: invalid UTF-8, "$" field names) -limit N
 -after ID (list paging). The admin API (/api/v1/deadletters) takes the same
 filters as query parameters.
 `
@@ -56,6 +58,7 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&q.Kind, "kind", "", "only entries of this kind: failed, parked or gap (replay: failed)")
 	fs.StringVar(&q.Since, "since", "", "only entries created at or after this time (RFC 3339) or this long ago (e.g. 24h)")
 	fs.StringVar(&q.DocumentKey, "document-key", "", `only entries of this document, as JSON, e.g. '{"_id": 42}'`)
+	fs.StringVar(&q.DocumentKeyBSON, "document-key-bson", "", "only entries of this exact document key: its raw BSON, base64 (documentKeyBSON of a listed entry)")
 	fs.StringVar(&q.Limit, "limit", "", "at most this many entries (list: 1 to 1000, default 100; replay and purge: default no limit)")
 	fs.StringVar(&q.After, "after", "", "list: the entries after this id (paging)")
 	id := fs.String("id", "", "the entry's id (show)")
