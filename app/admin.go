@@ -1,10 +1,11 @@
 package app
 
 import (
-	"crypto/subtle"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,6 +47,8 @@ type sourceReport struct {
 	CheckpointToken  string    `json:"checkpointToken,omitempty"`
 	LastEvent        time.Time `json:"lastEventTime,omitzero"`
 	CheckpointLagSec float64   `json:"checkpointLagSeconds"`
+	// brief is Reason without the error text, for the open /readyz.
+	brief string
 }
 
 type sinkReport struct {
@@ -70,6 +73,8 @@ type sinkReport struct {
 	Requests         int     `json:"requestsInFlight"`
 	LatencyMs        float64 `json:"latencyMs"`
 	Circuit          string  `json:"circuit,omitempty"`
+	// brief is Reason without the error text, for the open /readyz.
+	brief string
 }
 
 func (g *gateway) report() statusReport {
@@ -109,6 +114,7 @@ func (g *gateway) report() statusReport {
 		switch {
 		case st.State != source.StateOpen:
 			sr.Reason = "change stream is " + string(st.State)
+			sr.brief = sr.Reason
 			if st.LastError != "" {
 				sr.Reason += ": " + st.LastError
 			}
@@ -116,6 +122,9 @@ func (g *gateway) report() statusReport {
 			sr.Reason = "change stream has not answered for " + time.Since(st.LastPoll).Round(time.Second).String()
 		case st.InFlight > 0 && !st.CheckpointSave.IsZero() && time.Since(st.CheckpointSave) > staleAfter:
 			sr.Reason = "checkpoint has not advanced for " + time.Since(st.CheckpointSave).Round(time.Second).String()
+		}
+		if sr.brief == "" {
+			sr.brief = sr.Reason
 		}
 		sr.Ready = sr.Reason == ""
 		r.Ready = r.Ready && sr.Ready
@@ -133,13 +142,28 @@ func (g *gateway) report() statusReport {
 		// A parked sink does not hold the sources back, but it is not
 		// delivering: report it so an operator sees it.
 		if st.Failing && st.Queued+st.InProgress > 0 && time.Since(st.LastSuccess) > staleAfter {
-			kr.Reason = "sink has not delivered for " + time.Since(st.LastSuccess).Round(time.Second).String() + ": " + st.LastError
+			kr.brief = "sink has not delivered for " + time.Since(st.LastSuccess).Round(time.Second).String()
+			kr.Reason = kr.brief + ": " + st.LastError
 		}
 		kr.Ready = kr.Reason == ""
 		r.Ready = r.Ready && kr.Ready
 		r.Sinks = append(r.Sinks, kr)
 	}
 	return r
+}
+
+// verdict is r without details: which sources and sinks are ready and
+// why not, without error texts, positions or counts. /readyz shows it to callers that may not
+// read data.
+func (r statusReport) verdict() statusReport {
+	out := statusReport{Ready: r.Ready}
+	for _, s := range r.Sources {
+		out.Sources = append(out.Sources, sourceReport{Name: s.Name, State: s.State, Ready: s.Ready, Reason: s.brief})
+	}
+	for _, s := range r.Sinks {
+		out.Sinks = append(out.Sinks, sinkReport{Name: s.Name, Ready: s.Ready, Reason: s.brief})
+	}
+	return out
 }
 
 func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
@@ -149,80 +173,130 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, req *http.Request) {
 		r := g.report()
 		code := http.StatusOK
 		if !r.Ready {
 			code = http.StatusServiceUnavailable
 		}
+		if !g.mayRead(req) {
+			// The verdict is open (probes); the details are data.
+			writeJSON(w, code, r.verdict())
+			return
+		}
 		writeJSON(w, code, r)
 	})
-	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /api/v1/status", g.reading(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.report())
-	})
-	mux.HandleFunc("GET /api/v1/deadletters", g.listDeadLetters)
+	}))
+	mux.HandleFunc("GET /api/v1/deadletters", g.reading(g.listDeadLetters))
+	mux.HandleFunc("GET /api/v1/deadletters/{id...}", g.reading(g.showDeadLetter(make(chan struct{}, maxPayloads))))
 	mux.HandleFunc("POST /api/v1/deadletters/replay", g.mutating(g.replayDeadLetters))
 	mux.HandleFunc("DELETE /api/v1/deadletters", g.mutating(g.purgeDeadLetters))
 	mux.HandleFunc("POST /api/v1/reload", g.mutating(g.reloadHandler))
 	return mux
 }
 
+// maxPayloads bounds the whole entries (GET /api/v1/deadletters/{id})
+// rendered at once.
+const maxPayloads = 2
+
 type apiError struct {
 	Error string `json:"error"`
-}
-
-// mutating guards an endpoint that changes state: it needs the configured
-// admin token as a bearer token, and is disabled when none is configured.
-func (g *gateway) mutating(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		token := g.config().Server.AdminToken.Value()
-		if token == "" {
-			writeJSON(w, http.StatusForbidden, apiError{"mutating admin API calls are disabled: set server.admin_token to enable them"})
-			return
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="changegate"`)
-			writeJSON(w, http.StatusUnauthorized, apiError{"missing or wrong bearer token"})
-			return
-		}
-		h(w, r)
-	}
 }
 
 func queryOf(r *http.Request) DeadLetterQuery {
 	v := r.URL.Query()
 	return DeadLetterQuery{
 		Sink: v.Get("sink"), Source: v.Get("source"), Kind: v.Get("kind"), Since: v.Get("since"),
-		DocumentKey: v.Get("document_key"), Limit: v.Get("limit"), After: v.Get("after"),
+		DocumentKey: v.Get("document_key"), DocumentKeyBSON: v.Get("document_key_bson"), Limit: v.Get("limit"), After: v.Get("after"),
 	}
 }
 
-type deadLetterPage struct {
-	Entries []deadletter.Entry `json:"entries"`
-	// Next is the after parameter of the next page; empty on the last.
-	Next string `json:"next,omitempty"`
-}
-
+// listDeadLetters streams a page of dead-letter summaries: memory stays
+// bounded by one cursor batch of summaries whatever the entries' sizes. The
+// body is {"entries": [...], "next": ID, "error": MSG}: entries are
+// summaries (no change, no envelope: GET /api/v1/deadletters/{id} shows
+// one in full), next is the after parameter of the next page (absent on the
+// last), error is present when the listing failed half way (the entries
+// before it are valid, the page is incomplete).
 func (g *gateway) listDeadLetters(w http.ResponseWriter, r *http.Request) {
-	f, err := queryOf(r).Filter(time.Now(), 100)
+	f, err := queryOf(r).ListFilter(time.Now())
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
 		return
 	}
-	es, err := g.dls.List(r.Context(), f)
-	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
+	n, last, started := 0, "", false
+	err = g.dls.Summaries(r.Context(), f, func() {
+		started = true
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"entries":[`)
+	}, func(e deadletter.Entry) error {
+		sep := "\n  "
+		if n > 0 {
+			sep = ",\n  "
+		}
+		if _, err := io.WriteString(w, sep); err != nil {
+			return err
+		}
+		b, err := e.MarshalJSON()
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		n++
+		last = e.ID
+		return nil
+	})
+	if err != nil && !started {
+		code := http.StatusInternalServerError
+		if errors.Is(err, deadletter.ErrNotFound) {
+			code = http.StatusNotFound
+		}
+		writeJSON(w, code, apiError{err.Error()})
 		return
 	}
-	page := deadLetterPage{Entries: make([]deadletter.Entry, 0, len(es))}
-	for _, e := range es {
-		page.Entries = append(page.Entries, e.Summary())
+	tail := "\n]"
+	if n == 0 {
+		tail = "]"
 	}
-	if f.Limit > 0 && len(es) == f.Limit {
-		page.Next = es[len(es)-1].ID
+	if err == nil && n == f.Limit {
+		nb, _ := json.Marshal(last)
+		tail += `,"next":` + string(nb)
 	}
-	writeJSON(w, http.StatusOK, page)
+	if err != nil {
+		eb, _ := json.Marshal(err.Error())
+		tail += `,"error":` + string(eb)
+	}
+	_, _ = io.WriteString(w, tail+"}\n")
+}
+
+// showDeadLetter returns one entry in full (change and envelope included).
+// At most maxPayloads such replies are built at once, each up to a few
+// times MongoDB's 16 MiB document limit.
+func (g *gateway) showDeadLetter(payloads chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		select {
+		case payloads <- struct{}{}:
+			defer func() { <-payloads }()
+		case <-r.Context().Done():
+			return
+		}
+		e, ok, err := g.dls.Get(r.Context(), id)
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
+			return
+		}
+		if !ok {
+			writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("no dead letter %q", id)})
+			return
+		}
+		writeJSON(w, http.StatusOK, e)
+	}
 }
 
 type replayReport struct {
@@ -245,6 +319,9 @@ func (g *gateway) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{"parked entries are re-driven automatically, in order, once their sink accepts again; only failed entries can be replayed"})
 		return
 	}
+	// A replay waits for its deliveries (retries included): no write
+	// deadline for it.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	res, err := g.dls.Replay(r.Context(), f, g.engine.DeliverNow)
 	rep := replayReport{Replayed: res.Replayed, Failed: res.Failed, Skipped: res.Skipped}
 	for _, e := range res.Errors {
@@ -267,7 +344,7 @@ func (g *gateway) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
 	// Judge the filter, not the parameters: limit=0 (no limit) or empty
 	// values select everything too.
 	everything := f.Sink == "" && f.Source == "" && f.Kind == "" && f.Since.IsZero() &&
-		f.DocumentKey == nil && f.Limit == 0 && f.AfterID == ""
+		f.DocumentKey == nil && f.ExactDocumentKey == nil && f.Limit == 0 && f.AfterID == ""
 	if everything && r.URL.Query().Get("all") != "true" {
 		writeJSON(w, http.StatusBadRequest, apiError{"refusing to purge every dead letter without a filter: add all=true to mean it"})
 		return

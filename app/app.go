@@ -135,7 +135,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 		sk, err = webhook.New(webhook.Config{
 			Name: sc.Name, URL: w.URL, Secrets: secrets, Headers: headers,
 			BearerToken: w.BearerToken.Value(), BasicUser: basicUser, BasicPassword: basicPassword,
-			Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize,
+			Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize, MaxRequestBytes: w.MaxRequestBytes,
 			AllowPrivateNetworks: w.AllowPrivateNetworks, TLSCAFile: w.TLSCAFile, TLSInsecureSkipVerify: w.TLSInsecureSkipVerify,
 			MaxConns: conns,
 		}, log.With("sink", sc.Name))
@@ -284,7 +284,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			return fmt.Errorf("server.listen: %w", err)
 		}
 		adminAddr = ln.Addr().String()
-		srv = &http.Server{Handler: g.handler(reg), ReadHeaderTimeout: 10 * time.Second}
+		srv = g.newAdminServer(reg)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin server failed", "err", err)

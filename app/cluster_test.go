@@ -30,6 +30,7 @@ state_database = "%STATE%"
 [server]
 listen = "127.0.0.1:0"
 shutdown_grace = "5s"
+public_read = true
 
 [cluster]
 enabled = true

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"time"
@@ -18,8 +19,34 @@ type DeadLetterQuery struct {
 	Kind         string // failed, parked, gap or empty
 	Since        string // RFC 3339 time, or a duration meaning that long ago
 	DocumentKey  string // the document key as (Extended) JSON, e.g. {"_id": 42}
-	Limit        string // a non-negative integer; empty: the default limit
-	After        string // paging: the id of the last entry of the previous page
+	// DocumentKeyBSON is the key's raw BSON, base64 (the documentKeyBSON
+	// of a listed entry): an exact look-up for a key its JSON cannot name
+	// (invalid UTF-8, "$" field names). Exclusive with DocumentKey.
+	DocumentKeyBSON string
+	Limit           string // a non-negative integer; empty: the default limit
+	After           string // paging: the id of the last entry of the previous page
+}
+
+// Listing limits: a listing (admin API and CLI) returns DefaultListLimit
+// entries unless limit says otherwise, and at most MaxListLimit; page with
+// after for more. Replay and purge take no default limit.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// ListFilter is Filter for a listing: limit defaults to DefaultListLimit and
+// must be from 1 to MaxListLimit (0, "no limit", is refused: a listing is
+// paged).
+func (q DeadLetterQuery) ListFilter(now time.Time) (deadletter.Filter, error) {
+	f, err := q.Filter(now, DefaultListLimit)
+	if err != nil {
+		return f, err
+	}
+	if f.Limit < 1 || f.Limit > MaxListLimit {
+		return f, fmt.Errorf("limit: %q is out of range: a listing takes 1 to %d entries (page with after)", q.Limit, MaxListLimit)
+	}
+	return f, nil
 }
 
 // Filter validates q and returns the deadletter filter it means. defLimit
@@ -43,7 +70,26 @@ func (q DeadLetterQuery) Filter(now time.Time, defLimit int) (deadletter.Filter,
 		if err := bson.UnmarshalExtJSON([]byte(q.DocumentKey), false, &key); err != nil {
 			return f, fmt.Errorf("document key: %q is not a JSON document: %v", q.DocumentKey, err)
 		}
+		if err := deadletter.CheckDocumentKey(key); err != nil {
+			return f, fmt.Errorf("document key: %q: %w", q.DocumentKey, err)
+		}
 		f.DocumentKey = key
+	}
+	if q.DocumentKeyBSON != "" {
+		if q.DocumentKey != "" {
+			return f, fmt.Errorf("document key: give document_key or document_key_bson, not both")
+		}
+		raw, err := base64.StdEncoding.DecodeString(q.DocumentKeyBSON)
+		if err == nil {
+			err = bson.Raw(raw).Validate()
+		}
+		if err != nil {
+			return f, fmt.Errorf("document key bson: %q is not the base64 of a BSON document (copy documentKeyBSON from a listing)", q.DocumentKeyBSON)
+		}
+		if err := deadletter.CheckDocumentKey(raw); err != nil {
+			return f, fmt.Errorf("document key bson: %w", err)
+		}
+		f.ExactDocumentKey = raw
 	}
 	if q.Limit != "" {
 		n, err := strconv.Atoi(q.Limit)

@@ -31,7 +31,7 @@ state_database = "%STATE%"
 [server]
 listen = "127.0.0.1:0"
 shutdown_grace = "%GRACE%"
-admin_token = "s3cret"
+admin_token = "s3cret-admin-token"
 
 [[sources]]
 name = "items"
@@ -101,6 +101,7 @@ func (e *env) config(hookURL, grace string) *config.Config {
 type logRecorder struct {
 	mu   sync.Mutex
 	msgs []string
+	full []string
 }
 
 func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
@@ -108,7 +109,18 @@ func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.msgs = append(l.msgs, r.Message)
+	full := r.Message
+	r.Attrs(func(a slog.Attr) bool { full += " " + a.String(); return true })
+	l.full = append(l.full, full)
 	return nil
+}
+
+// text returns every record so far, message and attributes (those of the
+// record, not of With).
+func (l *logRecorder) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.full, "\n")
 }
 func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
@@ -206,7 +218,7 @@ func TestRunStartStop(t *testing.T) {
 	}
 
 	req, _ := http.NewRequest(http.MethodPost, "http://"+g.admin+"/api/v1/reload", nil)
-	req.Header.Set("Authorization", "Bearer s3cret")
+	req.Header.Set("Authorization", "Bearer s3cret-admin-token")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

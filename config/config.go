@@ -97,8 +97,20 @@ type Server struct {
 	// fails, before /readyz reports it (default 30s, >= 1s).
 	ReadyMaxLag time.Duration
 	// AdminToken is the bearer token required by mutating admin API calls
-	// (optional, secret-capable). Empty disables those calls.
+	// and, unless PublicRead, by reads of data (status details, dead
+	// letters) (optional, secret-capable). Empty disables those calls.
 	AdminToken Secret
+	// PublicRead serves /api/v1/status, the details of /readyz and the dead
+	// letters without a token (default false). /healthz, /readyz (its
+	// verdict) and /metrics never need one.
+	PublicRead bool
+	// AllowedHosts are the host names (lower case, without port) the admin
+	// server answers to in the Host header; requests addressed to any other
+	// name are refused, which defeats DNS rebinding. IP literals are always
+	// accepted (a rebinding page sends its own name). Nil means the
+	// default: localhost (and *.localhost), the host of Listen and the
+	// machine's host name; "*" accepts any name.
+	AllowedHosts []string
 }
 
 // Full-document modes of [Source.FullDocument], as the MongoDB driver spells them.
@@ -342,6 +354,10 @@ type WebhookSink struct {
 	// BasicAuth, when non-nil, is sent as HTTP basic authentication.
 	// Exclusive with BearerToken.
 	BasicAuth *BasicAuth
+	// MaxRequestBytes caps the body of one batch request (batch_size > 1,
+	// default 1 MiB): a batch larger than that is sent as several requests.
+	// An event larger than the cap alone is sent in a request of its own.
+	MaxRequestBytes int
 	// Timeout bounds one request, including reading the response (default
 	// 10s, > 0).
 	Timeout time.Duration

@@ -80,7 +80,7 @@ func TestExampleConfig(t *testing.T) {
 func allKeys() []string {
 	keys := []string{
 		"uri", "state_database", "checkpoint_collection", "deadletter_collection",
-		"listen", "shutdown_grace", "admin_token",
+		"listen", "shutdown_grace", "admin_token", "public_read", "allowed_hosts",
 		"enabled", "lease_ttl", "renew_every", "instance", "leases_collection", "partitions",
 		"name", "database", "collection", "full_document", "full_document_before_change", "pipeline",
 		"start_at", "on_history_lost", "split_large_events", "on_oversize_event", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval",
@@ -161,7 +161,7 @@ sinks = ["hook"]
 				Multiplier:      2,
 				Jitter:          0.2,
 			},
-			Webhook: &WebhookSink{URL: "http://localhost:8080/", Timeout: 10 * time.Second},
+			Webhook: &WebhookSink{URL: "http://localhost:8080/", Timeout: 10 * time.Second, MaxRequestBytes: 1 << 20},
 		}},
 		Rules: []Rule{{Name: "all", Source: "orders", Sinks: []string{"hook"}}},
 	}
@@ -222,10 +222,16 @@ leases_collection = "owners"
 func TestExpansionAndSecrets(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte("s3cr3t-token\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte("s3cr3t-token-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "pw.txt"), []byte("pa55\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "url.txt"), []byte("https://hooks.example.com/services/T1/B2/secretpath\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key.txt"), []byte("raw-key-0123456789abcdefghij\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{
@@ -247,9 +253,14 @@ listen = "${EMPTY:-127.0.0.1:9000}"
 name = "a"
 type = "webhook"
 url = "https://example.com/$${literal}"
-secrets = ["${HOOK_KEY}", "file:pw.txt"]
+secrets = ["${HOOK_KEY}", "file:key.txt"]
 headers = { "x-api-key" = "${MONGO_PW}", "X-Team" = "billing" }
 basic_auth = { username = "u", password = "file:pw.txt" }
+
+[[sinks]]
+name = "b"
+type = "webhook"
+url = "file:url.txt"
 `), envOf(env))
 	if err != nil {
 		t.Fatal(err)
@@ -257,15 +268,16 @@ basic_auth = { username = "u", password = "file:pw.txt" }
 	checks := []struct{ name, got, want string }{
 		{"mongo.uri", cfg.Mongo.URI.Value(), "mongodb://app:mongopw@db.internal:27017/?replicaSet=rs0"},
 		{"mongo.state_database", cfg.Mongo.StateDatabase, "cg"},
-		{"server.admin_token", cfg.Server.AdminToken.Value(), "s3cr3t-token"},
+		{"server.admin_token", cfg.Server.AdminToken.Value(), "s3cr3t-token-0123456789"},
 		{"server.listen", cfg.Server.Listen, "127.0.0.1:9000"},
 		{"url", cfg.Sinks[0].Webhook.URL, "https://example.com/${literal}"},
 		{"secrets[0]", cfg.Sinks[0].Webhook.Secrets[0].Value(), env["HOOK_KEY"]},
-		{"secrets[1]", cfg.Sinks[0].Webhook.Secrets[1].Value(), "pa55"},
+		{"secrets[1]", cfg.Sinks[0].Webhook.Secrets[1].Value(), "raw-key-0123456789abcdefghij"},
 		{"headers[0].name", cfg.Sinks[0].Webhook.Headers[0].Name, "X-Api-Key"},
 		{"headers[0].value", cfg.Sinks[0].Webhook.Headers[0].Value.Value(), "mongopw"},
 		{"headers[1].name", cfg.Sinks[0].Webhook.Headers[1].Name, "X-Team"},
 		{"basic_auth.password", cfg.Sinks[0].Webhook.BasicAuth.Password.Value(), "pa55"},
+		{"sinks[1].url (file:)", cfg.Sinks[1].Webhook.URL, "https://hooks.example.com/services/T1/B2/secretpath"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -283,7 +295,7 @@ basic_auth = { username = "u", password = "file:pw.txt" }
 	out.Write(js)
 	slog.New(slog.NewJSONHandler(&out, nil)).Info("config", "uri", cfg.Mongo.URI, "sink", cfg.Sinks[0].Webhook)
 	slog.New(slog.NewTextHandler(&out, nil)).Info("config", "token", cfg.Server.AdminToken)
-	for _, secret := range []string{"mongopw", "s3cr3t-token", "pa55", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"} {
+	for _, secret := range []string{"mongopw", "s3cr3t-token", "raw-key-0123456789", "pa55", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"} {
 		if strings.Contains(out.String(), secret) {
 			t.Errorf("secret %q printed:\n%s", secret, out.String())
 		}

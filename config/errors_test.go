@@ -56,6 +56,55 @@ colection = "orders"
 admin_token = "  "
 `, nil, `server.admin_token: is only white space: set a real token, or leave it empty to disable mutating admin API calls at config.toml:5`},
 
+		{"short admin token and secrets", head + `
+[server]
+admin_token = "abc"
+[[sinks]]
+name = "a"
+type = "webhook"
+url = "https://example.com/"
+secret = "x"
+[[sinks]]
+name = "b"
+type = "webhook"
+url = "https://example.com/"
+secrets = ["whsec_c2hvcnQ", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+`, nil, `server.admin_token: is 3 characters, want at least 16 (e.g. the output of openssl rand -hex 16) at config.toml:5
+sinks[0].secret: the signing key is 1 bytes, want at least 24 random bytes (e.g. "whsec_" + the output of openssl rand -base64 32) at config.toml:10
+sinks[1].secrets[0]: the signing key is 5 bytes, want at least 24 random bytes (e.g. "whsec_" + the output of openssl rand -base64 32) at config.toml:15`},
+
+		{"credentials twice", head + `
+[[sinks]]
+name = "a"
+type = "webhook"
+url = "https://example.com/"
+bearer_token = "t"
+headers = { Authorization = "Bearer other" }
+[[sinks]]
+name = "b"
+type = "webhook"
+url = "https://example.com/"
+headers = { "authorization" = "x" }
+basic_auth = { username = "a:b", password = "p" }
+`, nil, `sinks[0].headers.Authorization: conflicts with bearer_token (line 8): set the credentials once at config.toml:9
+sinks[1].headers.authorization: conflicts with basic_auth (line 15): set the credentials once at config.toml:14
+sinks[1].basic_auth.username: must not contain ":" (HTTP basic authentication separates it from the password with one) at config.toml:15`},
+
+		{"bad allowed hosts", head + `
+[server]
+public_read = "yes"
+allowed_hosts = ["changegate.example", "https://x.example", "a.example:9464", "", "two words", 7]
+`, nil, `server.public_read: expected a boolean (true or false), got string at config.toml:5
+server.allowed_hosts[5]: expected a string, got integer at config.toml:6`},
+
+		{"bad allowed host names", head + `
+[server]
+allowed_hosts = ["changegate.example", "https://x.example", "a.example:9464", "", "two words"]
+`, nil, `server.allowed_hosts[1]: "https://x.example": want a host name such as "changegate.example.com", without scheme at config.toml:5
+server.allowed_hosts[2]: "a.example:9464": want a host name without port (any port is accepted) at config.toml:5
+server.allowed_hosts[3]: must not be empty at config.toml:5
+server.allowed_hosts[4]: "two words" is not a host name at config.toml:5`},
+
 		{"unknown table and missing mongo", `
 [mongodb]
 uri = "mongodb://localhost"

@@ -38,6 +38,10 @@ const (
 	DefaultRetryJitter          = 0.2
 
 	DefaultWebhookTimeout = 10 * time.Second
+	// DefaultWebhookMaxRequestBytes is the default byte cap of a webhook
+	// batch request; MaxWebhookMaxRequestBytes the largest accepted.
+	DefaultWebhookMaxRequestBytes = 1 << 20
+	MaxWebhookMaxRequestBytes     = 1 << 30
 )
 
 func (d *decoder) parse(data []byte) (*Config, error) {
@@ -203,6 +207,25 @@ func checkCollName(s string) string {
 	return ""
 }
 
+// checkAllowedHost returns what is wrong with an allowed_hosts entry (lower
+// case, trimmed), or "".
+func checkAllowedHost(h string) string {
+	switch {
+	case h == "":
+		return "must not be empty"
+	case h == "*":
+		return ""
+	case strings.Contains(h, "://"):
+		return fmt.Sprintf("%q: want a host name such as \"changegate.example.com\", without scheme", h)
+	case strings.ContainsAny(h, "/ \t@?#*"):
+		return fmt.Sprintf("%q is not a host name", h)
+	}
+	if _, _, err := net.SplitHostPort(h); err == nil {
+		return fmt.Sprintf("%q: want a host name without port (any port is accepted)", h)
+	}
+	return ""
+}
+
 func (d *decoder) server(o *obj) Server {
 	s := Server{Listen: DefaultListen}
 	if l, v, ok := o.str("listen"); v != nil && ok {
@@ -220,6 +243,20 @@ func (d *decoder) server(o *obj) Server {
 	s.AdminToken, _ = o.secret("admin_token")
 	if s.AdminToken != "" && strings.TrimSpace(s.AdminToken.Value()) == "" {
 		d.errorf(o.keyPath("admin_token"), o.lineOf("admin_token"), "is only white space: set a real token, or leave it empty to disable mutating admin API calls")
+	} else if n := len([]rune(s.AdminToken.Value())); s.AdminToken != "" && n < MinAdminTokenLength {
+		d.errorf(o.keyPath("admin_token"), o.lineOf("admin_token"), "is %d characters, want at least %d (e.g. the output of openssl rand -hex 16)", n, MinAdminTokenLength)
+	}
+	s.PublicRead = o.boolean("public_read", false)
+	if hosts, elems, v := o.strings("allowed_hosts"); v != nil && !o.bad["allowed_hosts"] {
+		s.AllowedHosts = []string{}
+		for i, h := range hosts {
+			h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
+			if msg := checkAllowedHost(h); msg != "" {
+				d.errorf(indexPath(o.keyPath("allowed_hosts"), i), elems[i].line, "%s", msg)
+				continue
+			}
+			s.AllowedHosts = append(s.AllowedHosts, h)
+		}
 	}
 	o.done()
 	return s

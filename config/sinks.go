@@ -215,11 +215,15 @@ func decodeWebhook(d *decoder, o *obj, s *Sink) {
 	w := &WebhookSink{}
 	s.Webhook = w
 
-	if u, ok := o.reqString("url"); ok {
-		if msg := checkHTTPURL(u); msg != "" {
-			d.errorf(o.keyPath("url"), o.lineOf("url"), "%s", msg)
+	// The URL may carry a secret in its path (Slack- or Discord-style
+	// hooks): like other secrets it may come from ${VAR} or a file:.
+	if u, v := o.secret("url"); v == nil {
+		o.missing("url")
+	} else if !o.bad["url"] {
+		if msg := checkHTTPURL(u.Value()); msg != "" {
+			d.errorf(o.keyPath("url"), v.line, "%s", msg)
 		}
-		w.URL = u
+		w.URL = u.Value()
 	}
 
 	secret, secretVal := o.secret("secret")
@@ -270,11 +274,34 @@ func decodeWebhook(d *decoder, o *obj, s *Sink) {
 	}
 
 	w.BearerToken, _ = o.secret("bearer_token")
+	if strings.ContainsAny(w.BearerToken.Value(), "\r\n\x00") {
+		d.errorf(o.keyPath("bearer_token"), o.lineOf("bearer_token"), "must not contain line breaks")
+	}
+	for _, hd := range w.Headers {
+		if hd.Name != "Authorization" {
+			continue
+		}
+		for _, k := range []string{"bearer_token", "basic_auth"} {
+			if o.t.get(k) != nil {
+				h := o.sub("headers")
+				key, line := "Authorization", 0
+				for _, hk := range h.t.keys {
+					if textproto.CanonicalMIMEHeaderKey(hk) == "Authorization" {
+						key, line = hk, h.t.get(hk).line
+					}
+				}
+				d.errorf(h.keyPath(key), line, "conflicts with %s (line %d): set the credentials once", k, o.lineOf(k))
+			}
+		}
+	}
 	if b := o.sub("basic_auth"); b != nil {
 		if o.t.get("bearer_token") != nil {
 			d.errorf(o.keyPath("basic_auth"), o.lineOf("basic_auth"), "cannot be combined with bearer_token")
 		}
 		user, _ := b.reqString("username")
+		if strings.Contains(user, ":") {
+			d.errorf(b.keyPath("username"), b.lineOf("username"), `must not contain ":" (HTTP basic authentication separates it from the password with one)`)
+		}
 		pw, pv := b.secret("password")
 		if pv == nil {
 			b.missing("password")
@@ -283,6 +310,7 @@ func decodeWebhook(d *decoder, o *obj, s *Sink) {
 		b.done()
 	}
 	w.Timeout, _ = o.duration("timeout", DefaultWebhookTimeout, time.Millisecond)
+	w.MaxRequestBytes = int(o.integer("max_request_bytes", DefaultWebhookMaxRequestBytes, minMaxRequestBytes, MaxWebhookMaxRequestBytes))
 	w.AllowPrivateNetworks = o.boolean("allow_private_networks", false)
 	if f, v, ok := o.str("tls_ca_file"); v != nil && ok {
 		w.TLSCAFile = d.resolvePath(f)
@@ -306,19 +334,38 @@ func checkHTTPURL(s string) string {
 	return ""
 }
 
+// MinSigningSecretBytes is the shortest webhook signing key accepted
+// (after base64 decoding of a "whsec_" secret), as the webhook sink
+// requires.
+const MinSigningSecretBytes = 24
+
+// MinAdminTokenLength is the shortest server.admin_token accepted.
+const MinAdminTokenLength = 16
+
 // checkSigningSecret validates a Standard Webhooks secret: "whsec_" followed
-// by base64, or any other non-empty string used as raw key bytes.
+// by base64 (padded or not), or any other string used as raw key bytes; the
+// key must be at least MinSigningSecretBytes long.
 func (d *decoder) checkSigningSecret(path string, line int, s Secret) bool {
 	v := s.Value()
 	if v == "" {
 		d.errorf(path, line, "must not be empty")
 		return false
 	}
+	key := []byte(v)
 	if b64, ok := strings.CutPrefix(v, "whsec_"); ok {
-		if _, err := base64.StdEncoding.DecodeString(b64); err != nil || b64 == "" {
+		k, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			k, err = base64.RawStdEncoding.DecodeString(b64)
+		}
+		if err != nil || b64 == "" {
 			d.errorf(path, line, `secret starting with "whsec_" must continue with standard base64`)
 			return false
 		}
+		key = k
+	}
+	if len(key) < MinSigningSecretBytes {
+		d.errorf(path, line, "the signing key is %d bytes, want at least %d random bytes (e.g. \"whsec_\" + the output of openssl rand -base64 32)", len(key), MinSigningSecretBytes)
+		return false
 	}
 	return true
 }

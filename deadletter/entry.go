@@ -22,10 +22,13 @@ package deadletter
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/changegate/changegate/event"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -211,7 +214,10 @@ type entryJSON struct {
 	Operation   string          `json:"operation,omitempty"`
 	Namespace   string          `json:"namespace,omitempty"`
 	DocumentKey json.RawMessage `json:"documentKey,omitempty"`
-	ClusterTime *struct {
+	// DocumentKeyBSON is the key's raw BSON, base64: set when documentKey's
+	// JSON does not say exactly what the key is (DocumentKeyLossy).
+	DocumentKeyBSON string `json:"documentKeyBSON,omitempty"`
+	ClusterTime     *struct {
 		Timestamp jsonTimestamp `json:"$timestamp"`
 	} `json:"clusterTime,omitempty"`
 	Attempts      int             `json:"attempts"`
@@ -241,6 +247,9 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 		Attempts: e.Attempts, Reason: e.Reason, FirstError: e.FirstError, LastError: e.LastError,
 		FirstFailedAt: utc(e.FirstFailedAt), LastFailedAt: utc(e.LastFailedAt), CreatedAt: utc(e.CreatedAt),
 		Order: e.Order, RetryAt: utc(e.RetryAt), GapFrom: utc(e.GapFrom), GapTo: utc(e.GapTo), ChangeDropped: e.ChangeDropped,
+	}
+	if len(e.DocumentKey) > 0 && DocumentKeyLossy(e.DocumentKey) {
+		j.DocumentKeyBSON = base64.StdEncoding.EncodeToString(e.DocumentKey)
 	}
 	if !e.ClusterTime.IsZero() {
 		j.ClusterTime = &struct {
@@ -317,8 +326,54 @@ func (e *Entry) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("dead letter %s: %s: %w", j.ID, f.name, err)
 		}
 	}
+	if j.DocumentKeyBSON != "" {
+		raw, err := base64.StdEncoding.DecodeString(j.DocumentKeyBSON)
+		if err != nil || bson.Raw(raw).Validate() != nil {
+			return fmt.Errorf("dead letter %s: documentKeyBSON: not the base64 of a BSON document", j.ID)
+		}
+		out.DocumentKey = raw
+	}
 	*e = out
 	return nil
+}
+
+// DocumentKeyLossy reports whether the relaxed Extended JSON of key does not
+// say exactly what the key is: a string or field name that is not valid
+// UTF-8 (written as U+FFFD), or a field name starting with "$" (a document
+// that reads back as a typed value, such as {"$oid": "x"}). Listings then
+// carry the key's raw BSON as well (documentKeyBSON), and look-ups by it
+// (Filter.ExactDocumentKey) find the entry.
+func DocumentKeyLossy(key bson.Raw) bool {
+	elems, err := key.Elements()
+	if err != nil {
+		return true
+	}
+	for _, el := range elems {
+		if !utf8.ValidString(el.Key()) || strings.HasPrefix(el.Key(), "$") {
+			return true
+		}
+		v := el.Value()
+		switch v.Type {
+		case bson.TypeString:
+			if !utf8.ValidString(v.StringValue()) {
+				return true
+			}
+		case bson.TypeEmbeddedDocument:
+			if DocumentKeyLossy(v.Document()) {
+				return true
+			}
+		case bson.TypeArray:
+			if DocumentKeyLossy(bson.Raw(v.Array())) {
+				return true
+			}
+		case bson.TypeRegex:
+			p, o := v.Regex()
+			if !utf8.ValidString(p) || !utf8.ValidString(o) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Summary returns a copy of e without Change and Envelope, for listings

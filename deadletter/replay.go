@@ -2,12 +2,15 @@ package deadletter
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/changegate/changegate/event"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -15,7 +18,12 @@ import (
 // Replay did not deliver because an earlier entry of the same document and
 // sink failed during the same replay: delivering it would break
 // per-document order.
-var ErrHeldBack = errors.New("held back behind a failed entry of the same document")
+var ErrHeldBack = errors.New("held back behind an undelivered entry of the same document")
+
+// ErrClaimed is reported (wrapped, in ReplayResult.Errors) for an entry that
+// another replay, running at the same time, is delivering; the later
+// entries of its document and sink are held back as well.
+var ErrClaimed = errors.New("being replayed by another replay")
 
 // ReplayResult reports what Replay did.
 type ReplayResult struct {
@@ -25,8 +33,9 @@ type ReplayResult struct {
 	// their attempts, lastError and lastFailedAt updated.
 	Failed int
 	// Skipped entries were not attempted: gaps, entries stored without their
-	// change (ErrNotReplayable) and entries held back behind a failed entry
-	// of the same document and sink (ErrHeldBack). They stay in the store.
+	// change (ErrNotReplayable), entries another replay is delivering
+	// (ErrClaimed) and entries held back behind an undelivered entry of the
+	// same document and sink (ErrHeldBack). They stay in the store.
 	Skipped int
 	// Errors holds one error per failed entry, and per skipped entry except
 	// gaps, each naming the entry.
@@ -43,17 +52,21 @@ type ReplayResult struct {
 // the entry's sink name and the event rebuilt from the stored change (with
 // the entry's rules). Entries are replayed one at a time in stream order
 // (ClusterTime, then Order, then ID), at most f.Limit of them; once an
-// entry fails, later entries of the same document and sink are held back
-// so that per-document order is kept.
+// entry is not delivered (it failed, cannot be replayed, or another replay
+// holds it), later entries of the same document and sink are held back so
+// that per-document order is kept.
+//
+// Before delivering an entry Replay claims it atomically (a claim token and
+// an expiry, ClaimTTL by the server's clock, renewed while the delivery
+// runs), so concurrent replays, in one process or several, deliver each
+// entry once; the entry is deleted, or its failure recorded, only under
+// that claim.
 //
 // f.Kind selects what is replayed: failed entries when it is empty or
 // KindFailed (an empty Kind also counts the matching gaps as skipped);
 // KindGap only counts gaps as skipped. Parked entries belong to the running
 // gateway's automatic re-drive: asking for KindParked is an error. AfterID
 // is ignored.
-//
-// Two replays of the same entries at once may both deliver an entry (still
-// at least once); callers serialize replays if that matters.
 //
 // Replay returns a non-nil error, with the result so far, only when it had
 // to stop: ctx ended or the store failed. Delivery failures are reported in
@@ -104,25 +117,44 @@ func (s *Store) Replay(ctx context.Context, f Filter, deliver func(ctx context.C
 	}
 
 	failedKeys := map[string]bool{}
+	holdBack := func(e Entry) { failedKeys[heldKey(e)] = true }
+	claim := newClaimToken()
 	for _, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("dead letters: replay: %w", err)
 		}
-		e, ok, err := s.Get(ctx, id)
+		head, ok, err := s.head(ctx, id)
 		if err != nil {
 			return res, fmt.Errorf("dead letters: replay: %w", err)
 		}
-		if !ok || (e.Kind != KindFailed && e.Kind != KindGap) {
+		if !ok || (head.Kind != KindFailed && head.Kind != KindGap) {
 			continue // deleted or converted since it was listed
 		}
-		if e.Kind == KindGap {
+		if head.Kind == KindGap {
 			res.Skipped++
 			continue
 		}
-		key := e.Sink + "\x00" + e.Namespace + "\x00" + string(e.DocumentKey)
-		if failedKeys[key] {
+		if failedKeys[heldKey(head)] {
 			res.Skipped++
 			res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", id, ErrHeldBack))
+			continue
+		}
+		e, claimed, err := s.claim(ctx, id, claim)
+		if err != nil {
+			return res, fmt.Errorf("dead letters: replay: %w", err)
+		}
+		if !claimed {
+			if _, still, err := s.head(ctx, id); err != nil {
+				return res, fmt.Errorf("dead letters: replay: %w", err)
+			} else if !still {
+				continue // delivered and deleted by another replay meanwhile
+			}
+			// Another replay is delivering it: this one must neither
+			// deliver it again nor overtake it with a later change of
+			// the same document.
+			res.Skipped++
+			res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", id, ErrClaimed))
+			holdBack(head)
 			continue
 		}
 		ev, err := e.Event()
@@ -133,45 +165,157 @@ func (s *Store) Replay(ctx context.Context, f Filter, deliver func(ctx context.C
 			} else {
 				res.Failed++
 			}
-			// Not held back: this entry can never be delivered.
+			// Held back: a later change of this document must not be
+			// delivered while this one is still owed to the sink.
+			holdBack(e)
+			s.release(ctx, id, claim)
 			continue
 		}
-		derr := deliver(ctx, e.Sink, ev)
+		derr := s.deliverClaimed(ctx, id, claim, func(ctx context.Context) error { return deliver(ctx, e.Sink, ev) })
 		if derr == nil {
-			if _, err := s.Delete(ctx, id); err != nil {
+			if _, err := s.deleteClaimed(ctx, id, claim); err != nil {
 				// Delivered but still stored: a later replay delivers it
-				// again (at least once).
+				// again (at least once), once the claim expired.
 				return res, fmt.Errorf("dead letters: replay: %w", err)
 			}
 			res.Replayed++
 			continue
 		}
 		if err := ctx.Err(); err != nil {
+			s.release(ctx, id, claim)
 			return res, fmt.Errorf("dead letters: replay: %w", err)
 		}
 		res.Failed++
 		res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: sink %s: %w", id, e.Sink, derr))
-		failedKeys[key] = true
-		if err := s.recordFailure(ctx, id, derr); err != nil {
+		holdBack(e)
+		if err := s.recordFailure(ctx, id, claim, derr); err != nil {
 			return res, fmt.Errorf("dead letters: replay: %w", err)
 		}
 	}
 	return res, nil
 }
 
-// recordFailure updates a failed entry after another failed delivery.
-func (s *Store) recordFailure(ctx context.Context, id string, derr error) error {
+// heldKey is the document and sink of an entry: replay holds back later
+// entries of the same key after one that was not delivered.
+func heldKey(e Entry) string {
+	return e.Sink + "\x00" + e.Namespace + "\x00" + string(e.DocumentKey)
+}
+
+// ClaimTTL is how long a replay's claim on an entry lasts without renewal;
+// the replay renews it every ClaimTTL/3 while the delivery runs. A claim
+// left by a replay that died expires after at most ClaimTTL, and the entry
+// can be replayed again.
+const ClaimTTL = time.Minute
+
+// newClaimToken returns a random claim token, one per Replay call.
+func newClaimToken() string {
+	var b [12]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// unclaimed matches an entry without a live claim; the expiry is judged by
+// the server's clock, like the leases.
+var unclaimed = bson.D{{Key: "$or", Value: bson.A{
+	bson.D{{Key: "claimUntil", Value: bson.D{{Key: "$exists", Value: false}}}},
+	bson.D{{Key: "$expr", Value: bson.D{{Key: "$lt", Value: bson.A{"$claimUntil", "$$NOW"}}}}},
+}}}
+
+// claimUpdate sets the claim token and its expiry (server clock + ClaimTTL).
+func claimUpdate(token string) bson.A {
+	return bson.A{bson.D{{Key: "$set", Value: bson.D{
+		{Key: "claim", Value: token},
+		{Key: "claimUntil", Value: bson.D{{Key: "$add", Value: bson.A{"$$NOW", ClaimTTL.Milliseconds()}}}},
+	}}}}
+}
+
+// head returns the entry id without its change and envelope.
+func (s *Store) head(ctx context.Context, id string) (Entry, bool, error) {
+	var r record
+	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(summaryProjection)).Decode(&r)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("dead letter %s: get: %w", id, err)
+	}
+	return r.entry(), true, nil
+}
+
+// claim atomically marks the failed entry id as being replayed with token,
+// unless another replay holds a live claim on it, and returns the entry;
+// false when it is not (or no longer) a failed entry or is claimed.
+func (s *Store) claim(ctx context.Context, id, token string) (Entry, bool, error) {
+	q := append(bson.D{{Key: "_id", Value: id}, {Key: "kind", Value: KindFailed}}, unclaimed...)
+	var r record
+	err := s.coll.FindOneAndUpdate(ctx, q, claimUpdate(token), options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&r)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("dead letter %s: claim: %w", id, err)
+	}
+	return r.entry(), true, nil
+}
+
+// deliverClaimed runs deliver while renewing the claim on id.
+func (s *Store) deliverClaimed(ctx context.Context, id, token string, deliver func(context.Context) error) error {
+	stop := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(ClaimTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_, _ = s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "claim", Value: token}}, claimUpdate(token))
+			}
+		}
+	}()
+	err := deliver(ctx)
+	close(stop)
+	<-renewed
+	return err
+}
+
+// deleteClaimed deletes id if this replay still holds its claim.
+func (s *Store) deleteClaimed(ctx context.Context, id, token string) (bool, error) {
+	res, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "claim", Value: token}})
+	if err != nil {
+		return false, fmt.Errorf("dead letter %s: delete: %w", id, err)
+	}
+	return res.DeletedCount > 0, nil
+}
+
+// release drops this replay's claim on id (best effort: an unreleased
+// claim expires by itself).
+func (s *Store) release(ctx context.Context, id, token string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = s.coll.UpdateOne(rctx, bson.D{{Key: "_id", Value: id}, {Key: "claim", Value: token}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "claim", Value: ""}, {Key: "claimUntil", Value: ""}}}})
+}
+
+// recordFailure updates a failed entry after another failed delivery and
+// releases this replay's claim on it.
+func (s *Store) recordFailure(ctx context.Context, id, token string, derr error) error {
 	n := 1
 	var counted interface{ Attempts() int }
 	if errors.As(derr, &counted) && counted.Attempts() > 0 {
 		n = counted.Attempts()
 	}
-	_, err := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{
+	_, err := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "claim", Value: token}}, bson.D{
 		{Key: "$set", Value: bson.D{
 			{Key: "lastError", Value: derr.Error()},
 			{Key: "lastFailedAt", Value: time.Now().UTC()},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int64(n)}}},
+		{Key: "$unset", Value: bson.D{{Key: "claim", Value: ""}, {Key: "claimUntil", Value: ""}}},
 	})
 	if err != nil {
 		return fmt.Errorf("dead letter %s: record failure: %w", id, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -36,6 +37,12 @@ type Filter struct {
 	// sharded collection whose key holds more fields). A non-nil DocumentKey
 	// that is not a valid, non-empty document is an error.
 	DocumentKey bson.Raw
+	// ExactDocumentKey selects entries whose documentKey is this document,
+	// byte for byte (field order, types and invalid UTF-8 included): the
+	// lossless look-up for a key whose JSON form is ambiguous
+	// (Entry.DocumentKeyLossy). A non-nil ExactDocumentKey that is not a
+	// valid, non-empty document without "$" field names is an error.
+	ExactDocumentKey bson.Raw
 	// IDs selects entries by _id; a non-nil empty IDs selects nothing.
 	IDs []string
 	// Units selects entries by unit of work (Entry.Unit); a non-nil empty
@@ -340,9 +347,26 @@ func (f Filter) query() (bson.D, error) {
 		if err != nil {
 			return nil, fmt.Errorf("filter: invalid document key: %w", err)
 		}
-		for _, el := range elems {
-			q = append(q, bson.E{Key: "documentKey." + el.Key(), Value: el.Value()})
+		if path := operatorPath(f.DocumentKey, ""); path != "" {
+			return nil, fmt.Errorf("filter: invalid document key: %w", &OperatorError{Path: path})
 		}
+		// $eq: the key's values are matched literally, whatever they hold.
+		for _, el := range elems {
+			q = append(q, bson.E{Key: "documentKey." + el.Key(), Value: bson.D{{Key: "$eq", Value: el.Value()}}})
+		}
+	}
+	if f.ExactDocumentKey != nil {
+		elems, err := f.ExactDocumentKey.Elements()
+		if err == nil && len(elems) == 0 {
+			err = errors.New("empty document")
+		}
+		if err == nil {
+			err = CheckDocumentKey(f.ExactDocumentKey)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("filter: invalid exact document key: %w", err)
+		}
+		q = append(q, bson.E{Key: "documentKey", Value: bson.D{{Key: "$eq", Value: f.ExactDocumentKey}}})
 	}
 	if f.IDs != nil {
 		q = append(q, bson.E{Key: "_id", Value: bson.D{{Key: "$in", Value: f.IDs}}})
@@ -351,6 +375,60 @@ func (f Filter) query() (bson.D, error) {
 		q = append(q, bson.E{Key: "unit", Value: bson.D{{Key: "$in", Value: f.Units}}})
 	}
 	return q, nil
+}
+
+// OperatorError is the error for a document key (Filter.DocumentKey) that
+// holds a field name starting with "$": a key is matched literally, and such
+// a name would be read by MongoDB as a query operator ({"_id": {"$ne":
+// null}} would select every entry).
+type OperatorError struct {
+	// Path is the dotted path of the offending field, e.g. "_id.$ne".
+	Path string
+}
+
+func (e *OperatorError) Error() string {
+	return fmt.Sprintf("field %q is a query operator: a document key is matched literally, write its value as (Extended) JSON, e.g. {\"_id\": {\"$oid\": \"...\"}}", e.Path)
+}
+
+// CheckDocumentKey returns an *OperatorError when key holds a field name
+// starting with "$" (once Extended JSON wrappers such as {"$oid": ...} were
+// parsed into their types), and nil otherwise. Every Filter method refuses
+// such a key; callers parsing user input call it to report it early.
+func CheckDocumentKey(key bson.Raw) error {
+	if path := operatorPath(key, ""); path != "" {
+		return &OperatorError{Path: path}
+	}
+	return nil
+}
+
+// operatorPath returns the dotted path of the first field of doc (at any
+// depth, arrays included) whose name starts with "$", or "".
+func operatorPath(doc bson.Raw, prefix string) string {
+	elems, err := doc.Elements()
+	if err != nil {
+		return ""
+	}
+	for _, el := range elems {
+		path := el.Key()
+		if prefix != "" {
+			path = prefix + "." + path
+		}
+		if strings.HasPrefix(el.Key(), "$") {
+			return path
+		}
+		v := el.Value()
+		switch v.Type {
+		case bson.TypeEmbeddedDocument:
+			if p := operatorPath(v.Document(), path); p != "" {
+				return p
+			}
+		case bson.TypeArray:
+			if p := operatorPath(bson.Raw(v.Array()), path); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
 }
 
 // byOrder reports whether entries matching f are listed in stream order.
@@ -438,6 +516,50 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Entry, error) {
 		return nil, fmt.Errorf("dead letters: list: %w", err)
 	}
 	return out, nil
+}
+
+// summaryProjection leaves out of a listed entry the parts that can be
+// large (the stored change and its envelope, up to 16 MiB each).
+var summaryProjection = bson.D{{Key: "change", Value: 0}, {Key: "envelope", Value: 0}}
+
+// Summaries calls fn, one entry at a time and in List order, with the
+// summary (Entry.Summary: no Change, no Envelope) of each entry List(f)
+// would return. The large fields are never read from the server, and no
+// more than one cursor batch of summaries is held at once, so memory does
+// not grow with the size or number of the entries. fn's error stops the
+// walk and is returned as is; ready, if non-nil, is called once the query
+// was accepted and before the first fn call, so a caller can tell an
+// invalid filter (an error before ready) from a failure half way.
+func (s *Store) Summaries(ctx context.Context, f Filter, ready func(), fn func(Entry) error) error {
+	q, err := s.pageQuery(ctx, f)
+	if err != nil {
+		return fmt.Errorf("dead letters: list: %w", err)
+	}
+	opts := options.Find().SetSort(f.sort()).SetProjection(summaryProjection).SetBatchSize(100)
+	if f.Limit > 0 {
+		opts.SetLimit(int64(f.Limit))
+	}
+	cur, err := s.coll.Find(ctx, q, opts)
+	if err != nil {
+		return fmt.Errorf("dead letters: list: %w", err)
+	}
+	defer cur.Close(ctx)
+	if ready != nil {
+		ready()
+	}
+	for cur.Next(ctx) {
+		var r record
+		if err := cur.Decode(&r); err != nil {
+			return fmt.Errorf("dead letters: list: decode: %w", err)
+		}
+		if err := fn(r.entry()); err != nil {
+			return err
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("dead letters: list: %w", err)
+	}
+	return nil
 }
 
 // ids returns the _ids of the entries List(f) would return.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -883,5 +884,214 @@ func TestInvalidFilter(t *testing.T) {
 	}
 	if n, err := s.Count(ctx, deadletter.Filter{}); err != nil || n != 8 {
 		t.Errorf("Count = %d, %v; want 8 (nothing purged)", n, err)
+	}
+}
+
+// TestDocumentKeyIsLiteral: a document key is matched literally ($eq), and
+// one that holds a query operator is refused by every method before it
+// reaches MongoDB, so {"_id": {"$ne": null}} can neither list nor purge
+// everything.
+func TestDocumentKeyIsLiteral(t *testing.T) {
+	s, ctx := newStore(t)
+	fixture(t, ctx, s)
+	// An entry whose _id is itself a document matches only that document.
+	nested := entry(t, ev(t, "s1", "orders", bson.D{{Key: "a", Value: 1}, {Key: "b", Value: 2}}, 50), "a", deadletter.KindFailed)
+	put(t, ctx, s, nested)
+	if es, err := s.List(ctx, deadletter.Filter{DocumentKey: docKey(t, bson.D{{Key: "a", Value: 1}, {Key: "b", Value: 2}})}); err != nil || len(es) != 1 || es[0].ID != nested.ID {
+		t.Fatalf("literal embedded key: %v %v", ids(es), err)
+	}
+	if es, err := s.List(ctx, deadletter.Filter{DocumentKey: docKey(t, bson.D{{Key: "a", Value: 1}})}); err != nil || len(es) != 0 {
+		t.Fatalf("a part of an embedded key matched: %v %v", ids(es), err)
+	}
+	for _, key := range []bson.D{
+		{{Key: "_id", Value: bson.D{{Key: "$ne", Value: nil}}}},
+		{{Key: "_id", Value: bson.D{{Key: "$regex", Value: "."}}}},
+		{{Key: "$where", Value: "true"}},
+		{{Key: "_id", Value: bson.A{bson.D{{Key: "$gt", Value: 0}}}}},
+		{{Key: "_id", Value: bson.D{{Key: "x", Value: bson.D{{Key: "$exists", Value: true}}}}}},
+	} {
+		raw, err := bson.Marshal(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := deadletter.Filter{DocumentKey: raw}
+		var oe *deadletter.OperatorError
+		if _, err := s.List(ctx, f); !errors.As(err, &oe) {
+			t.Errorf("List(%v): %v, want an OperatorError", key, err)
+		}
+		if _, err := s.Purge(ctx, f); !errors.As(err, &oe) {
+			t.Errorf("Purge(%v): %v, want an OperatorError", key, err)
+		}
+		if _, err := s.Count(ctx, f); !errors.As(err, &oe) {
+			t.Errorf("Count(%v): %v, want an OperatorError", key, err)
+		}
+		if _, err := s.Replay(ctx, f, func(context.Context, string, *event.Event) error { return nil }); !errors.As(err, &oe) {
+			t.Errorf("Replay(%v): %v, want an OperatorError", key, err)
+		}
+	}
+	if n, err := s.Count(ctx, deadletter.Filter{}); err != nil || n != 9 {
+		t.Errorf("Count = %d, %v; want 9 (nothing purged)", n, err)
+	}
+}
+
+// TestConcurrentReplays: four replays at once deliver each entry once and
+// report it replayed once; the others skip it as claimed, and hold back the
+// later entries of its document meanwhile.
+func TestConcurrentReplays(t *testing.T) {
+	s, ctx := newStore(t)
+	for i, doc := range []int{1, 2, 1} {
+		put(t, ctx, s, entry(t, ev(t, "orders", "orders", doc, uint32(10+i)), "a", deadletter.KindFailed))
+	}
+	var mu sync.Mutex
+	delivered := map[string]int{}
+	var order []string
+	deliver := func(_ context.Context, _ string, e *event.Event) error {
+		time.Sleep(20 * time.Millisecond) // overlap
+		mu.Lock()
+		defer mu.Unlock()
+		delivered[e.ID]++
+		order = append(order, e.ID)
+		return nil
+	}
+	var wg sync.WaitGroup
+	results := make([]deadletter.ReplayResult, 4)
+	for i := range results {
+		wg.Go(func() {
+			res, err := s.Replay(ctx, deadletter.Filter{}, deliver)
+			if err != nil {
+				t.Errorf("replay %d: %v", i, err)
+			}
+			results[i] = res
+		})
+	}
+	wg.Wait()
+	// Entries another replay still held are left for a later replay.
+	for {
+		res, err := s.Replay(ctx, deadletter.Filter{}, deliver)
+		if err != nil {
+			t.Fatal(err)
+		}
+		results = append(results, res)
+		if n, _ := s.Count(ctx, deadletter.Filter{}); n == 0 {
+			break
+		}
+	}
+	replayed := 0
+	for _, r := range results {
+		replayed += r.Replayed
+		for _, err := range r.Errors {
+			if !errors.Is(err, deadletter.ErrClaimed) && !errors.Is(err, deadletter.ErrHeldBack) {
+				t.Errorf("unexpected error: %v", err)
+			}
+		}
+	}
+	if len(delivered) != 3 || replayed != 3 {
+		t.Errorf("delivered %v, %d reported replayed; want 3 entries once each", delivered, replayed)
+	}
+	for id, n := range delivered {
+		if n != 1 {
+			t.Errorf("%s delivered %d times", id, n)
+		}
+	}
+	// Document 1's changes in stream order, whoever delivered them.
+	var doc1 []string
+	for _, id := range order {
+		if id != ev(t, "orders", "orders", 2, 11).ID {
+			doc1 = append(doc1, id)
+		}
+	}
+	if want := []string{ev(t, "orders", "orders", 1, 10).ID, ev(t, "orders", "orders", 1, 12).ID}; !slices.Equal(doc1, want) {
+		t.Errorf("document 1 delivered in order %v, want %v", doc1, want)
+	}
+}
+
+// TestReplayHoldsBackBehindUndeliverable: an entry stored without its change
+// and an entry claimed by another (live) replay hold back the later entries
+// of their document; an expired claim (a replay that died) does not.
+func TestReplayHoldsBackBehindUndeliverable(t *testing.T) {
+	ctx := testCtx(t)
+	db := testDB(t)
+	s := deadletter.NewStore(db, "deadletters")
+	dropped := entry(t, ev(t, "orders", "orders", 1, 10), "a", deadletter.KindFailed)
+	dropped.Change = nil // as stored when the change was too large
+	later := entry(t, ev(t, "orders", "orders", 1, 11), "a", deadletter.KindFailed)
+	claimed := entry(t, ev(t, "orders", "orders", 2, 12), "a", deadletter.KindFailed)
+	after := entry(t, ev(t, "orders", "orders", 2, 13), "a", deadletter.KindFailed)
+	stale := entry(t, ev(t, "orders", "orders", 3, 14), "a", deadletter.KindFailed)
+	put(t, ctx, s, dropped, later, claimed, after, stale)
+	setClaim := func(id string, until time.Time) {
+		if _, err := db.Collection("deadletters").UpdateOne(ctx, bson.D{{Key: "_id", Value: id}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "claim", Value: "other"}, {Key: "claimUntil", Value: until}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setClaim(claimed.ID, time.Now().Add(time.Hour))
+	setClaim(stale.ID, time.Now().Add(-time.Second))
+	var got []string
+	res, err := s.Replay(ctx, deadletter.Filter{}, func(_ context.Context, _ string, e *event.Event) error {
+		got = append(got, e.ID)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{stale.EventID}; !slices.Equal(got, want) {
+		t.Errorf("delivered %v, want only %v", got, want)
+	}
+	if res.Replayed != 1 || res.Skipped != 4 {
+		t.Errorf("result %+v, want 1 replayed, 4 skipped", res)
+	}
+	var held, claimedErr, notReplayable int
+	for _, err := range res.Errors {
+		switch {
+		case errors.Is(err, deadletter.ErrHeldBack):
+			held++
+		case errors.Is(err, deadletter.ErrClaimed):
+			claimedErr++
+		case errors.Is(err, deadletter.ErrNotReplayable):
+			notReplayable++
+		}
+	}
+	if held != 2 || claimedErr != 1 || notReplayable != 1 {
+		t.Errorf("errors %v", res.Errors)
+	}
+}
+
+// TestExactDocumentKey: a key whose JSON cannot name it (invalid UTF-8
+// becomes U+FFFD) is listed with its raw BSON (documentKeyBSON), which
+// reads back losslessly and finds the entry; the JSON form does not.
+func TestExactDocumentKey(t *testing.T) {
+	s, ctx := newStore(t)
+	odd := entry(t, ev(t, "s1", "orders", "a\xffb", 5), "a", deadletter.KindFailed)
+	plain := entry(t, ev(t, "s1", "orders", 7, 6), "a", deadletter.KindFailed)
+	put(t, ctx, s, odd, plain)
+	if !deadletter.DocumentKeyLossy(odd.DocumentKey) || deadletter.DocumentKeyLossy(plain.DocumentKey) {
+		t.Fatal("DocumentKeyLossy: want true for the invalid UTF-8 key only")
+	}
+	b, err := json.Marshal(odd.Summary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back deadletter.Entry
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(back.DocumentKey, odd.DocumentKey) || !strings.Contains(string(b), `"documentKeyBSON":`) {
+		t.Fatalf("round trip lost the key: %s", b)
+	}
+	if pb, _ := json.Marshal(plain.Summary()); strings.Contains(string(pb), "documentKeyBSON") {
+		t.Errorf("a plain key carries its BSON too: %s", pb)
+	}
+	if es, err := s.List(ctx, deadletter.Filter{ExactDocumentKey: back.DocumentKey}); err != nil || len(es) != 1 || es[0].ID != odd.ID {
+		t.Errorf("exact look-up: %v %v", ids(es), err)
+	}
+	if es, err := s.List(ctx, deadletter.Filter{DocumentKey: docKey(t, "a\ufffdb")}); err != nil || len(es) != 0 {
+		t.Errorf("the U+FFFD form found %v (%v)", ids(es), err)
+	}
+	if es, err := s.List(ctx, deadletter.Filter{ExactDocumentKey: plain.DocumentKey}); err != nil || len(es) != 1 || es[0].ID != plain.ID {
+		t.Errorf("exact look-up of a plain key: %v %v", ids(es), err)
+	}
+	if _, err := s.List(ctx, deadletter.Filter{ExactDocumentKey: docKey(t, bson.D{{Key: "$gt", Value: 1}})}); err == nil {
+		t.Error("an operator in an exact key was accepted")
 	}
 }

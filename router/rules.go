@@ -111,7 +111,11 @@ func CompileRules(specs []RuleSpec, sinkNames []string) (*Rules, error) {
 				return nil, fmt.Errorf("rule %q: filter: %w", sp.Name, err)
 			}
 			r.filter = f
-			conds = append(conds, sp.Filter)
+			// A pattern PCRE could backtrack on stays in-process (see
+			// query.BacktrackRisk): the pushed-down $match is then wider.
+			if query.BacktrackRisk(raw) == "" {
+				conds = append(conds, sp.Filter)
+			}
 		}
 		switch len(conds) {
 		case 0:

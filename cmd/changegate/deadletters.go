@@ -18,14 +18,19 @@ import (
 const deadlettersUsage = `Usage: changegate deadletters COMMAND -config FILE [filters]
 
 Commands:
-  list     list dead letters (newest first), one JSON object per line
+  list     list dead letters (newest first), one JSON object per line, without
+           their change and envelope (show prints those); -limit is 1 to 1000,
+           default 100: page with -after the id of the last entry listed
   show     print one dead letter in full: -id ID
   replay   re-deliver matching dead letters through their sinks; an entry is
            removed only once its sink accepted it
   purge    delete matching dead letters (requires -yes)
 
 Filters: -sink NAME -source NAME -kind failed|parked|gap -since TIME (RFC 3339 or
-a duration such as 24h, meaning that long ago) -document-key JSON -limit N
+a duration such as 24h, meaning that long ago) -document-key JSON (the key's
+value as Extended JSON, matched literally; $ operators are refused)
+-document-key-bson BASE64 (the exact key, as a listing's documentKeyBSON shows
+it for a key JSON cannot name: invalid UTF-8, "$" field names) -limit N
 -after ID (list paging). The admin API (/api/v1/deadletters) takes the same
 filters as query parameters.
 `
@@ -53,7 +58,8 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&q.Kind, "kind", "", "only entries of this kind: failed, parked or gap (replay: failed)")
 	fs.StringVar(&q.Since, "since", "", "only entries created at or after this time (RFC 3339) or this long ago (e.g. 24h)")
 	fs.StringVar(&q.DocumentKey, "document-key", "", `only entries of this document, as JSON, e.g. '{"_id": 42}'`)
-	fs.StringVar(&q.Limit, "limit", "", "at most this many entries (default 100 for list, no limit for replay and purge)")
+	fs.StringVar(&q.DocumentKeyBSON, "document-key-bson", "", "only entries of this exact document key: its raw BSON, base64 (documentKeyBSON of a listed entry)")
+	fs.StringVar(&q.Limit, "limit", "", "at most this many entries (list: 1 to 1000, default 100; replay and purge: default no limit)")
 	fs.StringVar(&q.After, "after", "", "list: the entries after this id (paging)")
 	id := fs.String("id", "", "the entry's id (show)")
 	yes := fs.Bool("yes", false, "confirm purge")
@@ -64,11 +70,13 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "changegate deadletters: -config is required")
 		return 2
 	}
-	defLimit := 0
+	var f deadletter.Filter
+	var err error
 	if sub == "list" {
-		defLimit = 100
+		f, err = q.ListFilter(time.Now())
+	} else {
+		f, err = q.Filter(time.Now(), 0)
 	}
-	f, err := q.Filter(time.Now(), defLimit)
 	if err != nil {
 		fmt.Fprintf(stderr, "changegate deadletters: -%v\n", err)
 		return 2
@@ -90,13 +98,9 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 	enc := json.NewEncoder(stdout)
 	switch sub {
 	case "list":
-		es, err := store.List(ctx, f)
-		if err != nil {
+		if err := store.Summaries(ctx, f, nil, func(e deadletter.Entry) error { return enc.Encode(e) }); err != nil {
 			fmt.Fprintf(stderr, "changegate deadletters list: %v\n", err)
 			return 1
-		}
-		for _, e := range es {
-			_ = enc.Encode(e.Summary())
 		}
 		return 0
 	case "show":

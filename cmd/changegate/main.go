@@ -161,8 +161,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check", "Usage: changegate check -config FILE\n\n"+
-		"Validates the config file (syntax, types, names, filters, secrets) without\n"+
-		"connecting to anything. Exits 0 when valid, 1 with every problem listed.", stderr)
+		"Validates the config file (syntax, types, names, filters, secrets) and builds\n"+
+		"every sink exactly as run does, without connecting to anything. Exits 0 when\n"+
+		"valid, 1 with every problem listed.", stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
@@ -173,11 +174,14 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := config.Load(*path)
 	if err == nil {
-		_, err = app.CompileRules(cfg)
+		err = app.Check(cfg)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%v\n", err)
 		return 1
+	}
+	for _, n := range app.PushdownNotes(cfg) {
+		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d rules)\n", *path, len(cfg.Sources), len(cfg.Sinks), len(cfg.Rules))
 	for _, sc := range cfg.Sources {

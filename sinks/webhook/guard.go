@@ -25,27 +25,101 @@ func (e *forbiddenTargetError) Error() string {
 func (e *forbiddenTargetError) Is(target error) bool { return target == ErrForbiddenTarget }
 
 var (
-	cgnat       = netip.MustParsePrefix("100.64.0.0/10")  // RFC 6598 shared address space
-	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")      // RFC 1122 "this network"
-	nat64       = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052 well-known NAT64 prefix
-	nat64Local  = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215 local-use NAT64 prefix
-	broadcast   = netip.AddrFrom4([4]byte{255, 255, 255, 255})
-	metadata    = []netip.Addr{
+	metadata = []netip.Addr{
 		netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, OpenStack, ...
 		netip.MustParseAddr("fd00:ec2::254"),   // AWS IMDS over IPv6
 		netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud
 	}
+	nat64     = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052 well-known NAT64 prefix
+	sixToFour = netip.MustParsePrefix("2002::/16")    // RFC 3056 6to4
 )
 
+// specialRange is a range of the IANA IPv4 and IPv6 Special-Purpose Address
+// Registries (plus multicast and IPv4 class E) that a webhook may not
+// target without allow_private_networks.
+type specialRange struct {
+	prefix netip.Prefix
+	kind   string
+}
+
+// specialRanges lists the ranges refused outright, most specific first
+// where they nest. The IPv4-mapped range (::ffff:0:0/96) is not here: a
+// mapped address is judged as the IPv4 address it is. The well-known NAT64
+// prefix and 6to4 are judged by the IPv4 address they embed (classifyAddr).
+// Ranges the registries mark as globally reachable but that serve a
+// protocol, not a web server (anycast relays, AS112, AMT, ORCHID, Teredo),
+// are refused too: no webhook lives there.
+var specialRanges = func() []specialRange {
+	rs := []struct{ cidr, kind string }{
+		// IPv4 (RFC 6890 and successors).
+		{"0.0.0.0/8", "unspecified"},                          // RFC 791 "this network"
+		{"10.0.0.0/8", "private"},                             // RFC 1918
+		{"100.64.0.0/10", "shared (CGNAT)"},                   // RFC 6598
+		{"127.0.0.0/8", "loopback"},                           // RFC 1122
+		{"169.254.0.0/16", "link-local"},                      // RFC 3927
+		{"172.16.0.0/12", "private"},                          // RFC 1918
+		{"192.0.0.0/24", "IETF protocol assignment"},          // RFC 6890 (DS-Lite, PCP and TURN anycast, NAT64 discovery, ...)
+		{"192.0.2.0/24", "documentation"},                     // RFC 5737 TEST-NET-1
+		{"192.31.196.0/24", "AS112"},                          // RFC 7535
+		{"192.52.193.0/24", "AMT"},                            // RFC 7450
+		{"192.88.99.0/24", "6to4 relay anycast (deprecated)"}, // RFC 7526
+		{"192.168.0.0/16", "private"},                         // RFC 1918
+		{"192.175.48.0/24", "AS112"},                          // RFC 7534
+		{"198.18.0.0/15", "benchmarking"},                     // RFC 2544
+		{"198.51.100.0/24", "documentation"},                  // RFC 5737 TEST-NET-2
+		{"203.0.113.0/24", "documentation"},                   // RFC 5737 TEST-NET-3
+		{"224.0.0.0/4", "multicast"},                          // RFC 5771
+		{"255.255.255.255/32", "broadcast"},                   // RFC 919
+		{"240.0.0.0/4", "reserved"},                           // RFC 1112 class E
+		// IPv6 (RFC 6890 and successors).
+		{"::/128", "unspecified"},                 // RFC 4291
+		{"::1/128", "loopback"},                   // RFC 4291
+		{"::/96", "IPv4-compatible (deprecated)"}, // RFC 4291 ::a.b.c.d
+		{"::ffff:0:0:0/96", "IPv4-translated"},    // RFC 2765 SIIT
+		{"64:ff9b:1::/48", "local-use NAT64"},     // RFC 8215
+		{"100::/64", "discard-only"},              // RFC 6666
+		{"100:0:0:1::/64", "dummy prefix"},        // RFC 9780
+		{"2001::/32", "Teredo"},                   // RFC 4380 (embeds IPv4 addresses)
+		{"2001:db8::/32", "documentation"},        // RFC 3849
+		{"2001::/23", "IETF protocol assignment"}, // RFC 2928 (benchmarking, AMT, AS112, ORCHID, ...)
+		{"2620:4f:8000::/48", "AS112"},            // RFC 7534
+		{"3fff::/20", "documentation"},            // RFC 9637
+		{"5f00::/16", "SRv6 SIDs"},                // RFC 9602
+		{"fc00::/7", "private"},                   // RFC 4193 unique local
+		{"fe80::/10", "link-local"},               // RFC 4291
+		{"fec0::/10", "site-local (deprecated)"},  // RFC 3879
+		{"ff00::/8", "multicast"},                 // RFC 4291
+	}
+	out := make([]specialRange, len(rs))
+	for i, r := range rs {
+		out[i] = specialRange{netip.MustParsePrefix(r.cidr), r.kind}
+	}
+	return out
+}()
+
 // classifyAddr returns why ip is not an acceptable webhook target ("" when
-// it is a public unicast address). IPv4-mapped IPv6 addresses and the IPv4
-// address embedded in a NAT64 address are checked as IPv4.
+// it is a public unicast address): a cloud metadata address, or one of
+// specialRanges. IPv4-mapped IPv6 addresses are checked as IPv4; the IPv4
+// address embedded in a well-known NAT64 or a 6to4 address is checked too.
 func classifyAddr(ip netip.Addr) string {
 	ip = ip.Unmap().WithZone("")
-	if ip.Is6() && (nat64.Contains(ip) || nat64Local.Contains(ip)) {
+	if !ip.IsValid() {
+		return "invalid"
+	}
+	if ip.Is6() {
 		b := ip.As16()
-		if k := classifyAddr(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})); k != "" {
-			return k + " (via NAT64)"
+		var embedded netip.Addr
+		via := ""
+		switch {
+		case nat64.Contains(ip):
+			embedded, via = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}), "NAT64"
+		case sixToFour.Contains(ip):
+			embedded, via = netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), "6to4"
+		}
+		if via != "" {
+			if k := classifyAddr(embedded); k != "" {
+				return k + " (via " + via + ")"
+			}
 		}
 	}
 	for _, m := range metadata {
@@ -53,23 +127,10 @@ func classifyAddr(ip netip.Addr) string {
 			return "cloud metadata"
 		}
 	}
-	switch {
-	case !ip.IsValid():
-		return "invalid"
-	case ip.IsUnspecified() || thisNetwork.Contains(ip):
-		return "unspecified"
-	case ip.IsLoopback():
-		return "loopback"
-	case ip.IsPrivate():
-		return "private"
-	case ip.IsLinkLocalUnicast():
-		return "link-local"
-	case ip.IsMulticast():
-		return "multicast"
-	case ip == broadcast:
-		return "broadcast"
-	case cgnat.Contains(ip):
-		return "shared (CGNAT)"
+	for _, r := range specialRanges {
+		if r.prefix.Contains(ip) {
+			return r.kind
+		}
 	}
 	return ""
 }

@@ -22,6 +22,11 @@ const (
 	HeaderSignature = "Webhook-Signature"
 )
 
+// MinSecretBytes is the shortest signing key accepted: Standard Webhooks
+// secrets are 24 to 64 random bytes, and a shorter key can be guessed
+// from signed messages.
+const MinSecretBytes = 24
+
 // secretPrefix marks a base64-encoded Standard Webhooks secret.
 const secretPrefix = "whsec_"
 
@@ -88,6 +93,9 @@ func newSigner(secrets []string) (*signer, error) {
 		k, err := DecodeSecret(sec)
 		if err != nil {
 			return nil, fmt.Errorf("secrets[%d]: %w", i, err)
+		}
+		if len(k) < MinSecretBytes {
+			return nil, fmt.Errorf("secrets[%d]: the key is %d bytes, want at least %d random bytes (e.g. \"whsec_\" + the output of openssl rand -base64 32)", i, len(k), MinSecretBytes)
 		}
 		s.keys[i] = k
 	}

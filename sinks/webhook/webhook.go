@@ -34,16 +34,21 @@
 // followed; proxies from the environment (HTTP_PROXY, HTTPS_PROXY) are not
 // used, because the private-network guard checks the address actually
 // dialled and behind a proxy that would be the proxy's; targets resolving to
-// loopback, private, link-local, CGNAT, multicast or cloud metadata
-// addresses are refused at dial time unless Config.AllowPrivateNetworks.
+// cloud metadata addresses or to any range of the IANA IPv4 and IPv6
+// special-purpose registries (loopback, private, link-local, CGNAT,
+// documentation, benchmarking, reserved, IPv4-compatible, Teredo,
+// site-local, ...; NAT64 and 6to4 by the IPv4 address they embed), and
+// multicast, are refused at dial time unless Config.AllowPrivateNetworks.
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -70,6 +75,8 @@ const (
 	DefaultTimeout = 10 * time.Second
 	// DefaultMaxConns is the connection pool size when Config.MaxConns is 0.
 	DefaultMaxConns = 64
+	// DefaultMaxRequestBytes is the default byte cap of a batch request.
+	DefaultMaxRequestBytes = 1 << 20
 	// DefaultUserAgent is sent when Config.UserAgent is empty.
 	DefaultUserAgent = "changegate-webhook"
 
@@ -117,8 +124,16 @@ type Config struct {
 	// sends each envelope as a JSON object; > 1 sends a JSON array of
 	// envelopes, also for a batch of one.
 	BatchSize int
-	// AllowPrivateNetworks permits targets that resolve to loopback,
-	// private, link-local, CGNAT, multicast or cloud metadata addresses.
+	// MaxRequestBytes caps the body of one batch request (default
+	// DefaultMaxRequestBytes): Send splits a larger batch into several
+	// requests, in order. An envelope larger than the cap on its own is
+	// sent in a request of its own (the receiver judges it). A batch
+	// request answered 413 is split in halves and the parts are sent again,
+	// down to single events, before any event is given up.
+	MaxRequestBytes int
+	// AllowPrivateNetworks permits targets that resolve to cloud metadata
+	// addresses or to the IANA special-purpose ranges (see the package
+	// doc), loopback and private networks included.
 	AllowPrivateNetworks bool
 	// TLSCAFile is a PEM file of CA certificates trusted in addition to the
 	// system pool.
@@ -141,9 +156,10 @@ type Webhook struct {
 	canonical bool
 	maxBatch  int
 	batching  bool
+	maxBytes  int
 
 	reqTemplate *http.Request // Method, URL, Host; shallow-copied per request
-	target      string        // scheme://host/path, for messages (no query or credentials)
+	target      string        // DisplayURL of the URL, for messages
 	static      http.Header   // precomputed headers, copied into each request
 	signer      *signer       // nil: unsigned
 
@@ -197,6 +213,9 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 	}
 	if cfg.BatchSize < 0 {
 		bad("batch_size must be >= 1, got %d", cfg.BatchSize)
+	}
+	if cfg.MaxRequestBytes < 0 {
+		bad("max_request_bytes must be >= 1, got %d", cfg.MaxRequestBytes)
 	}
 	if cfg.MaxConns < 0 {
 		bad("max_conns must be >= 1, got %d", cfg.MaxConns)
@@ -259,7 +278,8 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 		canonical: cfg.Canonical,
 		maxBatch:  batch,
 		batching:  batch > 1,
-		target:    (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String(),
+		maxBytes:  cmp.Or(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
+		target:    DisplayURL(u),
 		static:    static,
 		signer:    sg,
 		transport: tr,
@@ -295,6 +315,25 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 		PrepareRetry: w.prepareRetry,
 	}
 	return w, nil
+}
+
+// DisplayURL returns u as it may appear in logs, errors, /api/v1/status and
+// dead letters: the scheme and host, and instead of a path (or query) its
+// fingerprint, the first 8 hex digits of the SHA-256 of path and query —
+// a path can carry a secret (Slack- or Discord-style hook URLs). Different
+// paths show different fingerprints; nothing of the path can be read back.
+// Credentials (user:password@) are never shown.
+func DisplayURL(u *url.URL) string {
+	base := u.Scheme + "://" + u.Host
+	rest := u.EscapedPath()
+	if u.RawQuery != "" {
+		rest += "?" + u.RawQuery
+	}
+	if rest == "" || rest == "/" {
+		return base + rest
+	}
+	sum := sha256.Sum256([]byte(rest))
+	return base + "/[path sha256:" + hex.EncodeToString(sum[:4]) + "]"
 }
 
 // poolKeeper hides http.Transport's CloseIdleConnections from http.Client
@@ -459,55 +498,95 @@ func (w *Webhook) sendEach(ctx context.Context, batch []*event.Event) error {
 	return nil
 }
 
+// sendBatch sends batch as JSON arrays of at most maxBytes each (an
+// envelope larger than that alone in a request of its own), in order; a
+// request answered 413 is split and its parts sent again (postParts).
 func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) error {
-	var failed map[int]error
+	failed := map[int]error{}
 	envs := make([][]byte, len(batch))
-	size := 2
-	n := 0
+	var chunks [][]int
+	var cur []int
+	size := 2 // []
 	for i, e := range batch {
 		env, err := e.Envelope(w.canonical)
 		if err != nil {
-			if failed == nil {
-				failed = make(map[int]error)
-			}
 			failed[i] = sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 			continue
 		}
 		envs[i] = env
+		if len(cur) > 0 && size+len(env)+1 > w.maxBytes {
+			chunks, cur, size = append(chunks, cur), nil, 2
+		}
+		cur = append(cur, i)
 		size += len(env) + 1
-		n++
 	}
-	if n > 0 {
-		body := make([]byte, 0, size)
-		body = append(body, '[')
-		ids := make([]string, 0, n)
-		for i, env := range envs {
-			if env == nil {
-				continue
-			}
-			if len(ids) > 0 {
-				body = append(body, ',')
-			}
-			body = append(body, env...)
-			ids = append(ids, batch[i].ID)
-		}
-		body = append(body, ']')
-		if err := w.post(ctx, BatchID(ids), body); err != nil {
-			if failed == nil {
-				return err
-			}
-			if ctx.Err() != nil {
-				return err
-			}
-			for i, env := range envs {
-				if env != nil {
-					failed[i] = err
-				}
-			}
+	if len(cur) > 0 {
+		chunks = append(chunks, cur)
+	}
+	for _, idx := range chunks {
+		if err := w.postParts(ctx, batch, envs, idx, failed); err != nil {
+			return err
 		}
 	}
-	if failed != nil {
-		return &sinks.BatchError{Failed: failed}
+	if len(failed) == 0 {
+		return nil
+	}
+	// One error for every entry (one request that failed as a whole, say):
+	// return it as is.
+	var only error
+	for _, err := range failed {
+		if only == nil {
+			only = err
+		} else if err != only {
+			only = nil
+			break
+		}
+	}
+	if only != nil && len(failed) == len(batch) {
+		return only
+	}
+	return &sinks.BatchError{Failed: failed}
+}
+
+// postParts posts the envelopes at idx as one JSON array and records a
+// failure per entry in failed. A 413 (Content Too Large) on more than one
+// envelope splits them in halves, sent one after the other the same way,
+// so only an event that is refused on its own is given up. It returns an
+// error only when ctx ended.
+func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]byte, idx []int, failed map[int]error) error {
+	size := 1
+	for _, i := range idx {
+		size += len(envs[i]) + 1
+	}
+	body := make([]byte, 0, size)
+	body = append(body, '[')
+	ids := make([]string, 0, len(idx))
+	for j, i := range idx {
+		if j > 0 {
+			body = append(body, ',')
+		}
+		body = append(body, envs[i]...)
+		ids = append(ids, batch[i].ID)
+	}
+	body = append(body, ']')
+	err := w.post(ctx, BatchID(ids), body)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	var se *sinks.Error
+	if len(idx) > 1 && errors.As(err, &se) && se.Reason == "http_413" {
+		w.log.DebugContext(ctx, "webhook batch too large for the receiver, splitting it", "events", len(idx), "bytes", len(body))
+		mid := len(idx) / 2
+		if err := w.postParts(ctx, batch, envs, idx[:mid], failed); err != nil {
+			return err
+		}
+		return w.postParts(ctx, batch, envs, idx[mid:], failed)
+	}
+	for _, i := range idx {
+		failed[i] = err
 	}
 	return nil
 }
@@ -683,7 +762,11 @@ func (w *Webhook) classify(resp *http.Response) error {
 	switch {
 	case code >= 300 && code <= 399:
 		if loc := resp.Header.Get("Location"); loc != "" {
-			msg += fmt.Sprintf(" (redirect to %s not followed: webhooks do not follow redirects, configure the final URL)", truncate(loc, 256))
+			shown := "an unparsable location"
+			if lu, err := url.Parse(loc); err == nil {
+				shown = DisplayURL(w.reqTemplate.URL.ResolveReference(lu))
+			}
+			msg += fmt.Sprintf(" (redirect to %s not followed: webhooks do not follow redirects, configure the final URL)", shown)
 		} else {
 			msg += " (redirects are not followed)"
 		}

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -453,6 +454,7 @@ func TestNewErrors(t *testing.T) {
 		{"bearer and basic", Config{URL: "https://example.com", BearerToken: "t", BasicUser: "u"}, []string{"bearer_token and basic auth are exclusive"}},
 		{"bad secret", Config{URL: "https://example.com", Secrets: []string{testSecret, "whsec_%%%"}}, []string{"secrets[1]: secret starts with \"whsec_\" but the rest is not valid base64"}},
 		{"empty secret", Config{URL: "https://example.com", Secrets: []string{""}}, []string{"secrets[0]: empty secret"}},
+		{"short secrets", Config{URL: "https://example.com", Secrets: []string{"k", "whsec_c2hvcnQ"}}, []string{"secrets[0]: the key is 1 bytes, want at least 24 random bytes"}},
 		{"reserved header", Config{URL: "https://example.com", Headers: map[string]string{"webhook-id": "x"}}, []string{"headers: Webhook-Id is set by the sink and cannot be overridden"}},
 		{"bad header name", Config{URL: "https://example.com", Headers: map[string]string{"bad name": "x"}}, []string{`headers: "bad name" is not a valid header name`}},
 		{"header injection", Config{URL: "https://example.com", Headers: map[string]string{"X-A": "a\r\nX-B: b"}}, []string{"headers: value of X-A contains a line break"}},
@@ -579,7 +581,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 	w := newSink(t, Config{URL: srv.URL + "/hook", AllowPrivateNetworks: true})
 	err := w.Send(context.Background(), []*event.Event{testEvent(t, 1)})
 	de := asSinkError(t, err)
-	if !de.Permanent || de.Reason != "http_302" || !strings.Contains(err.Error(), "redirect to /moved not followed") {
+	if !de.Permanent || de.Reason != "http_302" || !strings.Contains(err.Error(), "redirect to "+DisplayURL(mustParse(t, srv.URL+"/moved"))+" not followed") {
 		t.Errorf("Send = %v (%+v), want a permanent http_302 saying the redirect is not followed", err, de)
 	}
 	if followed.Load() != 0 {
@@ -667,6 +669,66 @@ func TestClassifyAddr(t *testing.T) {
 	}
 	if err := guardControl("tcp6", "[::1]:443", nil); !errors.Is(err, ErrForbiddenTarget) {
 		t.Errorf("guardControl(::1) = %v", err)
+	}
+}
+
+// TestSpecialPurposeRanges: every range of the IANA special-purpose
+// registries is refused, at its first and last address, and the gaps the
+// review found are closed; addresses just outside stay allowed.
+func TestSpecialPurposeRanges(t *testing.T) {
+	for _, r := range specialRanges {
+		first := r.prefix.Masked().Addr()
+		last := first
+		for a := first; r.prefix.Contains(a); a = a.Next() {
+			last = a
+			if a.BitLen()-r.prefix.Bits() > 8 {
+				// Large ranges: jump to the last address directly.
+				b := first.AsSlice()
+				for i := r.prefix.Bits(); i < a.BitLen(); i++ {
+					b[i/8] |= 1 << (7 - i%8)
+				}
+				last, _ = netip.AddrFromSlice(b)
+				break
+			}
+		}
+		for _, a := range []netip.Addr{first, last} {
+			t.Run(r.prefix.String()+"/"+a.String(), func(t *testing.T) {
+				if k := classifyAddr(a); k == "" {
+					t.Errorf("classifyAddr(%s) allowed, in %s (%s)", a, r.prefix, r.kind)
+				}
+			})
+		}
+	}
+	for _, tt := range []struct{ addr, want string }{
+		{"::10.0.0.1", "IPv4-compatible (deprecated)"},
+		{"::8.8.8.8", "IPv4-compatible (deprecated)"},
+		{"2002:a00:1::1", "private (via 6to4)"},
+		{"2002:7f00:1::1", "loopback (via 6to4)"},
+		{"2002:a9fe:a9fe::1", "cloud metadata (via 6to4)"},
+		{"2001:0:4136:e378:8000:63bf:f5ff:fffe", "Teredo"}, // client 10.0.0.1
+		{"fec0::1", "site-local (deprecated)"},
+		{"198.18.0.1", "benchmarking"},
+		{"198.19.255.255", "benchmarking"},
+		{"240.0.0.1", "reserved"},
+		{"192.0.0.9", "IETF protocol assignment"},
+		{"2001:db8::1", "documentation"},
+		{"2001:2::1", "IETF protocol assignment"},
+		{"64:ff9b:1::a00:1", "local-use NAT64"},
+		{"100::1", "discard-only"},
+		{"3fff::1", "documentation"},
+		{"::ffff:0:a00:1", "IPv4-translated"},
+		// Public neighbours stay allowed.
+		{"2002:808:808::1", ""},
+		{"198.17.255.255", ""},
+		{"198.20.0.0", ""},
+		{"239.255.255.255", "multicast"},
+		{"223.255.255.255", ""},
+		{"2001:200::1", ""},
+		{"2620:4f:8001::1", ""},
+	} {
+		if got := classifyAddr(netip.MustParseAddr(tt.addr)); got != tt.want {
+			t.Errorf("classifyAddr(%s) = %q, want %q", tt.addr, got, tt.want)
+		}
 	}
 }
 
@@ -778,8 +840,65 @@ func TestTransportErrorRetryable(t *testing.T) {
 	if strings.Contains(err.Error(), "token=secret") {
 		t.Errorf("message reveals the query string: %v", err)
 	}
-	if !strings.Contains(err.Error(), "webhook test: POST http://"+addr+"/x: ") {
+	if !strings.Contains(err.Error(), "webhook test: POST http://"+addr+"/[path sha256:") {
 		t.Errorf("message %q lacks the redacted target", err)
+	}
+}
+
+func mustParse(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestDisplayURL: a URL's path and query, which can carry a secret, never
+// appear in messages: only scheme, host and a fingerprint of the path.
+func TestDisplayURL(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"https://example.com", "https://example.com"},
+		{"https://example.com/", "https://example.com/"},
+		{"https://u:pw@example.com:8443/", "https://example.com:8443/"},
+		{"https://hooks.slack.com/services/T000/B000/XXXXSECRET", "https://hooks.slack.com/[path sha256:"},
+		{"https://example.com/?token=abc", "https://example.com/[path sha256:"},
+	} {
+		got := DisplayURL(mustParse(t, tt.in))
+		if !strings.HasPrefix(got, tt.want) || strings.Contains(got, "SECRET") || strings.Contains(got, "abc") || strings.Contains(got, "pw") {
+			t.Errorf("DisplayURL(%s) = %s, want %s…", tt.in, got, tt.want)
+		}
+	}
+	a := DisplayURL(mustParse(t, "https://h/a"))
+	b := DisplayURL(mustParse(t, "https://h/b"))
+	if a == b {
+		t.Errorf("different paths, same display %s", a)
+	}
+}
+
+// TestPathSecretNotInMessages: with the token in the URL path, no error of
+// any outcome class (HTTP status, redirect, transport, refused target)
+// names it.
+func TestPathSecretNotInMessages(t *testing.T) {
+	const secret = "T0001/B0002/pathSECRETtoken"
+	srv, _ := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, r.URL.Path+"/again", http.StatusFound)
+	})
+	w := newSink(t, Config{URL: srv.URL + "/services/" + secret, AllowPrivateNetworks: true})
+	err := w.Send(context.Background(), []*event.Event{testEvent(t, 1)})
+	if err == nil || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("redirect: %v", err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	w = newSink(t, Config{URL: "http://" + addr + "/services/" + secret, AllowPrivateNetworks: true})
+	if err := w.Send(context.Background(), []*event.Event{testEvent(t, 1)}); err == nil || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("transport: %v", err)
+	}
+	w = newSink(t, Config{URL: "http://" + addr + "/services/" + secret})
+	if err := w.Send(context.Background(), []*event.Event{testEvent(t, 1)}); err == nil || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("refused target: %v", err)
 	}
 }
 
@@ -951,6 +1070,111 @@ func TestConcurrentSend(t *testing.T) {
 	for _, r := range reqs {
 		if err := Verify([]string{testSecret2}, r.header, r.body, time.Minute, time.Now()); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// bigEvent is testEvent with a note of n bytes.
+func bigEvent(tb testing.TB, i, n int) *event.Event {
+	tb.Helper()
+	raw, err := bson.Marshal(bson.D{
+		{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("8266%016X", i)}}},
+		{Key: "operationType", Value: "insert"},
+		{Key: "clusterTime", Value: bson.Timestamp{T: 1_700_000_000, I: uint32(i)}},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: "shop"}, {Key: "coll", Value: "orders"}}},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: int32(i)}}},
+		{Key: "fullDocument", Value: bson.D{{Key: "_id", Value: int32(i)}, {Key: "note", Value: strings.Repeat("x", n)}}},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e, err := event.FromChange("orders", uint64(i), raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// limitedReceiver answers 413 to bodies over limit bytes and records the
+// event ids of the bodies it accepts, and the sizes of every request.
+type limitedReceiver struct {
+	limit    int
+	mu       sync.Mutex
+	accepted map[string]int
+	sizes    []int
+}
+
+func (l *limitedReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sizes = append(l.sizes, len(body))
+	if len(body) > l.limit {
+		http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	var envs []struct{ ID string }
+	if err := json.Unmarshal(body, &envs); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	for _, e := range envs {
+		l.accepted[e.ID]++
+	}
+}
+
+// TestBatchBytesAnd413: batches are cut at max_request_bytes; a 413 splits
+// a batch and retries the parts, so only an event the receiver refuses on
+// its own is given up (the review saw a 2 MB document take a small one into
+// the dead letters).
+func TestBatchBytesAnd413(t *testing.T) {
+	rcv := &limitedReceiver{limit: 1 << 20, accepted: map[string]int{}}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+
+	// Bytes cap: 30 small events and a 600 KiB one under a 256 KiB cap.
+	w := newSink(t, Config{URL: srv.URL, BatchSize: 31, MaxRequestBytes: 256 << 10, AllowPrivateNetworks: true})
+	batch := []*event.Event{}
+	for i := range 30 {
+		batch = append(batch, testEvent(t, i))
+	}
+	batch = append(batch[:15], append([]*event.Event{bigEvent(t, 100, 600<<10)}, batch[15:]...)...)
+	if err := w.Send(context.Background(), batch); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	if len(rcv.accepted) != 31 {
+		t.Errorf("%d events accepted, want 31", len(rcv.accepted))
+	}
+	for _, n := range rcv.sizes {
+		if n > 256<<10 && n < 600<<10 {
+			t.Errorf("a request of %d bytes: over the cap and not the big event alone", n)
+		}
+	}
+
+	// 413: the receiver takes at most 64 KiB; a 2 MB event is refused on
+	// its own, every small one is delivered.
+	rcv.limit, rcv.accepted, rcv.sizes = 64<<10, map[string]int{}, nil
+	w = newSink(t, Config{URL: srv.URL, BatchSize: 500, AllowPrivateNetworks: true})
+	batch = nil
+	for i := range 300 {
+		batch = append(batch, testEvent(t, i))
+	}
+	big := bigEvent(t, 1000, 2<<20)
+	batch = append(batch[:7], append([]*event.Event{big}, batch[7:]...)...)
+	err := w.Send(context.Background(), batch)
+	var be *sinks.BatchError
+	if !errors.As(err, &be) || len(be.Failed) != 1 || be.Failed[7] == nil {
+		t.Fatalf("Send = %v, want a BatchError naming only the big event", err)
+	}
+	if de := asSinkError(t, be.Failed[7]); !de.Permanent || de.Reason != "http_413" {
+		t.Errorf("big event: %+v, want a permanent http_413", de)
+	}
+	if len(rcv.accepted) != 300 || rcv.accepted[big.ID] != 0 {
+		t.Errorf("%d events accepted (big one %d times), want the 300 small ones", len(rcv.accepted), rcv.accepted[big.ID])
+	}
+	for id, n := range rcv.accepted {
+		if n != 1 {
+			t.Errorf("%s accepted %d times", id, n)
 		}
 	}
 }

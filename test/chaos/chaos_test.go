@@ -163,6 +163,7 @@ state_database = %q
 [server]
 listen = %q
 shutdown_grace = "5s"
+public_read = true
 
 [[sources]]
 name = "items"

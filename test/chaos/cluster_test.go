@@ -318,6 +318,7 @@ state_database = %q
 [server]
 listen = %q
 shutdown_grace = "5s"
+public_read = true
 
 [cluster]
 enabled = true

@@ -66,7 +66,7 @@ func TestAdminAPIDeadLetters(t *testing.T) {
 	t.Cleanup(rcv.Close)
 	refuseDocs(rcv, 1, 2, 3)
 	cfg := e.config(strings.Replace(baseConfig(rcv.URL(), ""), `shutdown_grace = "10s"`, `shutdown_grace = "10s"
-admin_token = "s3cret"`, 1))
+admin_token = "s3cret-admin-token"`, 1))
 	g := e.start(cfg)
 	insertN(t, e.coll("items"), 0, 6)
 	waitFor(t, 20*time.Second, "3 deliveries", func() bool { return rcv.Count() >= 3 })
@@ -79,56 +79,61 @@ admin_token = "s3cret"`, 1))
 	}
 	var p page
 	waitFor(t, 10*time.Second, "3 dead letters listed", func() bool {
-		api(t, "GET", g.admin, "/api/v1/deadletters?sink=hook", "", &p)
+		api(t, "GET", g.admin, "/api/v1/deadletters?sink=hook", "s3cret-admin-token", &p)
 		return len(p.Entries) == 3
 	})
 	if p.Entries[0].Reason != "http_400" {
 		t.Fatalf("reason %q", p.Entries[0].Reason)
 	}
-	api(t, "GET", g.admin, "/api/v1/deadletters?document_key="+url.QueryEscape(`{"_id": 2}`), "", &p)
+	api(t, "GET", g.admin, "/api/v1/deadletters?document_key="+url.QueryEscape(`{"_id": 2}`), "s3cret-admin-token", &p)
 	if len(p.Entries) != 1 {
 		t.Fatalf("document_key filter: %d entries, want 1", len(p.Entries))
 	}
-	api(t, "GET", g.admin, "/api/v1/deadletters?limit=2", "", &p)
+	api(t, "GET", g.admin, "/api/v1/deadletters?limit=2", "s3cret-admin-token", &p)
 	if len(p.Entries) != 2 || p.Next == "" {
 		t.Fatalf("paging: %d entries, next %q", len(p.Entries), p.Next)
 	}
-	api(t, "GET", g.admin, "/api/v1/deadletters?limit=2&after="+url.QueryEscape(p.Next), "", &p)
+	next := p.Next
+	p = page{}
+	api(t, "GET", g.admin, "/api/v1/deadletters?limit=2&after="+url.QueryEscape(next), "s3cret-admin-token", &p)
 	if len(p.Entries) != 1 {
 		t.Fatalf("second page: %d entries, want 1", len(p.Entries))
 	}
-	if code := api(t, "GET", g.admin, "/api/v1/deadletters?since=yesterday", "", nil); code != http.StatusBadRequest {
+	if code := api(t, "GET", g.admin, "/api/v1/deadletters?since=yesterday", "s3cret-admin-token", nil); code != http.StatusBadRequest {
 		t.Fatalf("bad filter: status %d, want 400", code)
 	}
 
-	// Mutations need the token.
+	// Reads of data and mutations need the token.
+	if code := api(t, "GET", g.admin, "/api/v1/deadletters", "", nil); code != http.StatusUnauthorized {
+		t.Fatalf("list without token: %d", code)
+	}
 	if code := api(t, "POST", g.admin, "/api/v1/deadletters/replay", "", nil); code != http.StatusUnauthorized {
 		t.Fatalf("replay without token: %d", code)
 	}
 	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters?sink=hook", "wrong", nil); code != http.StatusUnauthorized {
 		t.Fatalf("purge with a wrong token: %d", code)
 	}
-	if code := api(t, "POST", g.admin, "/api/v1/deadletters/replay?kind=parked", "s3cret", nil); code != http.StatusBadRequest {
+	if code := api(t, "POST", g.admin, "/api/v1/deadletters/replay?kind=parked", "s3cret-admin-token", nil); code != http.StatusBadRequest {
 		t.Fatalf("replay of parked entries: %d, want 400", code)
 	}
 	// Replay document 1 only, once the receiver accepts it.
 	rcv.SetResponder(nil)
 	var rep struct{ Replayed, Failed, Skipped int }
-	if code := api(t, "POST", g.admin, "/api/v1/deadletters/replay?document_key="+url.QueryEscape(`{"_id":1}`), "s3cret", &rep); code != 200 || rep.Replayed != 1 {
+	if code := api(t, "POST", g.admin, "/api/v1/deadletters/replay?document_key="+url.QueryEscape(`{"_id":1}`), "s3cret-admin-token", &rep); code != 200 || rep.Replayed != 1 {
 		t.Fatalf("replay: %d %+v", code, rep)
 	}
-	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters", "s3cret", nil); code != http.StatusBadRequest {
+	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters", "s3cret-admin-token", nil); code != http.StatusBadRequest {
 		t.Fatalf("unfiltered purge without all=true: %d, want 400", code)
 	}
 	// limit=0 means no limit: it selects everything and needs all=true too.
-	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters?limit=0", "s3cret", nil); code != http.StatusBadRequest {
+	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters?limit=0", "s3cret-admin-token", nil); code != http.StatusBadRequest {
 		t.Fatalf("purge with only limit=0 without all=true: %d, want 400", code)
 	}
 	var purged struct{ Purged int }
-	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters?sink=hook", "s3cret", &purged); code != 200 || purged.Purged != 2 {
+	if code := api(t, "DELETE", g.admin, "/api/v1/deadletters?sink=hook", "s3cret-admin-token", &purged); code != 200 || purged.Purged != 2 {
 		t.Fatalf("purge: %d %+v", code, purged)
 	}
-	api(t, "GET", g.admin, "/api/v1/deadletters", "", &p)
+	api(t, "GET", g.admin, "/api/v1/deadletters", "s3cret-admin-token", &p)
 	if len(p.Entries) != 0 {
 		t.Fatalf("%d entries left", len(p.Entries))
 	}
@@ -137,7 +142,7 @@ admin_token = "s3cret"`, 1))
 	// Without a configured token, mutations are disabled.
 	cfg.Server.AdminToken = ""
 	g = e.start(cfg)
-	if code := api(t, "POST", g.admin, "/api/v1/deadletters/replay", "s3cret", nil); code != http.StatusForbidden {
+	if code := api(t, "POST", g.admin, "/api/v1/deadletters/replay", "s3cret-admin-token", nil); code != http.StatusForbidden {
 		t.Fatalf("replay with no token configured: %d, want 403", code)
 	}
 }
@@ -248,7 +253,7 @@ func TestReloadAddsRule(t *testing.T) {
 	hookB := receiver.New(testSecret)
 	t.Cleanup(hookB.Close)
 	base := strings.Replace(baseConfig(hookA.URL(), ""), `shutdown_grace = "10s"`, `shutdown_grace = "10s"
-admin_token = "s3cret"`, 1)
+admin_token = "s3cret-admin-token"`, 1)
 	base = strings.Replace(base, `name = "all"
 source = "items"
 sinks = ["hook"]`, `name = "kind-a"
@@ -303,7 +308,7 @@ sinks = ["hook-b"]
 		Error    string
 		Problems []string
 	}
-	if code := api(t, "POST", g.admin, "/api/v1/reload", "s3cret", &rej); code != http.StatusBadRequest ||
+	if code := api(t, "POST", g.admin, "/api/v1/reload", "s3cret-admin-token", &rej); code != http.StatusBadRequest ||
 		len(rej.Problems) == 0 || !strings.Contains(strings.Join(rej.Problems, "\n"), `unknown sink "hook-c"`) {
 		t.Fatalf("invalid reload: %d %+v", code, rej)
 	}

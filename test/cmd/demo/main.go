@@ -35,6 +35,7 @@ uri = "%URI%"
 
 [server]
 listen = "127.0.0.1:0"   # any free port; the demo prints it
+public_read = true       # a local demo: status and dead letters without a token
 
 [[sources]]
 name = "orders"
