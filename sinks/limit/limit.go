@@ -1,6 +1,6 @@
 // Package limit paces a sink's requests. Its concurrency limit is AIMD on latency, after Vector's ARC:
-// once per window (one smoothed RTT), a window that filled the limit with a mean RTT within 1.5× + 2 ms
-// of the baseline (the minimum seen) adds 1, or doubles it in the initial slow start; back-pressure (429,
+// once per window (one smoothed RTT), a window that filled the limit with a mean RTT within 2× the
+// baseline (the minimum seen) + min(baseline, 2 ms) adds max(1, limit/32), or doubles it in slow start; back-pressure (429,
 // 503, timeout, transport error) or a higher RTT multiplies it by 0.9 (0.5 on back-pressure in slow start), within
 // [min, max] and the source's cap. Retry-After pauses the sink; 5 failures in a row open a circuit. The
 // limit that drew back-pressure is not tried again for 10× what that cost (the pause, or one window).
@@ -69,10 +69,16 @@ const (
 	DefaultMaxPause         = 5 * time.Minute
 
 	// rttTolerance and rttSlack define "near the baseline": a window whose
-	// mean RTT exceeds base*rttTolerance + rttSlack shrinks the limit. The
-	// slack keeps scheduling noise of sub-millisecond receivers from
-	// reading as congestion.
-	rttTolerance = 1.5
+	// mean RTT exceeds base*rttTolerance + min(base, rttSlack) shrinks the
+	// limit. 2× tolerates the latency a busy sender adds itself (measured
+	// on 2 cores: at 50 ms a fixed 1024 in flight ran at 1.7× the
+	// receiver's latency and delivered 2.5× what the limit reached with
+	// 1.5×), while a receiver that queues still stops the growth at about
+	// twice its capacity in flight. The slack keeps scheduling noise from
+	// reading as congestion; relative below 2 ms, so that a sub-millisecond
+	// receiver is not driven to 5× its latency (which cost a third of the
+	// throughput of a zero-latency receiver in CPU per event).
+	rttTolerance = 2.0
 	rttSlack     = 2 * time.Millisecond
 	// decrease is the multiplicative decrease. 0.9 (Vector's default)
 	// rather than TCP's 0.5: with +1 per window, halving a limit of 1000
@@ -638,7 +644,7 @@ func (l *Limiter) adjust(now time.Time) {
 		mean = l.sum / time.Duration(l.samples)
 	}
 	if l.adaptive {
-		slow := have && l.haveBase && float64(mean) > float64(l.base)*rttTolerance+float64(rttSlack)
+		slow := have && l.haveBase && float64(mean) > float64(l.base)*rttTolerance+float64(min(l.base, rttSlack))
 		switch {
 		case l.backpressure || slow:
 			reason := "latency"
@@ -650,7 +656,10 @@ func (l *Limiter) adjust(now time.Time) {
 			if l.slowStart {
 				l.setLimit(l.grow(now, min(l.limit*2, l.upper())), "slow-start")
 			} else {
-				l.setLimit(l.grow(now, l.limit+1), "increase")
+				// +1 per window, or 1/32 of the limit when that is more:
+				// at hundreds in flight a noise-driven ×0.9 would
+				// otherwise take tens of windows to win back.
+				l.setLimit(l.grow(now, l.limit+max(1, l.limit/32)), "increase")
 			}
 		}
 	}

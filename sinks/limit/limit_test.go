@@ -249,7 +249,7 @@ func TestLeavingSlowStart(t *testing.T) {
 		rtt  time.Duration
 		want int
 	}{
-		{"latency", Outcome{Class: Success}, 200 * time.Millisecond, 360}, // 400 when judged
+		{"latency", Outcome{Class: Success}, 300 * time.Millisecond, 360}, // 400 when judged
 		{"backpressure", Outcome{Class: Backpressure}, 50 * time.Millisecond, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -305,10 +305,10 @@ func TestLatencyRiseDecreasesAndStableLatencyIncreases(t *testing.T) {
 		rtt  time.Duration
 		want int
 	}{
-		{50 * time.Millisecond, 101},  // demand, and the single requests at 50ms: +1
-		{70 * time.Millisecond, 102},  // the 50ms round: +1
-		{120 * time.Millisecond, 103}, // the 70ms round, within 1.5x + 2ms: +1
-		{120 * time.Millisecond, 92},  // the previous 120ms round: x0.9
+		{50 * time.Millisecond, 103},  // demand, and the single requests at 50ms: +100/32
+		{70 * time.Millisecond, 106},  // the 50ms round: +103/32
+		{120 * time.Millisecond, 109}, // the 70ms round, within 2x + 2ms: +106/32
+		{120 * time.Millisecond, 98},  // the previous 120ms round: x0.9
 	} {
 		round(r.rtt)
 		if got := l.Current(); got != r.want {

@@ -262,7 +262,9 @@ func TestConvergesToSlotLimitedReceiver(t *testing.T) {
 }
 
 // A receiver with 64 servers and an unbounded queue never refuses, but its
-// latency grows with the queue: the limit stops near its capacity.
+// latency grows with the queue: the limit stops where the latency is about
+// twice the baseline, about twice its capacity in flight (the tolerance
+// that lets a busy sender's own latency pass).
 func TestBacksOffOnRisingLatency(t *testing.T) {
 	clk := newFakeClock()
 	l := New(Config{Clock: clk})
@@ -271,8 +273,8 @@ func TestBacksOffOnRisingLatency(t *testing.T) {
 	mean := res.meanLimit()
 	rate := float64(res.servedLate) / 25
 	t.Logf("mean limit %.1f, %.0f/s", mean, rate)
-	if mean < 60 || mean > 128 {
-		t.Errorf("mean limit %.1f, want between the capacity 64 and 128", mean)
+	if mean < 60 || mean > 160 {
+		t.Errorf("mean limit %.1f, want between the capacity 64 and 2.5 times it", mean)
 	}
 	if best := 64 / 0.05; rate < 0.9*best {
 		t.Errorf("throughput %.0f/s, want >= 90%% of %.0f/s", rate, best)
