@@ -66,7 +66,10 @@ type SinkSpec struct {
 type DeadLetters interface {
 	Put(ctx context.Context, e deadletter.Entry) error
 	PutMany(ctx context.Context, es []deadletter.Entry) error
-	List(ctx context.Context, f deadletter.Filter) ([]deadletter.Entry, error)
+	// Summaries walks the entries of f in List order without their change
+	// and envelope; Get reads one entry whole.
+	Summaries(ctx context.Context, f deadletter.Filter, ready func(), fn func(deadletter.Entry) error) error
+	Get(ctx context.Context, id string) (deadletter.Entry, bool, error)
 	Count(ctx context.Context, f deadletter.Filter) (int64, error)
 	DeleteVersion(ctx context.Context, id string, ver int64) (bool, error)
 	Convert(ctx context.Context, id string, to deadletter.Kind, reason, lastErr string) error

@@ -77,6 +77,29 @@ func (m *memDL) List(_ context.Context, f deadletter.Filter) ([]deadletter.Entry
 	return out, nil
 }
 
+func (m *memDL) Summaries(ctx context.Context, f deadletter.Filter, ready func(), fn func(deadletter.Entry) error) error {
+	es, err := m.List(ctx, f)
+	if err != nil {
+		return err
+	}
+	if ready != nil {
+		ready()
+	}
+	for _, e := range es {
+		if err := fn(e.Summary()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *memDL) Get(_ context.Context, id string) (deadletter.Entry, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[id]
+	return e, ok, nil
+}
+
 func (m *memDL) Count(ctx context.Context, f deadletter.Filter) (int64, error) {
 	l, _ := m.List(ctx, deadletter.Filter{Kind: f.Kind, Sink: f.Sink})
 	return int64(len(l)), nil

@@ -133,7 +133,13 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 				return
 			}
 		}
-		entries, err := l.dl.List(ctx, l.own.parkedFilter(l.name, 512))
+		// Summaries only: a page of 512 whole entries could be 512 changes
+		// of up to 16 MiB each. Each entry is read whole when its turn comes.
+		var entries []deadletter.Entry
+		err := l.dl.Summaries(ctx, l.own.parkedFilter(l.name, 512), nil, func(e deadletter.Entry) error {
+			entries = append(entries, e)
+			return nil
+		})
 		if ctx.Err() != nil {
 			return
 		}
@@ -194,7 +200,9 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) {
 		}
 		g.entries = append(g.entries, e)
 	}
-	sem := make(chan struct{}, len(l.q.parts))
+	// Keys in parallel: the lane's workers, at most redriveParallel (each
+	// holds one whole entry at a time).
+	sem := make(chan struct{}, min(len(l.q.parts), redriveParallel))
 	var wg sync.WaitGroup
 	for _, g := range groups {
 		sem <- struct{}{}
@@ -214,9 +222,26 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) {
 	wg.Wait()
 }
 
-// redriveOne delivers one parked entry (after its RetryAt) and deletes it at
-// the version it was read; it returns false when ctx ended.
-func (l *Lane) redriveOne(ctx context.Context, e deadletter.Entry) bool {
+// redriveParallel bounds the documents re-driven at once, and so the whole
+// entries held in memory by a re-drive.
+const redriveParallel = 64
+
+// redriveOne reads the parked entry of summary s whole, delivers it (after
+// its RetryAt) and deletes it at the version it read; it returns false when
+// ctx ended.
+func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
+	var e deadletter.Entry
+	var found bool
+	if !l.persist(ctx, "get", func(ctx context.Context) error {
+		var err error
+		e, found, err = l.dl.Get(ctx, s.ID)
+		return err
+	}) {
+		return false
+	}
+	if !found || e.Kind != deadletter.KindParked {
+		return true // delivered, converted or purged meanwhile
+	}
 	ev, err := event.FromChange(e.Source, 0, e.Change)
 	if err != nil {
 		reason, msg := "corrupt", fmt.Sprintf("cannot rebuild parked event: %v", err)
@@ -251,7 +276,11 @@ func (l *Lane) redriveOne(ctx context.Context, e deadletter.Entry) bool {
 	var deleted bool
 	if l.persist(ctx, "delete", func(ctx context.Context) error {
 		var err error
-		deleted, err = l.dl.DeleteVersion(ctx, e.ID, e.Version)
+		// The version listed, not the one read now: an entry parked again
+		// since the listing must go round again with the later entries
+		// of its document that this pass also delivers, so that the
+		// re-read is replayed in full.
+		deleted, err = l.dl.DeleteVersion(ctx, e.ID, s.Version)
 		return err
 	}) {
 		l.mRedriven.Inc()
