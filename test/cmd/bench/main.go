@@ -36,7 +36,7 @@
 //     (see replicas.go).
 //
 // "all" runs 1-9; 10 and 11 (about 6 minutes) run when named, or with
-// "limits" (see adaptive.go); 12 (about 2 minutes) runs when named.
+// "limits" (see adaptive.go); 12 (about 70 s) runs when named.
 //
 // Scenarios 1-6 and 9 drain a backlog written before the consumer starts
 // (events/s is measured from the first to the last event received), so
