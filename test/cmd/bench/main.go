@@ -29,9 +29,14 @@
 //     values (-sweep) against receivers with a fixed latency (-latencies).
 //  11. slots: the same against a receiver serving at most 32 requests at
 //     once (50 ms each) and answering 429 with Retry-After: 1 above that.
+//  12. replicas: one source with partitions = 4 delivered by 1, 2 and 3
+//     changegate processes in cluster mode, each with a fixed
+//     max_in_flight, to a receiver with 20 ms latency; with the
+//     ceilings of mongowire and the receiver measured in the same run
+//     (see replicas.go).
 //
 // "all" runs 1-9; 10 and 11 (about 6 minutes) run when named, or with
-// "limits" (see adaptive.go).
+// "limits" (see adaptive.go); 12 (about 70 s) runs when named.
 //
 // Scenarios 1-6 and 9 drain a backlog written before the consumer starts
 // (events/s is measured from the first to the last event received), so
@@ -74,7 +79,7 @@ func main() {
 	os.Exit(benchMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-var scenarioNames = []string{"", "drain", "http", "naive", "single", "batch", "fanout", "latency", "backlog", "filter", "limit", "slots"}
+var scenarioNames = []string{"", "drain", "http", "naive", "single", "batch", "fanout", "latency", "backlog", "filter", "limit", "slots", "replicas"}
 
 // allScenarios is how many scenarios "all" runs: 10 and 11 (issue 11's
 // max_in_flight sweeps, about 6 minutes) only run when named, or with
@@ -99,6 +104,11 @@ type benchOpts struct {
 	runTime     time.Duration   // target run time of one setting in 10 and 11
 	rateCap     int             // events/s assumed at most when sizing 10 and 11
 	maxInFlight int             // sinks' max_in_flight in 4-9 (0: the default)
+	replicas    []int           // scenario 12: replica counts
+	replN       int             // scenario 12: backlog
+	replMIF     int             // scenario 12: each replica's max_in_flight
+	partitions  int             // scenario 12: partitions of the source
+	replLatency time.Duration   // scenario 12: receiver latency
 }
 
 type bench struct {
@@ -112,6 +122,7 @@ type bench struct {
 	naive  float64
 	result []*result
 	limits []*limitRow // scenarios 10 and 11
+	repl   []*replRow  // scenario 12
 }
 
 // result is one row of the table.
@@ -141,7 +152,8 @@ func (r *result) rate() float64 {
 func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scen := fs.String("scenarios", "all", "comma-separated scenario numbers or names: 1 drain, 2 http, 3 naive, 4 single, 5 batch, 6 fanout, 7 latency, 8 backlog, 9 filter, 10 limit, 11 slots; all (1-9), limits (10-11)")
+	scen := fs.String("scenarios", "all", "comma-separated scenario numbers or names: 1 drain, 2 http, 3 naive, 4 single, 5 batch, 6 fanout, 7 latency, 8 backlog, 9 filter, 10 limit, 11 slots, 12 replicas; all (1-9), limits (10-11)")
+	repls := fs.String("replicas", "1,2,3", "scenario 12: replica counts")
 	lats := fs.String("latencies", "20ms,50ms,200ms", "receiver latencies of scenario 10")
 	sweep := fs.String("sweep", "16,64,256,1024,4096", "fixed max_in_flight values run next to the defaults in scenarios 10 and 11")
 	var o benchOpts
@@ -159,8 +171,18 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.runTime, "run-time", 0, "scenarios 10 and 11: size each setting's backlog to run about this long (default 8s; -quick 2s)")
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 0, "scenarios 4-9: the sinks' max_in_flight (default: changegate's default)")
 	fs.IntVar(&o.rateCap, "rate-cap", 12000, "scenarios 10 and 11: the events/s a setting is assumed to reach at most, when sizing its backlog")
+	fs.IntVar(&o.replN, "replicas-n", 0, "scenario 12: backlog per replica count (default 16000; -quick 4000)")
+	fs.IntVar(&o.replMIF, "replica-max-in-flight", 16, "scenario 12: each replica's fixed max_in_flight")
+	fs.IntVar(&o.partitions, "partitions", 4, "scenario 12: partitions of the source")
+	fs.DurationVar(&o.replLatency, "replica-latency", 20*time.Millisecond, "scenario 12: receiver latency")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if o.replN == 0 {
+		o.replN = 16000
+		if o.quick {
+			o.replN = 4000
+		}
 	}
 	if o.n == 0 {
 		o.n = 200000
@@ -192,6 +214,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	var err error
 	if o.latencies, err = parseLatencies(*lats); err == nil {
 		o.sweep, err = parseSweep(*sweep)
+	}
+	if err == nil {
+		o.replicas, err = parseReplicas(*repls)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
@@ -240,6 +265,11 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	for _, r := range b.limits {
+		if r.err != nil {
+			return 1
+		}
+	}
+	for _, r := range b.repl {
 		if r.err != nil {
 			return 1
 		}
@@ -336,6 +366,10 @@ func (b *bench) run(args []string) string {
 		b.limits = append(b.limits, st.f()...)
 		runtime.GC()
 		debug.FreeOSMemory()
+	}
+	if b.o.scenarios[12] {
+		b.logf("scenario 12 (replicas)")
+		b.repl = b.scenarioReplicas()
 	}
 	return b.report(args, started, loadBefore, loadAvg())
 }
@@ -539,6 +573,13 @@ type gwConf struct {
 	listen string
 	// grace is shutdown_grace (0: 10s).
 	grace time.Duration
+	// partitions splits the source into units (0: not partitioned).
+	partitions int
+	// instance turns cluster mode on (lease_ttl 3s, renew_every 1s) with
+	// this instance name ("": cluster mode off).
+	instance string
+	// stateDB is the state database ("": the default).
+	stateDB string
 }
 
 func (c gwConf) toml() string {
@@ -547,8 +588,18 @@ func (c gwConf) toml() string {
 	if grace == 0 {
 		grace = 10 * time.Second
 	}
-	fmt.Fprintf(&s, "[mongo]\nuri = %q\n\n[server]\nlisten = %q\nshutdown_grace = %q\n\n", c.uri, c.listen, grace.String())
+	fmt.Fprintf(&s, "[mongo]\nuri = %q\n", c.uri)
+	if c.stateDB != "" {
+		fmt.Fprintf(&s, "state_database = %q\n", c.stateDB)
+	}
+	fmt.Fprintf(&s, "\n[server]\nlisten = %q\nshutdown_grace = %q\n\n", c.listen, grace.String())
+	if c.instance != "" {
+		fmt.Fprintf(&s, "[cluster]\nenabled = true\nlease_ttl = \"3s\"\nrenew_every = \"1s\"\ninstance = %q\n\n", c.instance)
+	}
 	fmt.Fprintf(&s, "[[sources]]\nname = \"orders\"\ndatabase = %q\ncollection = %q\n", benchDB, benchColl)
+	if c.partitions > 0 {
+		fmt.Fprintf(&s, "partitions = %d\n", c.partitions)
+	}
 	if c.startAt != 0 {
 		fmt.Fprintf(&s, "start_at = %q\n", time.Unix(c.startAt, 0).UTC().Format(time.RFC3339))
 	}

@@ -59,3 +59,25 @@ func TestSmokeLimits(t *testing.T) {
 		t.Errorf("a scenario failed:\n%s", out.String())
 	}
 }
+
+// TestSmokeReplicas runs scenario 12 with a tiny backlog: the ceilings and
+// 1 and 2 replicas in cluster mode over 4 partitions.
+func TestSmokeReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several child processes")
+	}
+	var out, log bytes.Buffer
+	code := benchMain([]string{"-scenarios", "replicas", "-replicas", "1,2", "-replicas-n", "600",
+		"-changegate", "self", "-timeout", "30s"}, &out, &log)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out.String(), log.String())
+	}
+	for _, want := range []string{"| ceiling: drain", "| ceiling: receiver", "| ceiling: one process", "| 1 replica(s) in cluster mode | 1 × 16 | 4 |", "| 2 replica(s) in cluster mode | 2 × 16 | 2/2 |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report has no %q row:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "FAILED") {
+		t.Errorf("a scenario failed:\n%s", out.String())
+	}
+}

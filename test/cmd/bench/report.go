@@ -17,6 +17,7 @@ func (b *bench) report(args []string, started time.Time, loadBefore, loadAfter s
 	fmt.Fprintf(&s, "Load average (1/5/15 min): %s before, %s after\n\n", loadBefore, loadAfter)
 	if len(b.result) == 0 {
 		b.limitReport(&s)
+		b.replReport(&s)
 		return s.String()
 	}
 	s.WriteString("| # | scenario | changes | events/s | vs ceiling | vs naive | consumer CPU µs/event | mongowire+receiver CPU µs/event | consumer peak RSS | p50 | p99 | max | notes |\n")
@@ -49,6 +50,7 @@ func (b *bench) report(args []string, started time.Time, loadBefore, loadAfter s
 			float64(r.rss)/(1<<20), p50, p99, pmax, r.note)
 	}
 	b.limitReport(&s)
+	b.replReport(&s)
 	return s.String()
 }
 
