@@ -46,9 +46,10 @@ type clusterLoop struct {
 
 	mu       sync.Mutex
 	owned    map[string]*ownedUnit
-	view     []lease.Lease // every lease, as of the last round
-	live     []string      // live members, as of the last round
-	lastBeat time.Time     // last successful heartbeat (local time)
+	view     []lease.Lease   // every lease, as of the last round
+	live     []string        // live members, as of the last round
+	lastBeat time.Time       // last successful heartbeat (local time)
+	prevFree map[string]bool // units free in the previous round (round goroutine only)
 }
 
 // ownedUnit is a unit whose lease this replica holds.
@@ -179,18 +180,27 @@ func (cl *clusterLoop) round(ctx, srcCtx context.Context) {
 		return // without a heartbeat this replica may be cut off: take nothing
 	}
 	held := map[string]bool{}
+	counts := map[string]int{}
 	for _, l := range view {
 		if !l.Expires.Before(serverNow) {
 			held[l.Unit] = true
+			counts[l.Owner]++
 		}
 	}
 	var free []string
+	fresh := map[string]bool{}
+	freeNow := map[string]bool{}
 	for _, u := range cl.names {
 		if !held[u] {
 			free = append(free, u)
+			freeNow[u] = true
+			if !cl.prevFree[u] {
+				fresh[u] = true
+			}
 		}
 	}
-	plan := cluster.Decide(cl.instance, cl.names, owned, free, len(live))
+	cl.prevFree = freeNow
+	plan := cluster.Decide(cl.instance, cl.names, owned, free, live, counts, fresh)
 	for _, u := range plan.Release {
 		cl.handOver(ctx, u)
 	}

@@ -64,13 +64,21 @@ type Plan struct {
 
 // Decide plans one round for replica self: units are every unit of the
 // configuration, owned those it holds, free those nobody holds (no lease,
-// or an expired or released one), members the number of live members
-// (self included). Surplus is handed over from the end of the sorted
-// owned list; candidates are tried starting at a place that depends on
-// self, so that replicas starting together do not all race for the same
-// unit first.
-func Decide(self string, units, owned, free []string, members int) Plan {
-	share := FairShare(len(units), members)
+// or an expired or released one), members the live members (self
+// included), and counts the units each live member holds now (self's own
+// count is len(owned)). Each replica owns at most ceil(U/M) units; the
+// surplus is handed over from the end of the sorted owned list. And every
+// live replica should own at least floor(U/M): while one owns fewer, the
+// others leave it the units that just became free (fresh: free now, held
+// in the previous round) and take only those free for longer (so a unit is
+// never left without an owner for more than a round), and when none is
+// free, the replica with the greatest name among those at the ceiling
+// releases one (4 units on 3 replicas: 2/2/0 becomes 2/1/1). Candidates are tried starting at a place
+// that depends on self, so that replicas starting together do not all race
+// for the same unit first.
+func Decide(self string, units, owned, free, members []string, counts map[string]int, fresh map[string]bool) Plan {
+	share := FairShare(len(units), len(members))
+	floor := len(units) / max(len(members), 1)
 	var p Plan
 	o := slices.Clone(owned)
 	slices.Sort(o)
@@ -78,14 +86,33 @@ func Decide(self string, units, owned, free []string, members int) Plan {
 		p.Release = o[share:]
 		return p
 	}
-	want := share - len(o)
-	if want == 0 || len(free) == 0 {
-		return p
+	starved := false // another live member below the floor
+	var top string   // the greatest name among members at the ceiling
+	for _, m := range members {
+		n := counts[m]
+		if m == self {
+			n = len(o)
+		}
+		if m != self && n < floor {
+			starved = true
+		}
+		if n == share && share > floor && m > top {
+			top = m
+		}
 	}
 	c := slices.Clone(free)
 	slices.Sort(c)
 	c = slices.DeleteFunc(c, func(u string) bool { _, found := slices.BinarySearch(o, u); return found })
-	if len(c) == 0 {
+	if starved && len(o) >= floor {
+		if len(c) == 0 && top == self && len(o) > 0 {
+			p.Release = o[len(o)-1:]
+			return p
+		}
+		// Leave what just became free to the starved member.
+		c = slices.DeleteFunc(c, func(u string) bool { return fresh[u] })
+	}
+	want := share - len(o)
+	if want == 0 || len(c) == 0 {
 		return p
 	}
 	h := fnv.New32a()
