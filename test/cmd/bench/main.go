@@ -592,7 +592,8 @@ func (c gwConf) toml() string {
 	if c.stateDB != "" {
 		fmt.Fprintf(&s, "state_database = %q\n", c.stateDB)
 	}
-	fmt.Fprintf(&s, "\n[server]\nlisten = %q\nshutdown_grace = %q\n\n", c.listen, grace.String())
+	// public_read: the bench reads /api/v1/status without a token.
+	fmt.Fprintf(&s, "\n[server]\nlisten = %q\nshutdown_grace = %q\npublic_read = true\n\n", c.listen, grace.String())
 	if c.instance != "" {
 		fmt.Fprintf(&s, "[cluster]\nenabled = true\nlease_ttl = \"3s\"\nrenew_every = \"1s\"\ninstance = %q\n\n", c.instance)
 	}
