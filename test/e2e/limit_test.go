@@ -60,7 +60,9 @@ func steadyRate(t *testing.T, mif string, latency time.Duration, n int) (rate fl
 		time.Sleep(latency)
 		return nil
 	})
-	g := e.start(e.config(limitConfig(rcv.URL(), mif)))
+	cfg := e.config(limitConfig(rcv.URL(), mif))
+	cfg.Server.PublicRead = true // the test reads /api/v1/status without a token
+	g := e.start(cfg)
 	insertN(t, e.coll("items"), 0, n)
 	waitFor(t, 60*time.Second, fmt.Sprintf("%d deliveries (%s)", n, rcv), func() bool {
 		var st struct {
