@@ -89,8 +89,9 @@ func (cl *clusterLoop) run(ctx, srcCtx context.Context) {
 		now := time.Now()
 		cl.checkDeadlines(now)
 		if !now.Before(next) {
+			// Rounds start every renew_every, however long one took.
+			next = now.Add(cl.renewEvery)
 			cl.round(ctx, srcCtx)
-			next = time.Now().Add(cl.renewEvery)
 		}
 		wait := time.Until(next)
 		if d, ok := cl.earliestDeadline(); ok {
@@ -134,6 +135,7 @@ func (cl *clusterLoop) checkDeadlines(now time.Time) {
 
 // round is one heartbeat, renewal and balance pass.
 func (cl *clusterLoop) round(ctx, srcCtx context.Context) {
+	start := time.Now()
 	bctx, cancel := context.WithTimeout(ctx, cl.renewEvery)
 	serverNow, err := cl.members.Heartbeat(bctx)
 	cancel()
@@ -205,10 +207,19 @@ func (cl *clusterLoop) round(ctx, srcCtx context.Context) {
 		cl.handOver(ctx, u)
 	}
 	share := cluster.FairShare(len(cl.names), len(live))
+	tried := 0
 	for _, u := range plan.Acquire {
 		if cl.ownedCount() >= share || !cl.acquiring.Load() {
 			break
 		}
+		// Each acquisition fences, prepares the lanes and starts a
+		// stream: with many units, acquiring them all in one round could
+		// outlast the leases already held. The rest waits for the next
+		// round, after their renewal (at least one is tried per round).
+		if tried > 0 && time.Since(start) > cl.renewEvery/2 {
+			break
+		}
+		tried++
 		cl.acquire(ctx, srcCtx, u)
 	}
 }
