@@ -15,43 +15,14 @@ import (
 // (canonicalizeBSONType in the server). A zero Type stands for a missing
 // value, which sorts and compares as null.
 func typeRank(t bson.Type) int {
-	switch t {
-	case bson.TypeMinKey:
-		return -1
-	case bson.TypeUndefined:
-		return 0
-	case 0, bson.TypeNull:
-		return 5
-	case bson.TypeDouble, bson.TypeInt32, bson.TypeInt64, bson.TypeDecimal128:
-		return 10
-	case bson.TypeString, bson.TypeSymbol:
-		return 15
-	case bson.TypeEmbeddedDocument:
-		return 20
-	case bson.TypeArray:
-		return 25
-	case bson.TypeBinary:
-		return 30
-	case bson.TypeObjectID:
-		return 35
-	case bson.TypeBoolean:
-		return 40
-	case bson.TypeDateTime:
-		return 45
-	case bson.TypeTimestamp:
-		return 47
-	case bson.TypeRegex:
-		return 50
-	case bson.TypeDBPointer:
-		return 55
-	case bson.TypeJavaScript:
-		return 60
-	case bson.TypeCodeWithScope:
-		return 65
-	case bson.TypeMaxKey:
-		return 127
+	if t == 0 {
+		return 5 // missing compares as null
 	}
-	return 200
+	r, ok := bsonraw.CanonicalType(t)
+	if !ok {
+		return 200
+	}
+	return int(r)
 }
 
 // Compare orders two BSON values the way MongoDB sorts and compares them,

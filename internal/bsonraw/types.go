@@ -55,3 +55,47 @@ func FirstElem(doc []byte) (key []byte, t bson.Type, v []byte) {
 	key, t, v, _ = it.Next()
 	return key, t, v
 }
+
+// CanonicalType returns the server's canonicalizeBSONType of t: the rank
+// MongoDB sorts and compares BSON types by (numbers share 10, strings and
+// symbols 15, ...), with 0 for undefined and for t == 0 (EOO, which callers
+// use for a missing value). ok is false for a type MongoDB does not know.
+func CanonicalType(t bson.Type) (rank int32, ok bool) {
+	switch t {
+	case bson.TypeMinKey:
+		return -1, true
+	case bson.TypeMaxKey:
+		return 127, true
+	case 0, bson.TypeUndefined:
+		return 0, true
+	case bson.TypeNull:
+		return 5, true
+	case bson.TypeDouble, bson.TypeInt32, bson.TypeInt64, bson.TypeDecimal128:
+		return 10, true
+	case bson.TypeString, bson.TypeSymbol:
+		return 15, true
+	case bson.TypeEmbeddedDocument:
+		return 20, true
+	case bson.TypeArray:
+		return 25, true
+	case bson.TypeBinary:
+		return 30, true
+	case bson.TypeObjectID:
+		return 35, true
+	case bson.TypeBoolean:
+		return 40, true
+	case bson.TypeDateTime:
+		return 45, true
+	case bson.TypeTimestamp:
+		return 47, true
+	case bson.TypeRegex:
+		return 50, true
+	case bson.TypeDBPointer:
+		return 55, true
+	case bson.TypeJavaScript:
+		return 60, true
+	case bson.TypeCodeWithScope:
+		return 65, true
+	}
+	return 0, false
+}

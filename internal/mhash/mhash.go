@@ -42,47 +42,18 @@ import (
 	"math/big"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/internal/bsonraw"
 )
 
-// canonicalType is canonicalizeBSONType of t.
+// canonicalType is canonicalizeBSONType of t (math.MinInt8 for a type
+// the server does not know).
 func canonicalType(t bson.Type) int32 {
-	switch t {
-	case bson.TypeMinKey:
-		return -1
-	case bson.TypeMaxKey:
-		return 127
-	case 0, bson.TypeUndefined:
-		return 0
-	case bson.TypeNull:
-		return 5
-	case bson.TypeDouble, bson.TypeInt32, bson.TypeInt64, bson.TypeDecimal128:
-		return 10
-	case bson.TypeString, bson.TypeSymbol:
-		return 15
-	case bson.TypeEmbeddedDocument:
-		return 20
-	case bson.TypeArray:
-		return 25
-	case bson.TypeBinary:
-		return 30
-	case bson.TypeObjectID:
-		return 35
-	case bson.TypeBoolean:
-		return 40
-	case bson.TypeDateTime:
-		return 45
-	case bson.TypeTimestamp:
-		return 47
-	case bson.TypeRegex:
-		return 50
-	case bson.TypeDBPointer:
-		return 55
-	case bson.TypeJavaScript:
-		return 60
-	case bson.TypeCodeWithScope:
-		return 65
+	r, ok := bsonraw.CanonicalType(t)
+	if !ok {
+		return math.MinInt8
 	}
-	return math.MinInt8
+	return r
 }
 
 // HashedIndexKey returns BSONElementHasher::hash64 of v with seed 0, the
