@@ -163,7 +163,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.backlog, "backlog", 0, "changes written while changegate is down in scenario 8 (default 1000000; -quick 50000)")
 	fs.IntVar(&o.rate, "rate", 2000, "offered changes/s in scenario 7")
 	fs.DurationVar(&o.duration, "duration", 0, "length of scenario 7 (default 10s; -quick 3s)")
-	fs.IntVar(&o.concurrency, "concurrency", 16, "HTTP concurrency of the ceiling client; changegate uses its default max_in_flight (16)")
+	fs.IntVar(&o.concurrency, "concurrency", 16, "HTTP concurrency of the ceiling client (changegate uses its defaults, max_in_flight = \"auto\", unless -max-in-flight is given)")
 	fs.StringVar(&o.changegate, "changegate", "", `changegate binary to run (default: build ./cmd/changegate; "self": this binary running app.Run)`)
 	fs.StringVar(&o.profile, "profile", "", "write CPU and allocation profiles of changegate to this directory (runs changegate in-process via app.Run)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "time limit of one scenario")
