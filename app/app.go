@@ -244,6 +244,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	for _, n := range PushdownNotes(cfg) {
+		log.Info(n) // as check prints them: why a rule is not pushed down
+	}
 	specs, err := BuildSinks(cfg, log)
 	if err != nil {
 		return err
