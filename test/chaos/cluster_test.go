@@ -323,7 +323,7 @@ public_read = true
 [cluster]
 enabled = true
 lease_ttl = "3s"
-renew_every = "1s"
+renew_every = "500ms"
 instance = %q
 
 [[sources]]
