@@ -255,27 +255,12 @@ func runCampaign(t *testing.T, bin string, c campaign) {
 	rng := rand.New(rand.NewPCG(c.seed, 0x6368616f73))
 	t0 := time.Now()
 
-	srv, err := mongowire.Start(mongowire.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv, client, coll := watchedServer(ctx, t)
 	px, err := newProxy(srv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer px.Close()
-	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()).SetServerSelectionTimeout(10 * time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(context.Background())
-	// Pre-images give every delete the seq of the version it deleted.
-	if err := client.Database(watchedDB).CreateCollection(ctx, "items",
-		options.CreateCollection().SetChangeStreamPreAndPostImages(bson.D{{Key: "enabled", Value: true}})); err != nil {
-		t.Fatal(err)
-	}
-	coll := client.Database(watchedDB).Collection("items")
 	deadLetters := client.Database(stateDB).Collection("deadletters")
 
 	plain, err := newEndpoint(testSecret, 1)
@@ -430,6 +415,28 @@ func runCampaign(t *testing.T, bin string, c campaign) {
 	if t.Failed() {
 		t.Logf("changegate log: %s", logPath)
 	}
+}
+
+// watchedServer starts a mongowire server (closed when t ends), connects a
+// client to it and creates the watched collection with pre-images, which
+// give every delete the seq of the version it deleted.
+func watchedServer(ctx context.Context, t *testing.T) (*mongowire.Server, *mongo.Client, *mongo.Collection) {
+	t.Helper()
+	srv, err := mongowire.Start(mongowire.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()).SetServerSelectionTimeout(10 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	if err := client.Database(watchedDB).CreateCollection(ctx, "items",
+		options.CreateCollection().SetChangeStreamPreAndPostImages(bson.D{{Key: "enabled", Value: true}})); err != nil {
+		t.Fatal(err)
+	}
+	return srv, client, client.Database(watchedDB).Collection("items")
 }
 
 func countBelow(ds []time.Duration, d time.Duration) int {

@@ -16,11 +16,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/changegate/changegate/internal/mhash"
-	"github.com/changegate/changegate/test/mongowire"
 	"github.com/changegate/changegate/test/receiver"
 )
 
@@ -46,21 +43,7 @@ func TestClusterFailover(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0x636c7573))
 	t0 := time.Now()
 
-	srv, err := mongowire.Start(mongowire.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()).SetServerSelectionTimeout(10 * time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(context.Background())
-	if err := client.Database(watchedDB).CreateCollection(ctx, "items",
-		options.CreateCollection().SetChangeStreamPreAndPostImages(bson.D{{Key: "enabled", Value: true}})); err != nil {
-		t.Fatal(err)
-	}
-	coll := client.Database(watchedDB).Collection("items")
+	srv, client, coll := watchedServer(ctx, t)
 	hook, err := newEndpoint(testSecret, 1)
 	if err != nil {
 		t.Fatal(err)
