@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/changegate/changegate/internal/bsonraw"
 )
 
 // ErrNotFound is returned (wrapped) when an entry named by id does not exist.
@@ -347,7 +348,7 @@ func (f Filter) query() (bson.D, error) {
 		if err != nil {
 			return nil, fmt.Errorf("filter: invalid document key: %w", err)
 		}
-		if path := operatorPath(f.DocumentKey, ""); path != "" {
+		if path := bsonraw.DollarPath(f.DocumentKey); path != "" {
 			return nil, fmt.Errorf("filter: invalid document key: %w", &OperatorError{Path: path})
 		}
 		// $eq: the key's values are matched literally, whatever they hold.
@@ -395,40 +396,10 @@ func (e *OperatorError) Error() string {
 // parsed into their types), and nil otherwise. Every Filter method refuses
 // such a key; callers parsing user input call it to report it early.
 func CheckDocumentKey(key bson.Raw) error {
-	if path := operatorPath(key, ""); path != "" {
+	if path := bsonraw.DollarPath(key); path != "" {
 		return &OperatorError{Path: path}
 	}
 	return nil
-}
-
-// operatorPath returns the dotted path of the first field of doc (at any
-// depth, arrays included) whose name starts with "$", or "".
-func operatorPath(doc bson.Raw, prefix string) string {
-	elems, err := doc.Elements()
-	if err != nil {
-		return ""
-	}
-	for _, el := range elems {
-		path := el.Key()
-		if prefix != "" {
-			path = prefix + "." + path
-		}
-		if strings.HasPrefix(el.Key(), "$") {
-			return path
-		}
-		v := el.Value()
-		switch v.Type {
-		case bson.TypeEmbeddedDocument:
-			if p := operatorPath(v.Document(), path); p != "" {
-				return p
-			}
-		case bson.TypeArray:
-			if p := operatorPath(bson.Raw(v.Array()), path); p != "" {
-				return p
-			}
-		}
-	}
-	return ""
 }
 
 // byOrder reports whether entries matching f are listed in stream order.

@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/internal/bsonraw"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
@@ -25,41 +27,6 @@ import (
 // permanently and the dead letter keeps the raw change); relaxed mode
 // writes it as the MongoDB drivers do.
 var ErrAmbiguousJSON = errors.New(`a field name starting with "$" cannot be written unambiguously in canonical Extended JSON (use json = "relaxed" for such documents)`)
-
-// dollarField returns the dotted path of the first field of doc (at any
-// depth, arrays included) whose name starts with "$", or "".
-func dollarField(doc bson.Raw, prefix string) string {
-	elems, err := doc.Elements()
-	if err != nil {
-		return ""
-	}
-	for _, el := range elems {
-		path := el.Key()
-		if prefix != "" {
-			path = prefix + "." + path
-		}
-		if strings.HasPrefix(el.Key(), "$") {
-			return path
-		}
-		switch v := el.Value(); v.Type {
-		case bson.TypeEmbeddedDocument:
-			if p := dollarField(v.Document(), path); p != "" {
-				return p
-			}
-		case bson.TypeArray:
-			if p := dollarField(bson.Raw(v.Array()), path); p != "" {
-				return p
-			}
-		case bson.TypeCodeWithScope:
-			if _, scope, ok := v.CodeWithScopeOK(); ok {
-				if p := dollarField(scope, path); p != "" {
-					return p
-				}
-			}
-		}
-	}
-	return ""
-}
 
 // Event is one change read from a MongoDB change stream, as delivered to sinks.
 //
@@ -382,7 +349,7 @@ func (e *Event) Envelope(canonical bool) ([]byte, error) {
 
 func (e *Event) encode(canonical bool) ([]byte, error) {
 	if canonical {
-		if path := dollarField(e.Raw, ""); path != "" {
+		if path := bsonraw.DollarPath(e.Raw); path != "" {
 			return nil, fmt.Errorf("event %s: field %q: %w", e.ID, path, ErrAmbiguousJSON)
 		}
 	}

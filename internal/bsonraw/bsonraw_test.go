@@ -112,3 +112,27 @@ func TestOperatorDocsAndAliases(t *testing.T) {
 		t.Error(`TypeByAlias("number") is known`)
 	}
 }
+
+func TestDollarPath(t *testing.T) {
+	for _, tc := range []struct {
+		doc  bson.D
+		want string
+	}{
+		{bson.D{{Key: "_id", Value: 1}}, ""},
+		{bson.D{{Key: "_id", Value: bson.D{{Key: "$ne", Value: nil}}}}, "_id.$ne"},
+		{bson.D{{Key: "a", Value: bson.A{1, bson.D{{Key: "$oid", Value: "x"}}}}}, "a.1.$oid"},
+		{bson.D{{Key: "f", Value: bson.CodeWithScope{Code: "x", Scope: bson.D{{Key: "$s", Value: 1}}}}}, "f.$s"},
+		{bson.D{{Key: "$top", Value: 1}}, "$top"},
+	} {
+		raw, err := bson.Marshal(tc.doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bsonraw.DollarPath(raw); got != tc.want {
+			t.Errorf("DollarPath(%v) = %q, want %q", tc.doc, got, tc.want)
+		}
+	}
+	if got := bsonraw.DollarPath(bson.Raw{1, 2}); got != "" {
+		t.Errorf("DollarPath(garbage) = %q", got)
+	}
+}
