@@ -173,23 +173,6 @@ func (f *fakeSink) received() []*event.Event {
 	return append([]*event.Event(nil), f.got...)
 }
 
-func mkEvent(t testing.TB, seq, doc int) *event.Event {
-	raw, err := bson.Marshal(bson.D{
-		{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("%08d", seq)}}},
-		{Key: "operationType", Value: "update"},
-		{Key: "ns", Value: bson.D{{Key: "db", Value: "shop"}, {Key: "coll", Value: "orders"}}},
-		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: doc}}},
-		{Key: "fullDocument", Value: bson.D{{Key: "_id", Value: doc}, {Key: "seq", Value: seq}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev, err := event.FromChange("orders", uint64(seq), raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ev
-}
 
 func fastRetry(n int) sinks.RetryPolicy {
 	return sinks.RetryPolicy{MaxAttempts: n, InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond, Multiplier: 2}
@@ -263,7 +246,7 @@ func TestEngineAcksOnceAfterEverySink(t *testing.T) {
 	var acks [n]atomic.Int32
 	for i := 0; i < n; i++ {
 		i := i
-		eng.Dispatch(mkEvent(t, i, i%13), func() { acks[i].Add(1) })
+		eng.Dispatch(posEvent(t, i, i%13), func() { acks[i].Add(1) })
 	}
 	waitUntil(t, "all acks", func() bool {
 		for i := range acks {
@@ -322,7 +305,7 @@ func TestEngineRetryKeepsPerKeyOrder(t *testing.T) {
 	const n = 2000
 	var acked atomic.Int64
 	for i := 0; i < n; i++ {
-		eng.Dispatch(mkEvent(t, i, i%17), func() { acked.Add(1) })
+		eng.Dispatch(posEvent(t, i, i%17), func() { acked.Add(1) })
 	}
 	waitUntil(t, "all acked", func() bool { return acked.Load() == n })
 	checkPerDocOrder(t, s.received())
@@ -346,7 +329,7 @@ func TestEngineBatchRetriesOnlyFailedEntries(t *testing.T) {
 	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 1, Ordering: OrderNone, BatchSize: 10, BatchWait: 20 * time.Millisecond})
 	var acked atomic.Int64
 	for i := 0; i < 100; i++ {
-		eng.Dispatch(mkEvent(t, i, i), func() { acked.Add(1) })
+		eng.Dispatch(posEvent(t, i, i), func() { acked.Add(1) })
 	}
 	waitUntil(t, "all acked", func() bool { return acked.Load() == 100 })
 	if got := s.sent.Load(); got != 150 {
@@ -375,18 +358,18 @@ func TestEngineParksAndRedrivesInOrder(t *testing.T) {
 	var acked atomic.Int64
 	const n = 300
 	for i := 0; i < n/2; i++ {
-		eng.Dispatch(mkEvent(t, i, i%5), func() { acked.Add(1) })
+		eng.Dispatch(posEvent(t, i, i%5), func() { acked.Add(1) })
 	}
 	waitUntil(t, "events parked and acked while the sink is down", func() bool { return acked.Load() == n/2 })
 	if !eng.Lane("sick").Status().Parked {
 		t.Fatal("lane not parked")
 	}
 	// A replay must not overtake the parked backlog.
-	if err := eng.DeliverNow(context.Background(), "sick", mkEvent(t, 10000, 1)); !errors.Is(err, ErrParked) {
+	if err := eng.DeliverNow(context.Background(), "sick", posEvent(t, 10000, 1)); !errors.Is(err, ErrParked) {
 		t.Fatalf("DeliverNow on a parked sink: %v, want ErrParked", err)
 	}
 	for i := n / 2; i < n; i++ {
-		eng.Dispatch(mkEvent(t, i, i%5), func() { acked.Add(1) })
+		eng.Dispatch(posEvent(t, i, i%5), func() { acked.Add(1) })
 	}
 	waitUntil(t, "later events acked while parked", func() bool { return acked.Load() == n })
 	down.Store(false)
@@ -405,7 +388,7 @@ func TestEngineParksAndRedrivesInOrder(t *testing.T) {
 		t.Fatalf("%d parked entries left", c)
 	}
 	// Live again: new events go straight through.
-	eng.Dispatch(mkEvent(t, n, 1), func() { acked.Add(1) })
+	eng.Dispatch(posEvent(t, n, 1), func() { acked.Add(1) })
 	waitUntil(t, "live delivery", func() bool { return acked.Load() == n+1 && len(s.received()) == n+1 })
 }
 
@@ -445,7 +428,7 @@ func TestEngineSinkSideCancellationIsRetried(t *testing.T) {
 	})
 	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 1})
 	var acked atomic.Int64
-	eng.Dispatch(mkEvent(t, 1, 1), func() { acked.Add(1) })
+	eng.Dispatch(posEvent(t, 1, 1), func() { acked.Add(1) })
 	waitUntil(t, "the event delivered after two sink-side cancellations", func() bool { return acked.Load() == 1 })
 	if len(s.received()) != 1 {
 		t.Fatalf("delivered %d times", len(s.received()))

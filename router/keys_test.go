@@ -19,7 +19,7 @@ func distinctKeysRef(q []*item) int {
 func keyItems(t testing.TB, docs []int) []*item {
 	q := make([]*item, len(docs))
 	for i, d := range docs {
-		ev := mkEvent(t, i, d)
+		ev := posEvent(t, i, d)
 		q[i] = &item{ev: ev, key: ev.OrderingKeyHash()}
 	}
 	return q

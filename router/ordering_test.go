@@ -38,7 +38,7 @@ func testPartialBatchOrder(t *testing.T, docs, batch int) {
 	const n = 300
 	var acked atomic.Int64
 	for i := 0; i < n; i++ {
-		eng.Dispatch(mkEvent(t, i, i%docs), func() { acked.Add(1) })
+		eng.Dispatch(posEvent(t, i, i%docs), func() { acked.Add(1) })
 	}
 	waitUntil(t, "all acked", func() bool { return acked.Load() == n })
 	if got := len(s.received()); got != n {

@@ -62,7 +62,7 @@ func TestEngineReloadTwiceKeepsPerKeyOrder(t *testing.T) {
 	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: a, Retry: fastRetry(3)})
 	rules := eng.Rules()
 
-	e1 := mkEvent(t, 1, 7)
+	e1 := posEvent(t, 1, 7)
 	acked := make(chan string, 4)
 	eng.Dispatch(e1, func() { acked <- e1.ID })
 	waitUntil(t, "first lane busy with e1", func() bool { return eng.Lane("s").Status().InProgress == 1 })
@@ -75,7 +75,7 @@ func TestEngineReloadTwiceKeepsPerKeyOrder(t *testing.T) {
 	if err := eng.Reload(rules, []LaneUpdate{{Name: "s", Spec: SinkSpec{Sink: c, Retry: fastRetry(3)}}}); err != nil {
 		t.Fatal(err)
 	}
-	e3 := mkEvent(t, 3, 7)
+	e3 := posEvent(t, 3, 7)
 	eng.Dispatch(e3, func() { acked <- e3.ID })
 
 	// Give a wrongly started third lane the chance to deliver e3 first.
@@ -105,7 +105,7 @@ func TestEngineReloadRemoveThenAddKeepsPerKeyOrder(t *testing.T) {
 	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: a, Retry: fastRetry(3)})
 	rules := eng.Rules()
 
-	e1 := mkEvent(t, 1, 7)
+	e1 := posEvent(t, 1, 7)
 	acked := make(chan string, 4)
 	eng.Dispatch(e1, func() { acked <- e1.ID })
 	waitUntil(t, "first lane busy with e1", func() bool { return eng.Lane("s").Status().InProgress == 1 })
@@ -121,7 +121,7 @@ func TestEngineReloadRemoveThenAddKeepsPerKeyOrder(t *testing.T) {
 	if err := eng.Reload(rules, []LaneUpdate{{Name: "s", Spec: SinkSpec{Sink: c, Retry: fastRetry(3)}}}); err != nil {
 		t.Fatal(err)
 	}
-	e3 := mkEvent(t, 3, 7)
+	e3 := posEvent(t, 3, 7)
 	eng.Dispatch(e3, func() { acked <- e3.ID })
 
 	deadline := time.Now().Add(300 * time.Millisecond)

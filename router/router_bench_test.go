@@ -32,7 +32,7 @@ func benchRules(b *testing.B) *Rules {
 // BenchmarkRoute measures matching one event against a source's rules.
 func BenchmarkRoute(b *testing.B) {
 	rules := benchRules(b)
-	ev := mkEvent(b, 1, 42)
+	ev := posEvent(b, 1, 42)
 	b.ReportAllocs()
 	for b.Loop() {
 		m := rules.Route(ev)
@@ -76,7 +76,7 @@ func BenchmarkDispatch(b *testing.B) {
 			defer func() { cancel(); e.Stop() }()
 			raws := make([]bson.Raw, 4096)
 			for i := range raws {
-				raws[i] = mkEvent(b, i, i).Raw
+				raws[i] = posEvent(b, i, i).Raw
 			}
 			var wg sync.WaitGroup
 			ack := func() { wg.Done() }
