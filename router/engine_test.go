@@ -173,7 +173,6 @@ func (f *fakeSink) received() []*event.Event {
 	return append([]*event.Event(nil), f.got...)
 }
 
-
 func fastRetry(n int) sinks.RetryPolicy {
 	return sinks.RetryPolicy{MaxAttempts: n, InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond, Multiplier: 2}
 }
