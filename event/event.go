@@ -67,6 +67,10 @@ type Event struct {
 
 	relaxed   lazyJSON
 	canonical lazyJSON
+
+	// Shaping (shape.go): a shaped view of an event points to the event
+	// it was made from (base) and its shape; an event caches its views.
+	shaping
 }
 
 type lazyJSON struct {
@@ -343,7 +347,7 @@ func (e *Event) Envelope(canonical bool) ([]byte, error) {
 	if canonical {
 		l = &e.canonical
 	}
-	l.once.Do(func() { l.b, l.err = e.encode(canonical) })
+	l.once.Do(func() { l.b, l.err = e.encodeShaped(canonical) })
 	return l.b, l.err
 }
 
