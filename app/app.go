@@ -22,6 +22,7 @@ import (
 	"github.com/changegate/changegate/checkpoint"
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
@@ -189,18 +190,30 @@ func CompileRules(cfg *config.Config) (*router.Rules, error) {
 	for i, s := range cfg.Sinks {
 		names[i] = s.Name
 	}
+	shapes := make([]*event.Shape, len(cfg.Sinks))
+	for i, s := range cfg.Sinks {
+		sh, err := event.CompileShape(s.Shape.Spec())
+		if err != nil {
+			return nil, fmt.Errorf("sink %s: %w", s.Name, err)
+		}
+		shapes[i] = sh
+	}
 	specs := make([]router.RuleSpec, 0, len(cfg.Rules))
 	for _, r := range cfg.Rules {
 		var namespaces []string
 		for _, ns := range r.Namespaces {
 			namespaces = append(namespaces, ns.String())
 		}
+		sh, err := event.CompileShape(r.Shape.Spec())
+		if err != nil {
+			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
+		}
 		specs = append(specs, router.RuleSpec{
 			Name: r.Name, Source: r.Source, Operations: r.Operations,
-			Namespaces: namespaces, Filter: r.Filter, Sinks: r.Sinks,
+			Namespaces: namespaces, Filter: r.Filter, Sinks: r.Sinks, Shape: sh,
 		})
 	}
-	return router.CompileRules(specs, names)
+	return router.CompileRulesShaped(specs, names, shapes)
 }
 
 // Stores returns the checkpoint and dead-letter stores of cfg on client.

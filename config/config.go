@@ -307,6 +307,9 @@ type Sink struct {
 	// Oversize is what happens to an event whose payload exceeds the sink's
 	// limit: OversizeDeadLetter (default) or OversizeStrip.
 	Oversize string
+	// Shape is the payload shaping of the sink (fields, redact,
+	// envelope, ...); see Shape.
+	Shape Shape
 
 	// Webhook holds the options of a webhook sink; nil for other types.
 	Webhook *WebhookSink
@@ -462,6 +465,9 @@ type Rule struct {
 	// Sinks are the names of existing sinks the matching events go to;
 	// non-empty, without duplicates.
 	Sinks []string
+	// Shape is the payload shaping of the events this rule routes
+	// (fields, redact, envelope, ...); see Shape.
+	Shape Shape
 }
 
 // Namespace is a rule namespace pattern, "db.coll" or "db.*".

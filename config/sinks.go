@@ -88,6 +88,7 @@ func (d *decoder) sink(o *obj) (s Sink, nameVal *value) {
 	s.ParkAfter, _ = o.duration("park_after", DefaultParkAfter, 0)
 	s.Oversize = o.enum("oversize", OversizeDeadLetter, []string{OversizeDeadLetter, OversizeStrip})
 	s.Retry = d.retry(o)
+	s.Shape = d.shape(o)
 
 	typeKeys := d.sinkTypeKeys()
 	if typ != nil {
@@ -209,7 +210,8 @@ func (d *decoder) retry(sink *obj) Retry {
 }
 
 // reservedHeaders are set by the webhook sink itself.
-var reservedHeaders = []string{"Content-Length", "Host", "Webhook-Id", "Webhook-Signature", "Webhook-Timestamp"}
+var reservedHeaders = []string{"Content-Length", "Host", "Webhook-Id", "Webhook-Signature", "Webhook-Timestamp",
+	"Changegate-Operation-Type", "Changegate-Namespace", "Changegate-Document-Key", "Changegate-Cluster-Time"}
 
 func decodeWebhook(d *decoder, o *obj, s *Sink) {
 	w := &WebhookSink{}

@@ -19,6 +19,10 @@ const (
 	// OutcomeDroppedLeaseLost counts events dropped because this replica
 	// lost the lease of their unit: the next owner re-reads them.
 	OutcomeDroppedLeaseLost = "dropped_lease_lost"
+	// OutcomeSkippedEmpty counts updates not sent to a sink because its
+	// shaped changes were empty (skip_empty_updates); they are
+	// acknowledged like delivered ones.
+	OutcomeSkippedEmpty = "skipped_empty"
 )
 
 // Metrics holds every collector. The zero value is not usable; use New.

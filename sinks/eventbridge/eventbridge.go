@@ -286,7 +286,9 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 	entries := make([]types.PutEventsRequestEntry, len(batch))
 	sizes := make([]int, len(batch))
 	for i, e := range batch {
-		env, err := e.Envelope(b.canonical)
+		// The detail is self-contained (event.Event.Record): with envelope
+		// = "document" the metadata goes beside fullDocument.
+		env, err := e.Record(b.canonical)
 		if err != nil {
 			fail(i, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err)))
 			continue

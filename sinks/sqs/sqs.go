@@ -113,6 +113,12 @@ const (
 	AttrOperationType = "operationType"
 	AttrDB            = "db"
 	AttrColl          = "coll"
+	// With envelope = "document" (the body is the post-image alone), the
+	// rest of the event's metadata: its id, the documentKey as relaxed
+	// Extended JSON and the cluster time (RFC 3339).
+	AttrID          = "id"
+	AttrDocumentKey = "documentKey"
+	AttrClusterTime = "clusterTime"
 )
 
 // Config configures an SQS sink.
@@ -361,6 +367,18 @@ func (s *SQS) entry(id int, e *event.Event, env []byte) (types.SendMessageBatchR
 	add(AttrOperationType, e.OperationType)
 	add(AttrDB, e.DB)
 	add(AttrColl, e.Coll)
+	if e.Form() == event.FormDocument {
+		for _, m := range e.Metadata() {
+			switch m.Name {
+			case "id":
+				add(AttrID, m.Value)
+			case "documentKey":
+				add(AttrDocumentKey, m.Value)
+			case "clusterTime":
+				add(AttrClusterTime, m.Value)
+			}
+		}
+	}
 	m := types.SendMessageBatchRequestEntry{
 		Id: aws.String(strconv.Itoa(id)),
 		// The envelope is cached and never modified (event.Envelope's

@@ -342,8 +342,45 @@ type poolKeeper struct{ tr *http.Transport }
 
 func (p poolKeeper) RoundTrip(r *http.Request) (*http.Response, error) { return p.tr.RoundTrip(r) }
 
+// Headers of a document-form payload (envelope = "document"): the body is
+// the post-image alone and the event's metadata travels in these (the id
+// is HeaderID). A value that is not printable ASCII (a document key with
+// other characters) is sent as "base64:" and the standard base64 of its
+// UTF-8 bytes.
+const (
+	HeaderOperationType = "Changegate-Operation-Type"
+	HeaderNamespace     = "Changegate-Namespace"
+	HeaderDocumentKey   = "Changegate-Document-Key"
+	HeaderClusterTime   = "Changegate-Cluster-Time"
+)
+
+// metaHeaders maps event.Event.Metadata names to headers.
+var metaHeaders = map[string]string{
+	"operationType": HeaderOperationType, "ns": HeaderNamespace,
+	"documentKey": HeaderDocumentKey, "clusterTime": HeaderClusterTime,
+}
+
+// setMetaHeaders sets the metadata headers of a document-form payload.
+func setMetaHeaders(h http.Header, e *event.Event) {
+	for _, m := range e.Metadata() {
+		name, ok := metaHeaders[m.Name]
+		if !ok {
+			continue
+		}
+		v := m.Value
+		for i := 0; i < len(v); i++ {
+			if v[i] < 0x20 || v[i] > 0x7e {
+				v = "base64:" + base64.StdEncoding.EncodeToString([]byte(m.Value))
+				break
+			}
+		}
+		h[name] = []string{v}
+	}
+}
+
 // reservedHeaders cannot be set through Config.Headers.
 var reservedHeaders = map[string]bool{
+	HeaderOperationType: true, HeaderNamespace: true, HeaderDocumentKey: true, HeaderClusterTime: true,
 	HeaderID: true, HeaderTimestamp: true, HeaderSignature: true,
 	"Content-Type": true, "Content-Length": true, "Transfer-Encoding": true,
 	"Host": true, "Connection": true, "Te": true, "Upgrade": true, "Trailer": true,
@@ -476,7 +513,7 @@ func (w *Webhook) sendOne(ctx context.Context, e *event.Event) error {
 	if err != nil {
 		return sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 	}
-	return w.post(ctx, e.ID, body)
+	return w.post(ctx, e.ID, body, e)
 }
 
 func (w *Webhook) sendEach(ctx context.Context, batch []*event.Event) error {
@@ -508,7 +545,9 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) error {
 	var cur []int
 	size := 2 // []
 	for i, e := range batch {
-		env, err := e.Envelope(w.canonical)
+		// An array element has no headers of its own: a document-form
+		// payload goes as its Record (the metadata beside fullDocument).
+		env, err := e.Record(w.canonical)
 		if err != nil {
 			failed[i] = sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 			continue
@@ -569,7 +608,7 @@ func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]
 		ids = append(ids, batch[i].ID)
 	}
 	body = append(body, ']')
-	err := w.post(ctx, BatchID(ids), body)
+	err := w.post(ctx, BatchID(ids), body, nil)
 	if err == nil {
 		return nil
 	}
@@ -608,7 +647,7 @@ func BatchID(ids []string) string {
 }
 
 // post makes one delivery attempt of body under message id.
-func (w *Webhook) post(parent context.Context, id string, body []byte) error {
+func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.Event) error {
 	// The timeout is a context rather than http.Client.Timeout: same
 	// coverage (dial to end of body), a third of the allocations. It bounds
 	// the attempt including go-retryablehttp's quick connection retries.
@@ -620,6 +659,9 @@ func (w *Webhook) post(parent context.Context, id string, body []byte) error {
 		h[k] = v // shared read-only slices; prepareRetry clones before changing
 	}
 	h[HeaderID] = []string{id}
+	if e != nil && e.Form() == event.FormDocument {
+		setMetaHeaders(h, e)
+	}
 	w.sign(h, id, body)
 	hr.Header = h
 	req, err := retryablehttp.FromRequest(hr)
