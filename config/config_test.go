@@ -162,8 +162,9 @@ sinks = ["hook"]
 				Jitter:          0.2,
 			},
 			Webhook: &WebhookSink{URL: "http://localhost:8080/", Timeout: 10 * time.Second, MaxRequestBytes: 1 << 20},
+			Shape:   defaultShape,
 		}},
-		Rules: []Rule{{Name: "all", Source: "orders", Sinks: []string{"hook"}}},
+		Rules: []Rule{{Name: "all", Source: "orders", Sinks: []string{"hook"}, Shape: defaultShape}},
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("got\n%#v\nwant\n%#v", cfg, want)
