@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -752,16 +753,26 @@ func (s *Shape) updateDescription(ud []byte, root state) (bsoncore.Document, boo
 
 // --- shaped views of an event -----------------------------------------------
 
-// shaping holds the shaping state of an Event.
+// shaping holds the shaping state of an Event: two pointers, so that an
+// event that is never shaped stays small.
 type shaping struct {
-	base     *Event // the event a view was made from; nil for an event read from a stream
+	view  *viewState              // set on a view: what it is a view of
+	views atomic.Pointer[viewSet] // the views made from this event
+}
+
+// viewState is what a view knows beyond its Event fields.
+type viewState struct {
+	base     *Event // the event the view was made from
 	shape    *Shape
 	shapeErr error
 	skip     bool
-	record   [2]lazyJSON // Record's encodings (relaxed, canonical) of a view of another form
+	record   [2]lazyJSON // Record's encodings (relaxed, canonical) of a document-form view
+}
 
-	viewsMu sync.Mutex
-	views   []*Event // the views made from this event, one per shape fingerprint
+// viewSet holds the views of an event, one per shape fingerprint.
+type viewSet struct {
+	mu   sync.Mutex
+	list []*Event
 }
 
 // Shaped returns the view of e that shape s makes: an Event with e's id,
@@ -778,11 +789,16 @@ func (e *Event) Shaped(s *Shape) (view *Event, skip bool) {
 		return e, false
 	}
 	base := e.Unshaped()
-	base.viewsMu.Lock()
-	defer base.viewsMu.Unlock()
-	for _, v := range base.views {
-		if v.shape.fp == s.fp {
-			return v, v.skip
+	set := base.views.Load()
+	if set == nil {
+		base.views.CompareAndSwap(nil, &viewSet{})
+		set = base.views.Load()
+	}
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	for _, v := range set.list {
+		if v.view.shape.fp == s.fp {
+			return v, v.view.skip
 		}
 	}
 	v := &Event{
@@ -790,37 +806,46 @@ func (e *Event) Shaped(s *Shape) (view *Event, skip bool) {
 		DB: base.DB, Coll: base.Coll, DocumentKey: base.DocumentKey, ClusterTime: base.ClusterTime,
 		WallTime: base.WallTime, Rules: base.Rules, Tenure: base.Tenure,
 	}
-	v.base, v.shape = base, s
+	vs := &viewState{base: base, shape: s}
+	v.view = vs
 	sc, err := s.apply(base.Raw, base.OperationType)
 	if err != nil {
-		v.shapeErr = fmt.Errorf("event %s: shape payload: %w", base.ID, err)
+		vs.shapeErr = fmt.Errorf("event %s: shape payload: %w", base.ID, err)
 	} else {
 		v.Raw = sc.raw
-		v.skip = sc.empty && s.skip
+		vs.skip = sc.empty && s.skip
 	}
-	base.views = append(base.views, v)
-	return v, v.skip
+	set.list = append(set.list, v)
+	return v, vs.skip
 }
 
 // Unshaped returns the event a view was made from (e itself when e is not
 // a view): its Raw is the change as read, for dead letters and replay.
 func (e *Event) Unshaped() *Event {
-	if e.base != nil {
-		return e.base
+	if e.view != nil {
+		return e.view.base
 	}
 	return e
 }
 
 // Shape returns the shape of a view (nil for an event that is not one).
-func (e *Event) Shape() *Shape { return e.shape }
+func (e *Event) Shape() *Shape {
+	if e.view == nil {
+		return nil
+	}
+	return e.view.shape
+}
 
 // Form returns the envelope form of e's payload.
-func (e *Event) Form() Form { return e.shape.Form() }
+func (e *Event) Form() Form { return e.Shape().Form() }
 
 // encodeShaped encodes the payload of e's form (Envelope's cache calls it).
 func (e *Event) encodeShaped(canonical bool) ([]byte, error) {
-	if e.shapeErr != nil {
-		return nil, e.shapeErr
+	if e.view == nil {
+		return e.encode(canonical)
+	}
+	if e.view.shapeErr != nil {
+		return nil, e.view.shapeErr
 	}
 	switch e.Form() {
 	case FormDocument:
@@ -913,13 +938,13 @@ func (e *Event) Record(canonical bool) ([]byte, error) {
 	if e.Form() != FormDocument {
 		return e.Envelope(canonical)
 	}
-	l := &e.record[0]
+	l := &e.view.record[0]
 	if canonical {
-		l = &e.record[1]
+		l = &e.view.record[1]
 	}
 	l.once.Do(func() {
-		if e.shapeErr != nil {
-			l.err = e.shapeErr
+		if e.view.shapeErr != nil {
+			l.err = e.view.shapeErr
 			return
 		}
 		l.b, l.err = e.encodeRecord(canonical)
