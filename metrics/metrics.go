@@ -69,7 +69,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "changegate_events_unmatched_total", Help: "Change events that matched no rule and were acknowledged at once.",
 		}, []string{"source"}),
 		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "changegate_deliveries_total", Help: "Event deliveries to sinks, by outcome (delivered, retried, dead_lettered, parked, redriven, dropped_oversize).",
+			Name: "changegate_deliveries_total", Help: "Event deliveries to sinks, by outcome (delivered, retried, dead_lettered, parked, redriven, dropped_oversize, skipped_empty).",
 		}, []string{"sink", "outcome"}),
 		DeliveryFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "changegate_delivery_failures_total", Help: "Failed delivery attempts per event, by sink and reason (http_503, throttled, transport, oversize, ...).",
