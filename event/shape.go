@@ -471,42 +471,111 @@ func (s *Shape) judge(st state) (verdict, *redaction) {
 
 var errMalformed = errors.New("shape: malformed BSON")
 
+// walk applies a shape to one document tree, reusing one state buffer per
+// depth (siblings are shaped one after the other).
+type walk struct {
+	s    *Shape
+	bufs []state
+}
+
+// child returns the state one field (key) below st, in the buffer of depth.
+func (w *walk) child(st state, key []byte, depth int) state {
+	for len(w.bufs) <= depth {
+		w.bufs = append(w.bufs, make(state, len(w.s.pats)))
+	}
+	out := w.bufs[depth]
+	for i, p := range w.s.pats {
+		out[i] = p.stepBytes(st[i], key)
+	}
+	return out
+}
+
+// stepBytes is step with the field name as bytes.
+func (p pattern) stepBytes(b uint64, seg []byte) uint64 {
+	end := uint64(1) << uint(len(p))
+	n := b & end
+	for i, ps := range p {
+		if b&(1<<uint(i)) == 0 {
+			continue
+		}
+		switch {
+		case ps == "**":
+			n |= 1 << uint(i)
+		case ps == string(seg):
+			n |= 1 << uint(i+1)
+		}
+	}
+	return p.closure(n)
+}
+
+// appendHeader appends an element header with a key given as bytes.
+func appendHeader(dst []byte, t bsoncore.Type, key []byte) []byte {
+	dst = append(dst, byte(t))
+	dst = append(dst, key...)
+	return append(dst, 0)
+}
+
+// arrayKeys are the keys of the first array elements.
+var arrayKeys = func() (ks [128]string) {
+	for i := range ks {
+		ks[i] = strconv.Itoa(i)
+	}
+	return ks
+}()
+
+func arrayKey(i int) string {
+	if i < len(arrayKeys) {
+		return arrayKeys[i]
+	}
+	return strconv.Itoa(i)
+}
+
 // appendValue appends the element key: value shaped at state st, or
-// nothing when the shape drops it.
-func (s *Shape) appendValue(dst []byte, key string, t bsoncore.Type, data []byte, st state) ([]byte, error) {
-	v, r := s.judge(st)
+// nothing when the shape drops it. depth is the depth of the value (its
+// fields' states use the buffer of depth+1).
+func (w *walk) appendValue(dst []byte, key []byte, t bsoncore.Type, data []byte, st state, depth int) ([]byte, error) {
+	v, r := w.s.judge(st)
 	switch v {
 	case vDrop:
 		return dst, nil
 	case vKeep:
-		return append(bsoncore.AppendHeader(dst, t, key), data...), nil
+		return append(appendHeader(dst, t, key), data...), nil
 	case vRedact:
-		return r.appendRedacted(dst, key, t, data)
+		return r.appendRedacted(dst, string(key), t, data)
 	}
 	switch t {
 	case bsoncore.TypeEmbeddedDocument:
-		dst = bsoncore.AppendHeader(dst, t, key)
-		return s.appendDoc(dst, data, st)
+		return w.appendDoc(appendHeader(dst, t, key), data, st, depth+1)
 	case bsoncore.TypeArray:
-		dst = bsoncore.AppendHeader(dst, t, key)
-		return s.appendArray(dst, data, st, v == vPartial)
+		return w.appendArray(appendHeader(dst, t, key), data, st, v == vPartial, depth+1)
 	}
 	if v == vPartial {
 		return dst, nil
 	}
-	return append(bsoncore.AppendHeader(dst, t, key), data...), nil
+	return append(appendHeader(dst, t, key), data...), nil
 }
 
-func (s *Shape) appendDoc(dst, doc []byte, st state) ([]byte, error) {
-	elems, err := bsoncore.Document(doc).Elements()
-	if err != nil {
+// appendDoc appends the shaped document doc whose state is st; its fields
+// are at depth.
+func (w *walk) appendDoc(dst, doc []byte, st state, depth int) ([]byte, error) {
+	length, rem, ok := bsoncore.ReadLength(doc)
+	if !ok || int(length) > len(doc) || length < 5 {
 		return nil, errMalformed
 	}
+	rem = rem[:length-5]
 	idx, dst := bsoncore.AppendDocumentStart(dst)
-	for _, el := range elems {
-		k := el.Key()
-		v := el.Value()
-		if dst, err = s.appendValue(dst, k, v.Type, v.Data, s.step(st, k, false)); err != nil {
+	for len(rem) > 0 {
+		el, rest, ok := bsoncore.ReadElement(rem)
+		if !ok {
+			return nil, errMalformed
+		}
+		rem = rest
+		kb := el.KeyBytes()
+		v, err := el.ValueErr()
+		if err != nil {
+			return nil, errMalformed
+		}
+		if dst, err = w.appendValue(dst, kb, v.Type, v.Data, w.child(st, kb, depth), depth); err != nil {
 			return nil, err
 		}
 	}
@@ -516,22 +585,30 @@ func (s *Shape) appendDoc(dst, doc []byte, st state) ([]byte, error) {
 // appendArray shapes each element at the array's own state (a MongoDB path
 // goes through arrays); partial drops scalar elements, as an inclusion
 // projection does.
-func (s *Shape) appendArray(dst, arr []byte, st state, partial bool) ([]byte, error) {
-	vals, err := bsoncore.Document(arr).Values()
-	if err != nil {
+func (w *walk) appendArray(dst, arr []byte, st state, partial bool, depth int) ([]byte, error) {
+	length, rem, ok := bsoncore.ReadLength(arr)
+	if !ok || int(length) > len(arr) || length < 5 {
 		return nil, errMalformed
 	}
+	rem = rem[:length-5]
 	idx, dst := bsoncore.AppendArrayStart(dst)
 	n := 0
-	for _, v := range vals {
-		k := strconv.Itoa(n)
+	for len(rem) > 0 {
+		el, rest, ok := bsoncore.ReadElement(rem)
+		if !ok {
+			return nil, errMalformed
+		}
+		rem = rest
+		v, err := el.ValueErr()
+		if err != nil {
+			return nil, errMalformed
+		}
+		k := arrayKey(n)
 		switch v.Type {
 		case bsoncore.TypeEmbeddedDocument:
-			dst = bsoncore.AppendHeader(dst, v.Type, k)
-			dst, err = s.appendDoc(dst, v.Data, st)
+			dst, err = w.appendDoc(bsoncore.AppendHeader(dst, v.Type, k), v.Data, st, depth)
 		case bsoncore.TypeArray:
-			dst = bsoncore.AppendHeader(dst, v.Type, k)
-			dst, err = s.appendArray(dst, v.Data, st, partial)
+			dst, err = w.appendArray(bsoncore.AppendHeader(dst, v.Type, k), v.Data, st, partial, depth)
 		default:
 			if partial {
 				continue
@@ -557,7 +634,7 @@ func (r *redaction) appendRedacted(dst []byte, key string, t bsoncore.Type, data
 		}
 		idx, out := bsoncore.AppendArrayElementStart(dst, key)
 		for i, v := range vals {
-			if out, err = r.appendRedacted(out, strconv.Itoa(i), v.Type, v.Data); err != nil {
+			if out, err = r.appendRedacted(out, arrayKey(i), v.Type, v.Data); err != nil {
 				return nil, err
 			}
 		}
@@ -603,6 +680,7 @@ func (s *Shape) apply(raw bson.Raw, op string) (shapedChange, error) {
 		return out, errMalformed
 	}
 	root := s.root()
+	w := &walk{s: s}
 	idx, dst := bsoncore.AppendDocumentStart(make([]byte, 0, len(raw)))
 	sawUD := false
 	for _, el := range elems {
@@ -611,12 +689,12 @@ func (s *Shape) apply(raw bson.Raw, op string) (shapedChange, error) {
 		switch {
 		case (k == "fullDocument" || k == "fullDocumentBeforeChange") && v.Type == bson.TypeEmbeddedDocument && len(s.pats) > 0:
 			dst = bsoncore.AppendHeader(dst, bsoncore.TypeEmbeddedDocument, k)
-			if dst, err = s.appendDoc(dst, v.Value, root); err != nil {
+			if dst, err = w.appendDoc(dst, v.Value, root, 0); err != nil {
 				return out, err
 			}
 		case k == "updateDescription" && v.Type == bson.TypeEmbeddedDocument && !sawUD:
 			sawUD = true
-			ud, empty, err := s.updateDescription(v.Value, root)
+			ud, empty, err := s.updateDescription(w, v.Value, root)
 			if err != nil {
 				return out, err
 			}
@@ -644,7 +722,7 @@ func (s *Shape) apply(raw bson.Raw, op string) (shapedChange, error) {
 // truncatedArrays and disambiguatedPaths entries kept when their path is,
 // and max_updated_fields_bytes. empty reports that no updated, removed or
 // truncated field is left.
-func (s *Shape) updateDescription(ud []byte, root state) (bsoncore.Document, bool, error) {
+func (s *Shape) updateDescription(w *walk, ud []byte, root state) (bsoncore.Document, bool, error) {
 	elems, err := bsoncore.Document(ud).Elements()
 	if err != nil {
 		return nil, false, errMalformed
@@ -675,7 +753,7 @@ func (s *Shape) updateDescription(ud []byte, root state) (bsoncore.Document, boo
 					st = s.step(st, seg, true)
 				}
 				fv := f.Value()
-				if fd, err = s.appendValue(fd, f.Key(), fv.Type, fv.Data, st); err != nil {
+				if fd, err = w.appendValue(fd, f.KeyBytes(), fv.Type, fv.Data, st, 0); err != nil {
 					return nil, false, err
 				}
 			}
