@@ -188,6 +188,7 @@ func CompileShape(spec ShapeSpec) (*Shape, error) {
 	}
 	var inc []int
 	mode := 0 // 1 inclusion, -1 exclusion
+	idOnly := false
 	for _, f := range spec.Fields {
 		segs, err := ParseShapePath(f.Path, false)
 		if err != nil {
@@ -198,7 +199,8 @@ func CompileShape(spec ShapeSpec) (*Shape, error) {
 		case isID && !f.Include:
 			s.exc = append(s.exc, len(s.pats))
 		case isID:
-			continue // included by default
+			idOnly = true // included by default; alone, an inclusion of _id only
+			continue
 		case f.Include && mode < 0, !f.Include && mode > 0:
 			return nil, fmt.Errorf("fields mixes inclusion and exclusion (%q); only fullDocument._id may be excluded from an inclusion", f.Path)
 		case f.Include:
@@ -209,6 +211,9 @@ func CompileShape(spec ShapeSpec) (*Shape, error) {
 			s.exc = append(s.exc, len(s.pats))
 		}
 		s.pats = append(s.pats, segs)
+	}
+	if mode == 0 && idOnly {
+		mode = 1 // { _id: 1 } alone keeps _id only, as in MongoDB
 	}
 	if mode > 0 {
 		// _id is kept by an inclusion unless excluded, as in MongoDB.

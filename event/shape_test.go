@@ -141,6 +141,12 @@ func TestShapeTable(t *testing.T) {
 			ud:   `{"updatedFields":{"name":"Bo"},"removedFields":[],"truncatedArrays":[]}`,
 		},
 		{
+			name: "_id alone",
+			spec: ShapeSpec{Fields: incl("fullDocument._id")},
+			full: `{"_id":7}`,
+			ud:   `{"updatedFields":{},"removedFields":[],"truncatedArrays":[]}`,
+		},
+		{
 			name: "redact mask, ** and arrays, in updatedFields values and dotted keys",
 			spec: ShapeSpec{Redact: []string{"fullDocument.email", "fullDocument.**.number", "fullDocument.items.price", "fullDocument.tags"}},
 			full: `{"_id":7,"name":"Ann","email":"[REDACTED]","card":{"number":"[REDACTED]","exp":"12/30"},` +
