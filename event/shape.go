@@ -377,22 +377,6 @@ func (s *Shape) root() state {
 	return st
 }
 
-// step returns the state one field below st. A field name made of digits
-// in an updateDescription path may be an array index, which a document
-// path does not name (MongoDB paths go through arrays): the state is then
-// the union of both readings.
-func (s *Shape) step(st state, seg string, maybeIndex bool) state {
-	out := make(state, len(st))
-	idx := maybeIndex && isDigits(seg)
-	for i, p := range s.pats {
-		out[i] = p.step(st[i], seg)
-		if idx {
-			out[i] |= st[i]
-		}
-	}
-	return out
-}
-
 func isDigits(s string) bool {
 	if s == "" {
 		return false
@@ -680,36 +664,39 @@ func (s *Shape) apply(raw bson.Raw, op string) (shapedChange, error) {
 	if !s.touchesChange() && !s.skip {
 		return out, nil
 	}
-	elems, err := raw.Elements()
-	if err != nil {
-		return out, errMalformed
-	}
 	root := s.root()
 	w := &walk{s: s}
 	idx, dst := bsoncore.AppendDocumentStart(make([]byte, 0, len(raw)))
 	sawUD := false
-	for _, el := range elems {
-		k := el.Key()
-		v := el.Value()
+	err := forEach(raw, func(el bsoncore.Element) error {
+		k := string(el.KeyBytes()) // compared only: no allocation
+		v, err := el.ValueErr()
+		if err != nil {
+			return errMalformed
+		}
 		switch {
-		case (k == "fullDocument" || k == "fullDocumentBeforeChange") && v.Type == bson.TypeEmbeddedDocument && len(s.pats) > 0:
-			dst = bsoncore.AppendHeader(dst, bsoncore.TypeEmbeddedDocument, k)
-			if dst, err = w.appendDoc(dst, v.Value, root, 0); err != nil {
-				return out, err
+		case (k == "fullDocument" || k == "fullDocumentBeforeChange") && v.Type == bsoncore.TypeEmbeddedDocument && len(s.pats) > 0:
+			dst = appendHeader(dst, bsoncore.TypeEmbeddedDocument, el.KeyBytes())
+			if dst, err = w.appendDoc(dst, v.Data, root, 0); err != nil {
+				return err
 			}
-		case k == "updateDescription" && v.Type == bson.TypeEmbeddedDocument && !sawUD:
+		case k == "updateDescription" && v.Type == bsoncore.TypeEmbeddedDocument && !sawUD:
 			sawUD = true
-			ud, empty, err := s.updateDescription(w, v.Value, root)
+			ud, empty, err := s.updateDescription(w, v.Data, root)
 			if err != nil {
-				return out, err
+				return err
 			}
 			out.empty = empty && op == "update"
 			if !s.dropUD {
-				dst = bsoncore.AppendDocumentElement(dst, k, ud)
+				dst = append(appendHeader(dst, bsoncore.TypeEmbeddedDocument, el.KeyBytes()), ud...)
 			}
 		default:
 			dst = append(dst, el...)
 		}
+		return nil
+	})
+	if err != nil {
+		return out, err
 	}
 	if !sawUD && op == "update" {
 		out.empty = true
@@ -728,39 +715,31 @@ func (s *Shape) apply(raw bson.Raw, op string) (shapedChange, error) {
 // and max_updated_fields_bytes. empty reports that no updated, removed or
 // truncated field is left.
 func (s *Shape) updateDescription(w *walk, ud []byte, root state) (bsoncore.Document, bool, error) {
-	elems, err := bsoncore.Document(ud).Elements()
-	if err != nil {
-		return nil, false, errMalformed
-	}
 	kept := func(path string) bool {
-		st := root
-		for _, seg := range strings.Split(path, ".") {
-			st = s.step(st, seg, true)
-		}
-		v, _ := s.judge(st)
+		v, _ := s.judge(s.pathState(root, path))
 		return v != vDrop
 	}
 	empty := true
 	idx, dst := bsoncore.AppendDocumentStart(make([]byte, 0, len(ud)))
-	for _, el := range elems {
-		k := el.Key()
-		v := el.Value()
+	err := forEach(ud, func(el bsoncore.Element) error {
+		k := string(el.KeyBytes()) // compared only: no allocation
+		v, err := el.ValueErr()
+		if err != nil {
+			return errMalformed
+		}
 		switch {
 		case k == "updatedFields" && v.Type == bsoncore.TypeEmbeddedDocument:
-			fields, err := v.Document().Elements()
+			fi, fd := bsoncore.AppendDocumentStart(make([]byte, 0, len(v.Data)))
+			err := forEach(v.Data, func(f bsoncore.Element) error {
+				fv, err := f.ValueErr()
+				if err != nil {
+					return errMalformed
+				}
+				fd, err = w.appendValue(fd, f.KeyBytes(), fv.Type, fv.Data, s.pathState(root, string(f.KeyBytes())), 0)
+				return err
+			})
 			if err != nil {
-				return nil, false, errMalformed
-			}
-			fi, fd := bsoncore.AppendDocumentStart(nil)
-			for _, f := range fields {
-				st := root
-				for _, seg := range strings.Split(f.Key(), ".") {
-					st = s.step(st, seg, true)
-				}
-				fv := f.Value()
-				if fd, err = w.appendValue(fd, f.KeyBytes(), fv.Type, fv.Data, st, 0); err != nil {
-					return nil, false, err
-				}
+				return err
 			}
 			fd, _ = bsoncore.AppendDocumentEnd(fd, fi)
 			if len(fd) > 5 {
@@ -769,69 +748,103 @@ func (s *Shape) updateDescription(w *walk, ud []byte, root state) (bsoncore.Docu
 			if s.maxUF > 0 && len(fd) > s.maxUF {
 				fd = bsoncore.NewDocumentBuilder().AppendBoolean("truncated", true).Build()
 			}
-			dst = bsoncore.AppendDocumentElement(dst, k, fd)
-		case k == "removedFields" && v.Type == bsoncore.TypeArray:
-			vals, err := v.Array().Values()
-			if err != nil {
-				return nil, false, errMalformed
-			}
-			ai, ad := bsoncore.AppendArrayStart(nil)
+			dst = append(appendHeader(dst, bsoncore.TypeEmbeddedDocument, el.KeyBytes()), fd...)
+		case (k == "removedFields" || k == "truncatedArrays") && v.Type == bsoncore.TypeArray:
+			ai, ad := bsoncore.AppendArrayStart(make([]byte, 0, len(v.Data)))
 			n := 0
-			for _, p := range vals {
-				str, ok := p.StringValueOK()
-				if ok && !kept(str) {
-					continue
+			err := forEach(v.Data, func(p bsoncore.Element) error {
+				pv, err := p.ValueErr()
+				if err != nil {
+					return errMalformed
 				}
-				ad = append(bsoncore.AppendHeader(ad, p.Type, strconv.Itoa(n)), p.Data...)
-				n++
-			}
-			ad, _ = bsoncore.AppendArrayEnd(ad, ai)
-			if n > 0 {
-				empty = false
-			}
-			dst = bsoncore.AppendArrayElement(dst, k, ad)
-		case k == "truncatedArrays" && v.Type == bsoncore.TypeArray:
-			vals, err := v.Array().Values()
-			if err != nil {
-				return nil, false, errMalformed
-			}
-			ai, ad := bsoncore.AppendArrayStart(nil)
-			n := 0
-			for _, ta := range vals {
-				if doc, ok := ta.DocumentOK(); ok {
+				path, ok := pv.StringValueOK() // removedFields: the path
+				if doc, isDoc := pv.DocumentOK(); isDoc {
+					// truncatedArrays: {field, newSize}
 					if f, err := doc.LookupErr("field"); err == nil {
-						if str, ok := f.StringValueOK(); ok && !kept(str) {
-							continue
-						}
+						path, ok = f.StringValueOK()
 					}
 				}
-				ad = append(bsoncore.AppendHeader(ad, ta.Type, strconv.Itoa(n)), ta.Data...)
+				if ok && !kept(path) {
+					return nil
+				}
+				ad = append(bsoncore.AppendHeader(ad, pv.Type, arrayKey(n)), pv.Data...)
 				n++
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 			ad, _ = bsoncore.AppendArrayEnd(ad, ai)
 			if n > 0 {
 				empty = false
 			}
-			dst = bsoncore.AppendArrayElement(dst, k, ad)
+			dst = append(appendHeader(dst, bsoncore.TypeArray, el.KeyBytes()), ad...)
 		case k == "disambiguatedPaths" && v.Type == bsoncore.TypeEmbeddedDocument:
-			paths, err := v.Document().Elements()
-			if err != nil {
-				return nil, false, errMalformed
-			}
-			di, dd := bsoncore.AppendDocumentStart(nil)
-			for _, p := range paths {
-				if kept(p.Key()) {
+			di, dd := bsoncore.AppendDocumentStart(make([]byte, 0, len(v.Data)))
+			err := forEach(v.Data, func(p bsoncore.Element) error {
+				if kept(string(p.KeyBytes())) {
 					dd = append(dd, p...)
 				}
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 			dd, _ = bsoncore.AppendDocumentEnd(dd, di)
-			dst = bsoncore.AppendDocumentElement(dst, k, dd)
+			dst = append(appendHeader(dst, bsoncore.TypeEmbeddedDocument, el.KeyBytes()), dd...)
 		default:
 			dst = append(dst, el...)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	dst, err = bsoncore.AppendDocumentEnd(dst, idx)
 	return dst, empty, err
+}
+
+// pathState returns the state of a dotted updateDescription path below
+// root. A field name made of digits may be an array index, which a document
+// path does not name (MongoDB paths go through arrays): the state is then
+// the union of both readings.
+func (s *Shape) pathState(root state, path string) state {
+	st := make(state, len(root))
+	copy(st, root)
+	for path != "" {
+		var seg string
+		seg, path, _ = strings.Cut(path, ".")
+		idx := isDigits(seg)
+		for i, p := range s.pats {
+			n := p.step(st[i], seg)
+			if idx {
+				n |= st[i]
+			}
+			st[i] = n
+		}
+	}
+	return st
+}
+
+// forEach calls fn with each element of the BSON document (or array) doc,
+// stopping at fn's first error; malformed BSON is errMalformed.
+func forEach(doc []byte, fn func(bsoncore.Element) error) error {
+	length, rem, ok := bsoncore.ReadLength(doc)
+	if !ok || int(length) > len(doc) || length < 5 {
+		return errMalformed
+	}
+	rem = rem[:length-5]
+	for len(rem) > 0 {
+		el, rest, ok := bsoncore.ReadElement(rem)
+		if !ok {
+			return errMalformed
+		}
+		rem = rest
+		if err := fn(el); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // --- shaped views of an event -----------------------------------------------
