@@ -472,7 +472,7 @@ func (w *Webhook) Send(ctx context.Context, batch []*event.Event) error {
 }
 
 func (w *Webhook) sendOne(ctx context.Context, e *event.Event) error {
-	body, err := e.Envelope(w.canonical)
+	body, err := sinks.EncodeEnvelope(e, w.canonical)
 	if err != nil {
 		return sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 	}
@@ -508,7 +508,7 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) error {
 	var cur []int
 	size := 2 // []
 	for i, e := range batch {
-		env, err := e.Envelope(w.canonical)
+		env, err := sinks.EncodeEnvelope(e, w.canonical)
 		if err != nil {
 			failed[i] = sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 			continue
@@ -554,21 +554,13 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) error {
 // so only an event that is refused on its own is given up. It returns an
 // error only when ctx ended.
 func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]byte, idx []int, failed map[int]error) error {
-	size := 1
-	for _, i := range idx {
-		size += len(envs[i]) + 1
-	}
-	body := make([]byte, 0, size)
-	body = append(body, '[')
-	ids := make([]string, 0, len(idx))
+	parts := make([][]byte, len(idx))
+	sizes := make([]int, len(idx))
+	ids := make([]string, len(idx))
 	for j, i := range idx {
-		if j > 0 {
-			body = append(body, ',')
-		}
-		body = append(body, envs[i]...)
-		ids = append(ids, batch[i].ID)
+		parts[j], sizes[j], ids[j] = envs[i], len(envs[i]), batch[i].ID
 	}
-	body = append(body, ']')
+	body := sinks.AppendJSONArray(make([]byte, 0, sinks.JSONArraySize(sizes...)), parts...)
 	err := w.post(ctx, BatchID(ids), body)
 	if err == nil {
 		return nil
