@@ -1,5 +1,5 @@
 // Command changegate tails MongoDB change streams and delivers every change
-// to webhooks, EventBridge and SQS according to the rules of a TOML file.
+// to webhooks, EventBridge, SQS and Lambda according to the rules of a TOML file.
 package main
 
 import (
@@ -23,9 +23,10 @@ import (
 var version = "dev"
 
 const usage = `changegate tails MongoDB change streams and delivers every change to
-webhooks, AWS EventBridge buses and AWS SQS queues, routed by rules in a TOML
-file. Deliveries are at-least-once with stable event ids; what
-cannot be delivered goes to a dead-letter collection in MongoDB.
+webhooks, AWS EventBridge buses, AWS SQS queues and AWS Lambda functions,
+routed by rules in a TOML file. Deliveries are at-least-once with stable
+event ids; what cannot be delivered goes to a dead-letter collection in
+MongoDB.
 
 Usage:
   changegate run -config FILE           run the gateway (also: changegate -config FILE)
