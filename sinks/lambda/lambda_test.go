@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -336,5 +337,42 @@ func TestQuote(t *testing.T) {
 		if got := quote([]byte(tc.in), tc.n); got != tc.want {
 			t.Errorf("quote(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
+	}
+}
+
+// Errors Lambda answers when it cannot run the function: "not now" ones
+// are retried, the others dead-lettered at once.
+func TestInvokeErrorClasses(t *testing.T) {
+	srv := awstest.NewLambda(awstest.Options{})
+	defer srv.Close()
+	var next atomic.Pointer[awstest.InvokeError]
+	srv.AddFunction("step1", func(awstest.Invocation) awstest.Result {
+		return awstest.Result{Error: next.Load()}
+	}, nil)
+	s := newSink(t, srv, nil)
+	for _, tc := range []struct {
+		status  int
+		code    string
+		service bool
+		perm    bool
+		reason  string
+	}{
+		{400, "InvalidRequestContentException", false, true, "InvalidRequestContentException"},
+		{413, "RequestTooLargeException", false, true, "RequestTooLargeException"},
+		{403, "AccessDeniedException", false, true, "AccessDeniedException"},
+		{415, "UnsupportedMediaTypeException", false, true, "UnsupportedMediaTypeException"},
+		{400, "RecursiveInvocationException", false, true, "RecursiveInvocationException"},
+		{409, "ResourceConflictException", false, false, "ResourceConflictException"},
+		{409, "SnapStartNotReadyException", false, false, "SnapStartNotReadyException"},
+		{502, "EC2ThrottledException", true, false, "throttled"},
+		{502, "KMSAccessDeniedException", true, false, "KMSAccessDeniedException"},
+		{502, "ResourceNotReadyException", true, false, "ResourceNotReadyException"},
+		{500, "ServiceException", true, false, "ServiceException"},
+	} {
+		next.Store(&awstest.InvokeError{Status: tc.status, Code: tc.code, Message: "injected", Service: tc.service})
+		check(t, tc.code, s.Send(context.Background(), events(t, 1, 0)), tc.perm, tc.reason)
+	}
+	if n := len(srv.Invocations()); n != 0 {
+		t.Errorf("%d invocations stored", n)
 	}
 }

@@ -45,10 +45,25 @@ type Invocation struct {
 
 // Result is what a function handler returns: the response payload and,
 // when the function failed, its error type ("Unhandled" for an uncaught
-// error, as Lambda reports it), sent in X-Amz-Function-Error.
+// error, as Lambda reports it), sent in X-Amz-Function-Error. A non-nil
+// Error makes the Invoke call itself fail instead, as Lambda answers when
+// it cannot run the function (the invocation is then not stored).
 type Result struct {
 	Payload       []byte
 	FunctionError string
+	Error         *InvokeError
+}
+
+// InvokeError is an error answer of the Invoke API: the HTTP status, the
+// error code (x-amzn-ErrorType, e.g. "ResourceConflictException" 409,
+// "KMSAccessDeniedException" 502, "InvalidRequestContentException" 400)
+// and its message. Service is true for the codes Lambda marks
+// "Type":"Service" (ServiceException and the 5xx ones).
+type InvokeError struct {
+	Status  int
+	Code    string
+	Message string
+	Service bool
 }
 
 // Handler runs a test function. It may be called concurrently and must not
@@ -331,13 +346,21 @@ func (s lambdaService) serveREST(w http.ResponseWriter, r *http.Request, _ strin
 	}
 
 	inv := Invocation{FunctionName: name, Function: fn, Qualifier: qualifier, Type: typ, ClientContext: cc, Payload: body}
-	l.mu.Lock()
-	l.invocations = append(l.invocations, inv)
-	l.mu.Unlock()
 	res := Result{Payload: []byte("null")}
 	if f.handler != nil {
 		res = f.handler(inv)
 	}
+	if e := res.Error; e != nil {
+		fault := ""
+		if e.Service {
+			fault = "Service"
+		}
+		s.writeError(w, apiError{status: e.Status, typ: e.Code, message: e.Message, fault: fault})
+		return
+	}
+	l.mu.Lock()
+	l.invocations = append(l.invocations, inv)
+	l.mu.Unlock()
 	h := w.Header()
 	h.Set("X-Amzn-Requestid", newUUID())
 	if typ == "Event" {
