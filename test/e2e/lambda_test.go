@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -186,5 +189,72 @@ sinks = ["sync", "missing", "batch"]
 	}
 	if bySink["sync"] != 1 || bySink["missing"] != 10 {
 		t.Errorf("dead letters per sink %v, want sync 1, missing 10", bySink)
+	}
+}
+
+// TestSigV4WebhookEndToEnd: a webhook with auth = "aws_sigv4" and a
+// Standard Webhooks secret, credentials from the default chain (the
+// environment); the receiver plays a function URL with AuthType AWS_IAM:
+// it recomputes every signature and refuses a bad one with 403 (which
+// would dead-letter the event).
+func TestSigV4WebhookEndToEnd(t *testing.T) {
+	awsEnv(t)
+	e := newEnv(t)
+	var mu sync.Mutex
+	var verified, refused int
+	docs := map[int]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		err := awstest.VerifySigV4(r, body, awstest.Options{Region: "eu-west-1"}, "lambda")
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil || r.Header.Get("webhook-signature") == "" {
+			refused++
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		verified++
+		var v envelope
+		if json.Unmarshal(body, &v) == nil {
+			docs[v.DocumentKey.ID] = true
+		}
+	}))
+	t.Cleanup(srv.Close)
+	cfg := e.config(fmt.Sprintf(`
+[mongo]
+uri = "%%URI%%"
+state_database = "%%STATE%%"
+[server]
+listen = "127.0.0.1:0"
+[[sources]]
+name = "items"
+database = "%%DB%%"
+collection = "items"
+checkpoint_interval = "100ms"
+max_await = "200ms"
+[[sinks]]
+name = "url"
+type = "webhook"
+url = %q
+secret = "${TEST_SECRET}"
+auth = "aws_sigv4"
+region = "eu-west-1"
+allow_private_networks = true
+[[rules]]
+name = "all"
+source = "items"
+sinks = ["url"]
+`, srv.URL))
+	e.start(cfg)
+	insertN(t, e.coll("items"), 0, 5)
+	waitFor(t, 20*time.Second, "5 verified deliveries", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(docs) == 5
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if refused != 0 || verified != 5 {
+		t.Errorf("%d verified, %d refused; want 5, 0", verified, refused)
 	}
 }
