@@ -228,3 +228,24 @@ func (rs *Rules) Pushdown(source string) (bson.D, bool) {
 	}
 	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: ors}}}}, true
 }
+
+// RuleHit is one rule that matched an event, with the sinks it routes the
+// event to (indexes into the sink list given to CompileRules, in the rule's
+// order).
+type RuleHit struct {
+	Rule  string
+	Sinks []int
+}
+
+// Explain routes e exactly as Route does (the same compiled rules and
+// matchers) and also returns every matching rule with its sinks, in config
+// order. It is for dry runs (changegate rules test, tail): the returned
+// slices are the caller's.
+func (rs *Rules) Explain(e *event.Event) (Match, []RuleHit) {
+	var hits []RuleHit
+	m := rs.route(e, func(idx int) {
+		r := rs.rules[idx]
+		hits = append(hits, RuleHit{Rule: r.name, Sinks: slices.Clone(r.sinks)})
+	})
+	return Match{Rules: slices.Clone(m.Rules), Sinks: slices.Clone(m.Sinks)}, hits
+}
