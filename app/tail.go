@@ -105,7 +105,15 @@ func Tail(ctx context.Context, cfg *config.Config, opts TailOptions) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	out := &tailDispatcher{rules: rules, rule: opts.Rule, print: opts.Print, limit: opts.Limit, done: make(chan struct{})}
+	// Opened is reported by the watcher below, or before the first change
+	// if that comes first.
+	var openOnce sync.Once
+	opened := func() {
+		if opts.Opened != nil {
+			openOnce.Do(opts.Opened)
+		}
+	}
+	out := &tailDispatcher{rules: rules, rule: opts.Rule, print: opts.Print, limit: opts.Limit, done: make(chan struct{}), opened: opened}
 	src := source.New(spec, client, tailPosition{token: opts.ResumeAfter}, tailGaps{log: log}, out, nil, log)
 
 	// The watcher reports the stream's first opening, and stops Tail when
@@ -118,7 +126,6 @@ func Tail(ctx context.Context, cfg *config.Config, opts TailOptions) error {
 		defer wg.Done()
 		tick := time.NewTicker(20 * time.Millisecond)
 		defer tick.Stop()
-		opened := false
 		for {
 			select {
 			case <-ctx.Done():
@@ -129,11 +136,8 @@ func Tail(ctx context.Context, cfg *config.Config, opts TailOptions) error {
 			case <-tick.C:
 			}
 			st := src.Status()
-			if st.State == source.StateOpen && !opened {
-				opened = true
-				if opts.Opened != nil {
-					opts.Opened()
-				}
+			if st.State == source.StateOpen {
+				opened()
 			}
 			if st.State == source.StateFailed {
 				failed = errors.New(st.LastError)
@@ -158,17 +162,19 @@ func Tail(ctx context.Context, cfg *config.Config, opts TailOptions) error {
 // prints what matches; every change is acknowledged at once. Dispatch is
 // called from the source's reading goroutine only.
 type tailDispatcher struct {
-	rules *router.Rules
-	rule  string
-	print func(*event.Event, []string) error
-	limit int
-	n     int
-	err   error
-	done  chan struct{} // closed when the limit is reached or print failed
+	rules  *router.Rules
+	rule   string
+	print  func(*event.Event, []string) error
+	limit  int
+	n      int
+	err    error
+	done   chan struct{} // closed when the limit is reached or print failed
+	opened func()        // reports the stream open (once)
 }
 
 func (t *tailDispatcher) Dispatch(ev *event.Event, ack func()) {
 	defer ack()
+	t.opened()
 	if t.err != nil || (t.limit > 0 && t.n >= t.limit) {
 		return // stopping: the rest of the batch is not printed
 	}
