@@ -81,6 +81,9 @@ type Routed struct {
 type RuleHit struct {
 	Rule  string
 	Sinks []string
+	// FilterLocal: the rule's filter is evaluated in changegate only, not
+	// pushed down (a regular expression PCRE could backtrack on).
+	FilterLocal bool
 }
 
 // Delivery is one sink that would receive the event.
@@ -149,7 +152,7 @@ func (d *DryRun) Route(source string, seq uint64, raw bson.Raw) (*Routed, error)
 			names[i] = d.cfg.Sinks[s].Name
 			via[s] = append(via[s], h.Rule)
 		}
-		out.Rules = append(out.Rules, RuleHit{Rule: h.Rule, Sinks: names})
+		out.Rules = append(out.Rules, RuleHit{Rule: h.Rule, Sinks: names, FilterLocal: h.FilterLocal})
 	}
 	for _, s := range m.Sinks {
 		sc := &d.cfg.Sinks[s]

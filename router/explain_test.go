@@ -45,17 +45,19 @@ func TestExplainIsRoute(t *testing.T) {
 		ev   *event.Event
 		hits []RuleHit
 	}{
-		{ev("update", "open", "b"), []RuleHit{{"a", []int{2, 0}}}},
-		{ev("update", "paid", "aaa"), []RuleHit{{"a", []int{2, 0}}, {"paid", []int{1}}}},
-		{ev("insert", "paid", "aaa"), []RuleHit{{"a", []int{2, 0}}, {"paid", []int{1}}, {"regex", []int{0, 1}}}},
-		{ev("insert", "open", "aab"), []RuleHit{{"a", []int{2, 0}}}},
+		{ev("update", "open", "b"), []RuleHit{{"a", []int{2, 0}, false}}},
+		{ev("update", "paid", "aaa"), []RuleHit{{"a", []int{2, 0}, false}, {"paid", []int{1}, false}}},
+		{ev("insert", "paid", "aaa"), []RuleHit{{"a", []int{2, 0}, false}, {"paid", []int{1}, false}, {"regex", []int{0, 1}, true}}},
+		{ev("insert", "open", "aab"), []RuleHit{{"a", []int{2, 0}, false}}},
 	} {
 		want := rules.Route(tc.ev)
 		m, hits := rules.Explain(tc.ev)
 		if !slices.Equal(m.Rules, want.Rules) || !slices.Equal(m.Sinks, want.Sinks) {
 			t.Errorf("%s: Explain %v, Route %v", tc.ev.OperationType, m, want)
 		}
-		if !slices.EqualFunc(hits, tc.hits, func(a, b RuleHit) bool { return a.Rule == b.Rule && slices.Equal(a.Sinks, b.Sinks) }) {
+		if !slices.EqualFunc(hits, tc.hits, func(a, b RuleHit) bool {
+			return a.Rule == b.Rule && slices.Equal(a.Sinks, b.Sinks) && a.FilterLocal == b.FilterLocal
+		}) {
 			t.Errorf("%s: hits %v, want %v", tc.ev.OperationType, hits, tc.hits)
 		}
 		if len(m.Sinks) > 0 {

@@ -224,7 +224,11 @@ func (p *textPrinter) routed(n int, rt *app.Routed) {
 		return
 	}
 	for _, h := range rt.Rules {
-		fmt.Fprintf(p.w, "    rule %s matches -> %s\n", h.Rule, strings.Join(h.Sinks, ", "))
+		local := ""
+		if h.FilterLocal {
+			local = " (its filter is evaluated in changegate only, not pushed down)"
+		}
+		fmt.Fprintf(p.w, "    rule %s matches -> %s%s\n", h.Rule, strings.Join(h.Sinks, ", "), local)
 	}
 	for _, d := range rt.Deliveries {
 		fmt.Fprintf(p.w, "    sink %s (%s, %s JSON) via %s:\n", d.Sink.Name, d.Sink.Type, d.Sink.JSON, strings.Join(d.Rules, ", "))
@@ -261,8 +265,9 @@ type rulesTestJSON struct {
 }
 
 type rulesTestRule struct {
-	Rule  string   `json:"rule"`
-	Sinks []string `json:"sinks"`
+	Rule        string   `json:"rule"`
+	Sinks       []string `json:"sinks"`
+	FilterLocal bool     `json:"filterInChangegateOnly,omitempty"`
 }
 
 type rulesTestSink struct {
@@ -290,7 +295,7 @@ func (p *jsonPrinter) routed(n int, rt *app.Routed) {
 	r := p.base(n, rt.Event)
 	r.ID, r.Pushdown = rt.Event.ID, rt.Pushdown
 	for _, h := range rt.Rules {
-		r.Rules = append(r.Rules, rulesTestRule{Rule: h.Rule, Sinks: h.Sinks})
+		r.Rules = append(r.Rules, rulesTestRule{Rule: h.Rule, Sinks: h.Sinks, FilterLocal: h.FilterLocal})
 	}
 	for _, d := range rt.Deliveries {
 		s := rulesTestSink{Sink: d.Sink.Name, Type: d.Sink.Type, JSON: string(d.Sink.JSON), Rules: d.Rules, Envelope: d.Envelope}
