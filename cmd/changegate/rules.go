@@ -36,6 +36,10 @@ Output is human-readable, or with -json one JSON object per event and source
 (a line that cannot be read gives {"line":N,"error":"..."}). A line that
 cannot be read is reported with its number and the rest are still tested;
 the exit status is then 1 (0 when every line was read, 2 for bad flags).
+
+Example:
+  changegate tail -config config.toml -source orders -n 100 > orders.jsonl
+  changegate rules test -config config.toml -events orders.jsonl
 `
 
 func cmdRules(args []string, stdout, stderr io.Writer) int {
@@ -51,7 +55,7 @@ func cmdRules(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "changegate rules: unknown command %q\n\n%s", sub, rulesUsage)
 		return 2
 	}
-	fs := newFlags("rules test", rulesUsage, stderr)
+	fs := newFlags("rules test", strings.TrimSuffix(rulesUsage, "\n"), stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	events := fs.String("events", "", `file of change events, one Extended JSON object per line ("-": standard input) (required)`)
 	src := fs.String("source", "", "route every event as this source's (default: each source whose stream carries the event's namespace)")

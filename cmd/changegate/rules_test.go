@@ -18,7 +18,7 @@ import (
 	"github.com/changegate/changegate/event"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+var updateGolden = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 // TestRulesTestGolden: rules test prints, for the recorded events of
 // testdata/rules_events.jsonl (insert, update, delete, replace, a rule with
@@ -47,7 +47,7 @@ func TestRulesTestGolden(t *testing.T) {
 				t.Errorf("stderr %q, want it to end with %q", errOut.String(), want)
 			}
 			path := filepath.Join("testdata", tc.golden)
-			if *update {
+			if *updateGolden {
 				if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
 					t.Fatal(err)
 				}

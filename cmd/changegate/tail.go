@@ -29,11 +29,16 @@ source's pipeline, split large events reassembled), over the whole source
 (every partition). It is read-only: nothing is delivered, no checkpoint is
 read or written, no lease is taken, so it does not disturb running
 gateways. It starts from now, and stops on SIGINT/SIGTERM or after -n
-changes. Progress and errors go to standard error.
+changes. Progress and errors go to standard error. Exit status: 0 after
+SIGINT/SIGTERM or -n changes, 1 when the stream fails for good (lost
+history, say), 2 for bad flags.
+
+Example:
+  changegate tail -config config.toml -source orders -rule paid-orders -n 10
 `
 
 func cmdTail(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("tail", tailUsage, stderr)
+	fs := newFlags("tail", strings.TrimSuffix(tailUsage, "\n"), stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	src := fs.String("source", "", "the source to read (required)")
 	rule := fs.String("rule", "", "print only the changes this rule (of -source) matches")
