@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/changegate/changegate/test/mongotest"
 )
@@ -243,5 +244,86 @@ sinks = ["hook"]
 		if code != tc.code || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("tail %v: exit %d, stderr %q; want %d and %q", tc.args, code, errOut.String(), tc.code, tc.want)
 		}
+	}
+}
+
+// TestTailSplitEvent: a change MongoDB splits with
+// $changeStreamSplitLargeEvent (an update of a 6 MiB field, with
+// updateLookup and the pre-image: about 18 MiB of change event) is printed
+// once, whole, without the fragments' splitEvent field, as run would
+// deliver it. Skipped with -short and under the race detector, which
+// makes it take 20 s instead of 1 (it runs with go test ./cmd/changegate).
+func TestTailSplitEvent(t *testing.T) {
+	if testing.Short() || raceDetector {
+		t.Skip("-short or -race: skips the 18 MiB change event (run it with go test ./cmd/changegate -run TestTailSplitEvent)")
+	}
+	uri, _ := mongotest.URI(t)
+	client := mongotest.Client(t, uri)
+	dbName := mongotest.UniqueName("cgtailsplit_")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = client.Database(dbName).Drop(ctx)
+	})
+	path := filepath.Join(t.TempDir(), "tail.toml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+[mongo]
+uri = %q
+[[sources]]
+name = "orders"
+database = %q
+collection = "orders"
+full_document = "updateLookup"
+full_document_before_change = "required"
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/hook"
+[[rules]]
+name = "updates"
+source = "orders"
+operations = ["update"]
+sinks = ["hook"]
+`, uri, dbName)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := client.Database(dbName).CreateCollection(ctx, "orders",
+		options.CreateCollection().SetChangeStreamPreAndPostImages(bson.D{{Key: "enabled", Value: true}})); err != nil {
+		t.Fatal(err)
+	}
+	coll := client.Database(dbName).Collection("orders")
+	const size = 6 << 20
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}, {Key: "a", Value: strings.Repeat("a", size)}}); err != nil {
+		t.Fatal(err)
+	}
+	wait := startTail(t, "-config", path, "-source", "orders", "-n", "1")
+	if _, err := coll.UpdateByID(ctx, 1, bson.D{{Key: "$set", Value: bson.D{{Key: "a", Value: strings.Repeat("b", size)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := wait()
+	if code != 0 {
+		t.Fatalf("tail exited %d: %s", code, errOut)
+	}
+	if strings.Count(out, "\n") != 1 {
+		t.Fatalf("tail printed %d lines, want the one update", strings.Count(out, "\n"))
+	}
+	var raw bson.Raw
+	if err := bson.UnmarshalExtJSON([]byte(out), true, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) < 3*size {
+		t.Errorf("the change is %d bytes; want the whole event (over %d)", len(raw), 3*size)
+	}
+	if _, err := raw.LookupErr("splitEvent"); err == nil {
+		t.Error("a fragment was printed (it has splitEvent)")
+	}
+	before, _ := raw.Lookup("fullDocumentBeforeChange", "a").StringValueOK()
+	set, _ := raw.Lookup("updateDescription", "updatedFields", "a").StringValueOK()
+	after, _ := raw.Lookup("fullDocument", "a").StringValueOK()
+	if before != strings.Repeat("a", size) || set != strings.Repeat("b", size) || after != set {
+		t.Errorf("update with fullDocumentBeforeChange.a, updatedFields.a, fullDocument.a of %d, %d, %d bytes; want the old and the new %d-byte value",
+			len(before), len(set), len(after), size)
 	}
 }
