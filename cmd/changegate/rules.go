@@ -112,6 +112,9 @@ func cmdRules(args []string, stdout, stderr io.Writer) int {
 				bad = append(bad, n)
 				out.lineError(n, err)
 			}
+			if *events == "-" {
+				_ = w.Flush() // tail | rules test: each event's outcome as it comes
+			}
 		}
 		if rerr != nil {
 			if !errors.Is(rerr, io.EOF) {
