@@ -30,7 +30,8 @@ source whose stream carries its namespace (or by -source only) with the
 same compiled rules as run, including rules whose filter is also pushed
 down into the change stream; "pushed-down $match" says whether MongoDB
 would let the change out at all. Events are taken as the source reads them,
-after the source's own pipeline stages.
+after the source's own pipeline stages. The config is read as check reads
+it: ${VAR} secrets must be set (to anything valid; they are not used).
 
 Output is human-readable, or with -json one JSON object per event and source
 (a line that cannot be read gives {"line":N,"error":"..."}). A line that
