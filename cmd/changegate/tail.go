@@ -122,8 +122,12 @@ func cmdTail(args []string, stdout, stderr io.Writer) int {
 	case !opts.StartAt.IsZero():
 		where = opts.StartAt.UTC().Format(time.RFC3339)
 	}
+	which := "the changes its rules match"
+	if *rule != "" {
+		which = "the changes rule " + *rule + " matches"
+	}
 	opts.Opened = func() {
-		fmt.Fprintf(stderr, "changegate tail: reading source %s (%s) from %s; Ctrl-C stops\n", sc.Name, watches(sc), where)
+		fmt.Fprintf(stderr, "changegate tail: reading source %s (%s) from %s, printing %s; Ctrl-C stops\n", sc.Name, watches(sc), where, which)
 	}
 	opts.Print = func(ev *event.Event, _ []string) error {
 		b, err := bson.MarshalExtJSON(ev.Raw, !*relaxed, false)
