@@ -70,7 +70,7 @@ func TestStateMachine(t *testing.T) {
 	coll := db.Collection("jobs")
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	h, err := sm.New(coll, log, secret)
+	h, err := sm.NewHandler(sm.NewWorkflow(coll), log, secret)
 	if err != nil {
 		t.Fatal(err)
 	}

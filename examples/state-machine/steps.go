@@ -103,37 +103,55 @@ type Delivery struct {
 	Outcome   Outcome
 }
 
-// Handlers serves the steps at /<step>. It is safe for concurrent use.
-type Handlers struct {
-	jobs     *mongo.Collection
+// Workflow runs the steps against the jobs collection. It is safe for
+// concurrent use. The HTTP Handler and a Lambda handler
+// (examples/lambda/step) both call Run.
+type Workflow struct {
+	jobs *mongo.Collection
+
+	mu        sync.Mutex
+	flakySeen map[string]bool // step2a events already failed once
+}
+
+// NewWorkflow returns the workflow of the jobs collection (the one the
+// "jobs" source watches).
+func NewWorkflow(jobs *mongo.Collection) *Workflow {
+	return &Workflow{jobs: jobs, flakySeen: map[string]bool{}}
+}
+
+// Handler serves the steps over HTTP at /<step>, verifying each request's
+// Standard Webhooks signature. It is safe for concurrent use.
+type Handler struct {
+	wf       *Workflow
 	verifier *receive.Verifier
 	log      *slog.Logger
 
 	mu         sync.Mutex
 	deliveries []Delivery
-	flakySeen  map[string]bool // step2a events already failed once
 }
 
-// New returns the handlers for jobs (the watched collection), verifying
-// requests with the sinks' webhook secrets.
-func New(jobs *mongo.Collection, log *slog.Logger, secrets ...string) (*Handlers, error) {
+// NewHandler returns the HTTP handler of wf, verifying requests with the
+// sinks' webhook secrets.
+func NewHandler(wf *Workflow, log *slog.Logger, secrets ...string) (*Handler, error) {
 	v, err := receive.NewVerifier(secrets...)
 	if err != nil {
 		return nil, err
 	}
-	return &Handlers{jobs: jobs, verifier: v, log: log, flakySeen: map[string]bool{}}, nil
+	return &Handler{wf: wf, verifier: v, log: log}, nil
 }
 
 // Deliveries returns a copy of every delivery answered so far.
-func (h *Handlers) Deliveries() []Delivery {
+func (h *Handler) Deliveries() []Delivery {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.deliveries)
 }
 
 // ServeHTTP verifies the request, decodes the envelope and runs the step
-// named by the path.
-func (h *Handlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// named by the path. It answers 200 when the step ran or had nothing to do,
+// 422 when it refused the job for good (changegate dead-letters the event)
+// and 503 on a transient failure (changegate retries).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	step := strings.TrimPrefix(r.URL.Path, "/")
 	if !slices.Contains(Steps, step) || r.Method != http.MethodPost {
 		http.NotFound(w, r)
@@ -155,7 +173,7 @@ func (h *Handlers) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// whatever its caller does).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
 	defer cancel()
-	jobID, out, err := h.run(ctx, step, msg.ID, &env)
+	jobID, out, err := h.wf.Run(ctx, step, msg.ID, &env)
 	h.mu.Lock()
 	h.deliveries = append(h.deliveries, Delivery{Step: step, WebhookID: msg.ID, Job: jobID, Outcome: out})
 	h.mu.Unlock()
@@ -177,10 +195,15 @@ type transition struct {
 	set    bson.D
 }
 
-// run runs one step for one event.
-func (h *Handlers) run(ctx context.Context, step, webhookID string, env *receive.Envelope) (string, Outcome, error) {
+// Run runs step for one event: env is the envelope, eventID its
+// deduplication key (the webhook-id header, or the envelope's id when the
+// event comes without one, as in a Lambda invocation). It returns the job's
+// id and what it did; the error explains Refused and Failed. An unknown step
+// is Refused.
+func (wf *Workflow) Run(ctx context.Context, step, eventID string, env *receive.Envelope) (string, Outcome, error) {
+	webhookID := eventID
 	if step == StepMarkFailed {
-		return h.markFailed(ctx, webhookID, env)
+		return wf.markFailed(ctx, webhookID, env)
 	}
 	var job Job
 	if err := json.Unmarshal(env.FullDocument, &job); err != nil || job.ID == "" {
@@ -198,7 +221,7 @@ func (h *Handlers) run(ctx context.Context, step, webhookID string, env *receive
 		if step == StepStep2b {
 			field = "b"
 		}
-		if step == StepStep2a && job.Flaky && h.failOnce(webhookID) {
+		if step == StepStep2a && job.Flaky && wf.failOnce(webhookID) {
 			return job.ID, Failed, errors.New("flaky job: first attempt fails")
 		}
 		// Each parallel branch sets only its own field, and only while the
@@ -223,26 +246,28 @@ func (h *Handlers) run(ctx context.Context, step, webhookID string, env *receive
 			from = StateStep2
 		}
 		tr = transition{bson.D{{Key: "state", Value: from}}, bson.D{{Key: "state", Value: StateDone}}}
+	default:
+		return job.ID, Refused, fmt.Errorf("unknown step %q", step)
 	}
-	out, err := h.commit(ctx, step, webhookID, job.ID, tr)
+	out, err := wf.commit(ctx, step, webhookID, job.ID, tr)
 	return job.ID, out, err
 }
 
 // failOnce reports whether this is the first time webhookID is seen.
-func (h *Handlers) failOnce(webhookID string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.flakySeen[webhookID] {
+func (wf *Workflow) failOnce(webhookID string) bool {
+	wf.mu.Lock()
+	defer wf.mu.Unlock()
+	if wf.flakySeen[webhookID] {
 		return false
 	}
-	h.flakySeen[webhookID] = true
+	wf.flakySeen[webhookID] = true
 	return true
 }
 
 // commit applies tr to the job and records "<step>/<webhook-id>" in runs, in
 // one conditional update: it matches only a job in the expected state on
 // which this step has not run for this event.
-func (h *Handlers) commit(ctx context.Context, step, webhookID, jobID string, tr transition) (Outcome, error) {
+func (wf *Workflow) commit(ctx context.Context, step, webhookID, jobID string, tr transition) (Outcome, error) {
 	key := step + "/" + webhookID
 	filter := append(bson.D{
 		{Key: "_id", Value: jobID},
@@ -252,14 +277,14 @@ func (h *Handlers) commit(ctx context.Context, step, webhookID, jobID string, tr
 		{Key: "$set", Value: tr.set},
 		{Key: "$push", Value: bson.D{{Key: "runs", Value: key}}},
 	}
-	res, err := h.jobs.UpdateOne(ctx, filter, update)
+	res, err := wf.jobs.UpdateOne(ctx, filter, update)
 	if err != nil {
 		return Failed, fmt.Errorf("job %s: %s: %w", jobID, step, err)
 	}
 	if res.MatchedCount == 1 {
 		return Ran, nil
 	}
-	n, err := h.jobs.CountDocuments(ctx, bson.D{{Key: "_id", Value: jobID}, {Key: "runs", Value: key}})
+	n, err := wf.jobs.CountDocuments(ctx, bson.D{{Key: "_id", Value: jobID}, {Key: "runs", Value: key}})
 	if err != nil {
 		return Failed, fmt.Errorf("job %s: %s: %w", jobID, step, err)
 	}
@@ -283,7 +308,7 @@ type deadLetter struct {
 
 // markFailed marks the job of a dead-lettered step failed, unless it already
 // reached done or failed.
-func (h *Handlers) markFailed(ctx context.Context, webhookID string, env *receive.Envelope) (string, Outcome, error) {
+func (wf *Workflow) markFailed(ctx context.Context, webhookID string, env *receive.Envelope) (string, Outcome, error) {
 	var dl deadLetter
 	if err := json.Unmarshal(env.FullDocument, &dl); err != nil {
 		return "", Refused, fmt.Errorf("envelope %s: not a dead letter: %v", env.ID, err)
@@ -294,14 +319,14 @@ func (h *Handlers) markFailed(ctx context.Context, webhookID string, env *receiv
 	if err := json.Unmarshal(dl.DocumentKey, &key); err != nil || key.ID == "" {
 		return "", Refused, fmt.Errorf("dead letter %s: no job id in documentKey %s", env.ID, dl.DocumentKey)
 	}
-	if want := h.jobs.Database().Name() + "." + h.jobs.Name(); dl.Namespace != want {
+	if want := wf.jobs.Database().Name() + "." + wf.jobs.Name(); dl.Namespace != want {
 		return key.ID, Refused, fmt.Errorf("dead letter %s is for %s, not %s", env.ID, dl.Namespace, want)
 	}
 	reason := dl.LastError
 	if len(reason) > 200 {
 		reason = reason[:200]
 	}
-	out, err := h.commit(ctx, StepMarkFailed, webhookID, key.ID, transition{
+	out, err := wf.commit(ctx, StepMarkFailed, webhookID, key.ID, transition{
 		bson.D{{Key: "state", Value: bson.D{{Key: "$nin", Value: bson.A{StateDone, StateFailed}}}}},
 		bson.D{{Key: "state", Value: StateFailed}, {Key: "failedStep", Value: dl.Sink}, {Key: "failure", Value: reason}},
 	})
