@@ -33,6 +33,10 @@ Usage:
   changegate check -config FILE         validate the config; connects to nothing
   changegate deadletters list|show|replay|purge -config FILE [filters]
   changegate checkpoints show|reset -config FILE [-source NAME]
+  changegate rules test -config FILE -events FILE.jsonl [-json]
+                                        dry-run the rules on recorded change events
+  changegate tail -config FILE -source NAME [-rule NAME] [-n N]
+                                        print live matched changes (read-only)
   changegate version                    print the version
 
 Run 'changegate COMMAND -help' for a command's flags.
@@ -64,6 +68,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDeadletters(rest, stdout, stderr)
 	case "checkpoints":
 		return cmdCheckpoints(rest, stdout, stderr)
+	case "rules":
+		return cmdRules(rest, stdout, stderr)
+	case "tail":
+		return cmdTail(rest, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "changegate %s\n", version)
 		return 0
