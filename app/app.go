@@ -27,6 +27,7 @@ import (
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/eventbridge"
+	"github.com/changegate/changegate/sinks/lambda"
 	"github.com/changegate/changegate/sinks/limit"
 	"github.com/changegate/changegate/sinks/sqs"
 	"github.com/changegate/changegate/sinks/webhook"
@@ -138,7 +139,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			BearerToken: w.BearerToken.Value(), BasicUser: basicUser, BasicPassword: basicPassword,
 			Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize, MaxRequestBytes: w.MaxRequestBytes,
 			AllowPrivateNetworks: w.AllowPrivateNetworks, TLSCAFile: w.TLSCAFile, TLSInsecureSkipVerify: w.TLSInsecureSkipVerify,
-			MaxConns: conns,
+			MaxConns: conns, SigV4: webhookSigV4(w),
 		}, log.With("sink", sc.Name))
 	case sc.EventBridge != nil:
 		e := sc.EventBridge
@@ -155,6 +156,14 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			RoleARN: q.RoleARN, GroupBy: q.MessageGroupID, MaxRequestBytes: q.MaxRequestBytes,
 			Canonical: sc.JSON == "canonical", Timeout: q.Timeout, MaxConns: conns,
 			StripOversize: sc.Oversize == config.OversizeStrip,
+		}, log.With("sink", sc.Name))
+	case sc.Lambda != nil:
+		l := sc.Lambda
+		sk, err = lambda.New(lambda.Config{
+			Name: sc.Name, Function: l.Function, Qualifier: l.Qualifier, InvocationType: l.InvocationType,
+			ClientContext: l.ClientContext, BatchSize: sc.BatchSize, MaxPayloadBytes: l.MaxRequestBytes,
+			StripOversize: sc.Oversize == config.OversizeStrip, Canonical: sc.JSON == "canonical",
+			Region: l.Region, Endpoint: l.Endpoint, RoleARN: l.RoleARN, Timeout: l.Timeout, MaxConns: conns,
 		}, log.With("sink", sc.Name))
 	default:
 		err = fmt.Errorf("sink type %q is not supported", sc.Type)
@@ -182,6 +191,15 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			Rate: sc.RateLimit, Burst: sc.RateLimitBurst,
 		},
 	}, nil
+}
+
+// webhookSigV4 returns the SigV4 signing of a webhook sink, nil without
+// auth = "aws_sigv4".
+func webhookSigV4(w *config.WebhookSink) *webhook.SigV4 {
+	if w.Auth != config.WebhookAuthSigV4 {
+		return nil
+	}
+	return &webhook.SigV4{Service: w.AWSService, Region: w.Region, RoleARN: w.RoleARN}
 }
 
 // CompileRules compiles cfg's rules against its sinks.

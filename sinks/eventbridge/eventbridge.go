@@ -288,7 +288,7 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 	for i, e := range batch {
 		// The detail is self-contained (event.Event.Record): with envelope
 		// = "document" the metadata goes beside fullDocument.
-		env, err := e.Record(b.canonical)
+		env, err := sinks.EncodeRecord(e, b.canonical)
 		if err != nil {
 			fail(i, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err)))
 			continue
