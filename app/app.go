@@ -73,6 +73,7 @@ type gateway struct {
 	defs     []unitDef    // every unit of the configuration
 	units    units        // the units whose sources run here
 	cl       *clusterLoop // nil outside cluster mode
+	samples  consoleRing  // the web console's sparkline samples
 
 	wg       sync.WaitGroup    // unit goroutines
 	unitDone chan *runningUnit // a unit's Run returned
@@ -288,6 +289,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}
 		adminAddr = ln.Addr().String()
 		srv = g.newAdminServer(reg)
+		go g.sampleConsole(ctx)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin server failed", "err", err)

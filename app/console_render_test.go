@@ -1,0 +1,141 @@
+package app
+
+import (
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/deadletter"
+)
+
+const hostile = `<script>alert(1)</script>"'><img src=x onerror=alert(2)>`
+
+// render renders page name with p and returns the response.
+func render(t *testing.T, name string, p consolePage) *httptest.ResponseRecorder {
+	t.Helper()
+	w := httptest.NewRecorder()
+	renderConsole(w, http.StatusOK, name, p)
+	if w.Code != http.StatusOK {
+		t.Fatalf("%s: status %d: %s", name, w.Code, w.Body)
+	}
+	if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "frame-ancestors 'none'") || strings.Contains(csp, "unsafe-inline") {
+		t.Fatalf("%s: Content-Security-Policy %q", name, csp)
+	}
+	if w.Header().Get("X-Content-Type-Options") != "nosniff" || w.Header().Get("Referrer-Policy") != "no-referrer" {
+		t.Fatalf("%s: headers %v", name, w.Header())
+	}
+	return w
+}
+
+// noHostileMarkup fails if the hostile text appears unescaped: no tag or
+// attribute from it may survive.
+func noHostileMarkup(t *testing.T, name, body string) {
+	t.Helper()
+	for _, bad := range []string{"<script>alert", "<img src=x", `"><img`} {
+		if strings.Contains(body, bad) {
+			t.Errorf("%s: hostile text rendered as markup (%q found)", name, bad)
+		}
+	}
+	// The only script tag is the console's own file.
+	if n := strings.Count(body, "<script"); n != 1 || !strings.Contains(body, `<script src="/ui/static/console.js" defer></script>`) {
+		t.Errorf("%s: %d script tags", name, n)
+	}
+}
+
+func TestConsoleTemplatesEmpty(t *testing.T) {
+	pages := map[string]consolePage{
+		"overview":    {Overview: buildOverview(statusReport{Ready: true}, nil)},
+		"deadletters": {DeadLetters: &consoleDeadLetters{}},
+		"deadletter":  {Error: "no dead letter"},
+		"rules":       {Rules: &consoleRules{}},
+	}
+	for name, p := range pages {
+		p.Auth = config.ConsoleAuthNone
+		body := render(t, name, p).Body.String()
+		noHostileMarkup(t, name, body)
+	}
+	// The locked shell shows no data.
+	p := consolePage{Locked: true, Auth: config.ConsoleAuthToken, Overview: buildOverview(statusReport{Sources: []sourceReport{{Name: "secret-source"}}}, nil)}
+	body := render(t, "overview", p).Body.String()
+	if strings.Contains(body, "secret-source") || !strings.Contains(body, "data-locked") {
+		t.Fatalf("locked shell shows data:\n%s", body)
+	}
+}
+
+func TestConsoleTemplatesNormal(t *testing.T) {
+	now := time.Now()
+	var samples []consoleSample
+	for i := range 7 {
+		samples = append(samples, consoleSample{
+			at:        now.Add(time.Duration(i-6) * consoleSampleEvery),
+			lag:       map[string]float64{"orders": float64(i)},
+			read:      map[string]float64{"orders": float64(100 * i)},
+			delivered: map[string]float64{"hook": float64(60 * i)},
+			failed:    map[string]float64{"hook": float64(i)},
+			deadLetters: map[string]float64{
+				"hook\x00failed": 3, "hook\x00parked": 0,
+			},
+		})
+	}
+	r := statusReport{Ready: false, Sources: []sourceReport{
+		{Name: "orders", Source: "orders", State: "open", Ready: true, CheckpointLagSec: 6, CheckpointTime: now},
+		{Name: "users", Source: "users", State: "reconnecting", Reason: "change stream is reconnecting"},
+	}, Sinks: []sinkReport{
+		{Name: "hook", Ready: true, Failing: true, LastError: "webhook hook: HTTP 503", ConcurrencyLimit: 8, Adaptive: true},
+		{Name: "bus", Ready: true},
+		{Name: "queue", Parked: true, Ready: true},
+	}}
+	o := buildOverview(r, samples)
+	if got := []string{o.Sources[0].Health, o.Sources[1].Health, o.Sinks[0].Health, o.Sinks[1].Health, o.Sinks[2].Health}; strings.Join(got, " ") != "green red amber green red" {
+		t.Fatalf("health %v", got)
+	}
+	// 100 events per 10 s sample: 10/s; 60 deliveries per sample: 360/min.
+	if o.Sources[0].EventsPerSec != 10 || o.Sinks[0].DeliveredPerMin != 360 || o.Sinks[0].FailedPerMin != 6 || o.Sinks[0].FailedEntries != 3 {
+		t.Fatalf("rates: %v/s, %v delivered/min, %v failed/min, %v failed entries", o.Sources[0].EventsPerSec, o.Sinks[0].DeliveredPerMin, o.Sinks[0].FailedPerMin, o.Sinks[0].FailedEntries)
+	}
+	if o.Sources[0].Lag.N != 7 || o.Sources[0].Rate.N != 6 || !math.IsNaN(o.Sources[1].EventsPerSec) {
+		t.Fatalf("sparklines: lag %d points, rate %d points, users %v/s", o.Sources[0].Lag.N, o.Sources[0].Rate.N, o.Sources[1].EventsPerSec)
+	}
+	body := render(t, "overview", consolePage{Auth: "none", Refresh: 5, Overview: o}).Body.String()
+	for _, want := range []string{`data-name="orders" data-health="green"`, `data-name="users" data-health="red"`, `data-name="queue" data-health="red" data-state="parked"`, "<polyline points=", "webhook hook: HTTP 503", `data-refresh="5"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+}
+
+func TestConsoleTemplatesHostile(t *testing.T) {
+	key, _ := bson.Marshal(bson.D{{Key: "_id", Value: hostile}})
+	e := deadletter.Entry{
+		ID: "items:" + hostile + ":hook", Kind: deadletter.KindFailed, Source: hostile, Sink: hostile, Operation: hostile,
+		DocumentKey: key, Reason: hostile, FirstError: hostile, LastError: hostile, Rules: []string{hostile}, Namespace: hostile,
+		CreatedAt: time.Now(),
+	}
+	r := statusReport{
+		Reason: hostile, Cluster: true, Members: []string{hostile},
+		Units:   []unitStatus{{Name: hostile, Owner: hostile}},
+		Sources: []sourceReport{{Name: hostile, Source: hostile, State: hostile, Reason: hostile}},
+		Sinks:   []sinkReport{{Name: hostile, LastError: hostile, Reason: hostile, Circuit: hostile}},
+	}
+	rules := &consoleRules{Sources: []consoleRuleSource{{Name: hostile, Stage: hostile, Rules: []consoleRule{{Name: hostile, Filter: hostile, Pushed: hostile, Sinks: hostile}}}}}
+	pages := map[string]consolePage{
+		"overview":    {Instance: hostile, Error: hostile, Overview: buildOverview(r, nil)},
+		"deadletters": {Error: hostile, DeadLetters: &consoleDeadLetters{Filter: map[string][]string{"since": {hostile}, "document_key": {hostile}}, Sinks: []string{hostile}, Entries: []consoleEntrySummary{summaryOf(e)}, Next: "after=" + hostile}},
+		"deadletter":  {Entry: entryView(e)},
+		"rules":       {Rules: rules},
+	}
+	for name, p := range pages {
+		p.Auth = config.ConsoleAuthNone
+		body := render(t, name, p).Body.String()
+		noHostileMarkup(t, name, body)
+		if !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") && !strings.Contains(body, `\u003cscript\u003ealert(1)`) {
+			t.Errorf("%s: the hostile text is not shown escaped", name)
+		}
+	}
+}
