@@ -54,6 +54,10 @@ type Options struct {
 	// Started, when non-nil, is called with the admin server's address
 	// ("" when disabled) once everything is running.
 	Started func(adminAddr string)
+	// ConsoleSampleEvery is the sampling interval of the web console's
+	// sparklines (default 10s; they show the last 90 samples). For tests
+	// and demos.
+	ConsoleSampleEvery time.Duration
 }
 
 type gateway struct {
@@ -289,7 +293,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}
 		adminAddr = ln.Addr().String()
 		srv = g.newAdminServer(reg)
-		go g.sampleConsole(ctx)
+		go g.sampleConsole(ctx, opts.ConsoleSampleEvery)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin server failed", "err", err)

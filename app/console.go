@@ -166,8 +166,6 @@ type consoleOverview struct {
 	Reason  string
 	Sources []consoleSource
 	Sinks   []consoleSink
-	// Window is how much history the sparklines hold.
-	Window time.Duration
 }
 
 type consoleSource struct {
@@ -252,7 +250,9 @@ func sourceHealth(s sourceReport) string {
 
 // sinkState names what a sink is doing, and its colour: red when parked or
 // not ready (failing for longer than ready_max_lag), amber while it fails,
-// waits out a Retry-After or has its circuit open, green otherwise.
+// waits out a Retry-After or has its circuit open, green otherwise
+// (buildOverview turns it amber too when deliveries failed in the last
+// minute).
 func sinkState(s sinkReport) (string, string) {
 	switch {
 	case s.Parked:
@@ -271,7 +271,7 @@ func sinkState(s sinkReport) (string, string) {
 
 // overview builds the overview from a status report and the samples.
 func buildOverview(r statusReport, samples []consoleSample) *consoleOverview {
-	o := &consoleOverview{Ready: r.Ready, Cluster: r.Cluster, Members: r.Members, Reason: r.Reason, Window: time.Duration(consoleSamples) * consoleSampleEvery}
+	o := &consoleOverview{Ready: r.Ready, Cluster: r.Cluster, Members: r.Members, Reason: r.Reason}
 	owners := map[string]string{}
 	for _, u := range r.Units {
 		owners[u.Name] = u.Owner
@@ -311,6 +311,11 @@ func buildOverview(r statusReport, samples []consoleSample) *consoleOverview {
 		fail := func(sm consoleSample) (float64, bool) { v, ok := sm.failed[s.Name]; return v, ok }
 		k.DeliveredPerMin, k.FailedPerMin = perMinute(samples, del), perMinute(samples, fail)
 		k.Delivered = makeSpark(rateSeries(samples, del))
+		if k.Health == healthGreen && k.FailedPerMin > 0 {
+			// A permanent failure dead-letters at once and leaves the lane
+			// "delivering": the failure counter tells.
+			k.State, k.Health = "failures in the last minute", healthAmber
+		}
 		o.Sinks = append(o.Sinks, k)
 	}
 	return o
@@ -337,7 +342,7 @@ func rateSeries(samples []consoleSample, get func(consoleSample) (float64, bool)
 }
 
 // perMinute returns a counter's increase over the last minute of samples
-// (scaled to a minute when fewer samples exist), NaN with fewer than two.
+// (over all of them when they span less), NaN with fewer than two.
 func perMinute(samples []consoleSample, get func(consoleSample) (float64, bool)) float64 {
 	n := len(samples)
 	if n < 2 {
@@ -349,15 +354,14 @@ func perMinute(samples []consoleSample, get func(consoleSample) (float64, bool))
 		return math.NaN()
 	}
 	i := n - 2
-	for i > 0 && last.at.Sub(samples[i].at) < time.Minute {
+	for i > 0 && last.at.Sub(samples[i-1].at) <= time.Minute {
 		i--
 	}
 	a, ok := get(samples[i])
-	dt := last.at.Sub(samples[i].at).Seconds()
-	if !ok || dt <= 0 {
+	if !ok {
 		return math.NaN()
 	}
-	return max(0, b-a) / dt * 60
+	return max(0, b-a)
 }
 
 type consoleDeadLetters struct {

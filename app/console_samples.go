@@ -48,9 +48,13 @@ func (r *consoleRing) snapshot() []consoleSample {
 	return append([]consoleSample(nil), r.buf...)
 }
 
-// sampleConsole samples every consoleSampleEvery until ctx is done.
-func (g *gateway) sampleConsole(ctx context.Context) {
-	t := time.NewTicker(consoleSampleEvery)
+// sampleConsole samples every interval (consoleSampleEvery when 0) until
+// ctx is done.
+func (g *gateway) sampleConsole(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		every = consoleSampleEvery
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		if g.config().Server.Console {
