@@ -79,6 +79,28 @@ func evalString(t *testing.T, ctx context.Context, expr string) string {
 	return s
 }
 
+// newBrowser starts headless Chromium for the test (stopped at cleanup) and
+// returns its tab's context. Every page of the tab records calls of alert
+// in window.__alerts: a script injected into the console would call it.
+func newBrowser(t *testing.T, chromium string) context.Context {
+	t.Helper()
+	actx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1400, 900), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(actx, opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+		Source: `window.__alerts = []; window.alert = function (m) { window.__alerts.push(String(m)); };`,
+	}); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	return bctx
+}
+
 // TestConsoleInBrowser loads the console of a running changegate in
 // headless Chromium: the source and the sink appear with their states, the
 // dead letters of a failing webhook appear with the hostile error text and
@@ -152,21 +174,7 @@ admin_token = "`+token+`"`, 1))
 		t.Fatal(err)
 	}
 
-	actx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(1400, 900), chromedp.Flag("disable-dev-shm-usage", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(actx, opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	// Record any alert, whoever calls it: an injected script would.
-	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
-		Source: `window.__alerts = []; window.alert = function (m) { window.__alerts.push(String(m)); };`,
-	}); err != nil {
-		t.Fatalf("browser: %v", err)
-	}
+	bctx := newBrowser(t, chromium)
 	base := "http://" + g.admin
 
 	// Overview: the source is open and green; the sink failed (a 400 is
@@ -284,4 +292,57 @@ admin_token = "`+token+`"`, 1))
 		t.Fatal(err)
 	}
 	t.Logf("screenshots in %s", artifacts)
+}
+
+// TestConsoleTokenInBrowser: with console_auth = "token" the console loads
+// empty; once the admin token is entered, the page's script fetches the
+// data with it and shows it, and other pages of the tab load their data
+// with the token kept in sessionStorage (no cookie).
+func TestConsoleTokenInBrowser(t *testing.T) {
+	chromium := findChromium(t)
+	e := newEnv(t)
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(hook.Close)
+	const token = "browser-test-admin-token"
+	cfg := e.config(strings.Replace(baseConfig(hook.URL, ""), `shutdown_grace = "10s"`, `shutdown_grace = "10s"
+admin_token = "`+token+`"
+console_auth = "token"`, 1))
+	g := e.start(cfg)
+	insertN(t, e.coll("items"), 0, 3)
+	bctx := newBrowser(t, chromium)
+	base := "http://" + g.admin
+
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/")); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	evalUntil(t, bctx, 10*time.Second, "the locked shell", `document.body.hasAttribute('data-locked') && !!document.querySelector('main p.locked')`)
+	if n := evalString(t, bctx, `String(document.querySelectorAll('#sources, #sinks').length)`); n != "0" {
+		t.Fatalf("the locked shell shows data")
+	}
+	if err := chromedp.Do(bctx,
+		chromedp.SendKeys(chromedp.CSS("#token"), "wrong-token-wrong-token"),
+		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
+	); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	evalUntil(t, bctx, 10*time.Second, "the wrong token refused", `document.getElementById('flash').textContent.indexOf('refused') >= 0 && !document.querySelector('#sources')`)
+	if err := chromedp.Do(bctx,
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
+	); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	evalUntil(t, bctx, 10*time.Second, "the data with the token", `!!document.querySelector('#sources tr.source[data-name="items"]') && !!document.querySelector('#sinks tr.sink[data-name="hook"]') && !document.body.hasAttribute('data-locked')`)
+	// Another page of the tab: the shell loads, then its data with the
+	// kept token; the rules page counts the matches.
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/rules")); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	evalUntil(t, bctx, 10*time.Second, "the rules with their matches", `(function () {
+		var r = document.querySelector('tr.rule[data-rule="all"]');
+		return !!r && r.querySelector('td.matches').textContent.trim() === '3';
+	})()`)
+	if c := evalString(t, bctx, `document.cookie`); c != "" {
+		t.Errorf("cookies set: %q", c)
+	}
 }
