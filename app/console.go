@@ -544,24 +544,31 @@ func renderConsole(w http.ResponseWriter, code int, name string, p consolePage) 
 // server.console and server.console_auth from the current configuration,
 // so a reload applies them.
 func (g *gateway) consoleRoutes(mux *http.ServeMux) {
-	static, _ := fs.Sub(consoleFiles, "console/static")
-	files := http.FileServerFS(static)
 	mux.HandleFunc("GET /{$}", g.consolePage("overview", g.consoleOverview))
 	mux.HandleFunc("GET /ui/{$}", g.consolePage("overview", g.consoleOverview))
 	mux.HandleFunc("GET /ui/deadletters", g.consolePage("deadletters", g.consoleDeadLetters))
 	mux.HandleFunc("GET /ui/deadletters/{id...}", g.consolePage("deadletter", g.consoleEntry))
 	mux.HandleFunc("GET /ui/rules", g.consolePage("rules", g.consoleRules))
-	mux.Handle("GET /ui/static/", g.consoleOn(func(w http.ResponseWriter, r *http.Request) {
-		consoleHeaders(w.Header())
-		w.Header().Set("Cache-Control", "no-cache")
-		http.StripPrefix("/ui/static", files).ServeHTTP(w, r)
-	}))
+	for name, ctype := range map[string]string{"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"} {
+		b, err := fs.ReadFile(consoleFiles, "console/static/"+name)
+		if err != nil {
+			panic("console: embedded file missing: " + err.Error()) // a build defect
+		}
+		mux.HandleFunc("GET /ui/static/"+name, g.consoleOn(func(w http.ResponseWriter, _ *http.Request) {
+			consoleHeaders(w.Header())
+			w.Header().Set("Content-Type", ctype)
+			w.Header().Set("Cache-Control", "no-cache")
+			_, _ = w.Write(b)
+		}))
+	}
 	mux.HandleFunc("POST /ui/api/replay", g.consoleOn(g.consoleAction(g.consoleReplay)))
 	mux.HandleFunc("DELETE /ui/api/deadletters", g.consoleOn(g.consoleAction(g.consolePurge)))
 	mux.HandleFunc("POST /ui/api/reload", g.consoleOn(g.consoleAction(func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		g.reloadHandler(w, r)
 	})))
 }
+
+var consoleTitles = map[string]string{"overview": "Overview", "deadletters": "Dead letters", "deadletter": "Dead letter", "rules": "Rules"}
 
 // consoleOn answers 404 while server.console is false.
 func (g *gateway) consoleOn(h http.HandlerFunc) http.HandlerFunc {
@@ -579,7 +586,7 @@ func (g *gateway) consoleOn(h http.HandlerFunc) http.HandlerFunc {
 func (g *gateway) consolePage(name string, fill func(*http.Request, *consolePage) int) http.HandlerFunc {
 	return g.consoleOn(func(w http.ResponseWriter, r *http.Request) {
 		cfg := g.config()
-		p := consolePage{Nav: name, Auth: cfg.Server.ConsoleAuth, Instance: g.instance}
+		p := consolePage{Nav: name, Title: consoleTitles[name], Auth: cfg.Server.ConsoleAuth, Instance: g.instance}
 		if p.Auth == "" {
 			p.Auth = config.ConsoleAuthNone
 		}
@@ -595,13 +602,12 @@ func (g *gateway) consolePage(name string, fill func(*http.Request, *consolePage
 }
 
 func (g *gateway) consoleOverview(_ *http.Request, p *consolePage) int {
-	p.Title, p.Refresh = "Overview", consoleRefresh
+	p.Refresh = consoleRefresh
 	p.Overview = buildOverview(g.report(), g.samples.snapshot())
 	return http.StatusOK
 }
 
 func (g *gateway) consoleDeadLetters(r *http.Request, p *consolePage) int {
-	p.Title = "Dead letters"
 	cfg := g.config()
 	d := &consoleDeadLetters{Filter: url.Values{}}
 	for _, s := range cfg.Sinks {
@@ -652,7 +658,6 @@ func (g *gateway) consoleDeadLetters(r *http.Request, p *consolePage) int {
 
 func (g *gateway) consoleEntry(r *http.Request, p *consolePage) int {
 	id := r.PathValue("id")
-	p.Title = "Dead letter"
 	e, ok, err := g.dls.Get(r.Context(), id)
 	if err != nil {
 		p.Error = err.Error()
@@ -687,7 +692,6 @@ func entryView(e deadletter.Entry) *consoleEntry {
 }
 
 func (g *gateway) consoleRules(_ *http.Request, p *consolePage) int {
-	p.Title = "Rules"
 	matches := map[string]float64{}
 	collect(g.metrics.EventsMatched, func(l map[string]string, v float64) {
 		matches[l["source"]+"\x00"+l["rule"]] += v

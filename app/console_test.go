@@ -103,6 +103,7 @@ func TestConsoleHandlers(t *testing.T) {
 		{"GET", "/ui/static/console.js", nil, 200, "sessionStorage"},
 		{"GET", "/ui/static/console.css", nil, 200, ".health-red"},
 		{"GET", "/ui/static/missing.js", nil, 404, ""},
+		{"GET", "/ui/static/", nil, 404, ""},
 		{"GET", "/nothing-here", nil, 404, ""},
 		{"GET", "/", []string{"Host", "evil.example"}, 421, "allowed_hosts"},
 	} {

@@ -332,7 +332,7 @@ console_auth = "token"`, 1))
 	); err != nil {
 		t.Fatalf("browser: %v", err)
 	}
-	evalUntil(t, bctx, 10*time.Second, "the data with the token", `!!document.querySelector('#sources tr.source[data-name="items"]') && !!document.querySelector('#sinks tr.sink[data-name="hook"]') && !document.body.hasAttribute('data-locked')`)
+	evalUntil(t, bctx, 10*time.Second, "the data with the token", `!!document.querySelector('#sources tr.source[data-name="items"]') && !!document.querySelector('#sinks tr.sink[data-name="hook"]') && !document.body.hasAttribute('data-locked') && document.body.getAttribute('data-refresh') === '5' && document.title === 'Overview · changegate'`)
 	// Another page of the tab: the shell loads, then its data with the
 	// kept token; the rules page counts the matches.
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/rules")); err != nil {

@@ -54,7 +54,9 @@
       var nodes = Array.prototype.slice.call(next.childNodes).map(function (n) { return document.adoptNode(n); });
       document.getElementById('content').replaceChildren.apply(document.getElementById('content'), nodes);
       body.removeAttribute('data-locked');
+      body.setAttribute('data-refresh', doc.body.getAttribute('data-refresh') || '0');
       document.title = doc.title;
+      schedule();
       return true;
     }).catch(function (err) {
       flash('Refresh failed: ' + err, true);
@@ -88,13 +90,13 @@
     }).catch(function (err) { flash('Request failed: ' + err, true); });
   }
 
+  // filterPayload is the filter of the listing shown (the page's query),
+  // not what may have been typed in the form since.
   function filterPayload() {
-    var form = document.getElementById('filter');
+    var q = new URLSearchParams(location.search);
     var out = {};
-    if (!form) { return out; }
     ['sink', 'source', 'kind', 'since', 'document_key'].forEach(function (k) {
-      var el = form.elements.namedItem(k);
-      if (el && el.value) { out[k] = el.value; }
+      if (q.get(k)) { out[k] = q.get(k); }
     });
     return out;
   }
@@ -121,7 +123,9 @@
         }
         break;
       case 'replay-filter':
-        act('POST', '/ui/api/replay', filterPayload(), replayed);
+        if (window.confirm('Replay every failed dead letter the listing\'s filter matches?')) {
+          act('POST', '/ui/api/replay', filterPayload(), replayed);
+        }
         break;
       case 'purge-filter': {
         var p = filterPayload();
@@ -157,11 +161,21 @@
   });
   showTokenState();
 
-  if (body.hasAttribute('data-locked') && token()) { refresh(); }
-  var every = parseInt(body.getAttribute('data-refresh'), 10);
-  if (every > 0) {
-    setInterval(function () {
-      if (!document.hidden && !body.hasAttribute('data-locked')) { refresh(); }
-    }, every * 1000);
+  // schedule (re)arms the self-refresh the page asks for (data-refresh).
+  var timer = null;
+  var armed = 0;
+  function schedule() {
+    var every = parseInt(body.getAttribute('data-refresh'), 10) || 0;
+    if (every === armed) { return; }
+    if (timer) { clearInterval(timer); timer = null; }
+    armed = every;
+    if (every > 0) {
+      timer = setInterval(function () {
+        if (!document.hidden && !body.hasAttribute('data-locked')) { refresh(); }
+      }, every * 1000);
+    }
   }
+
+  if (body.hasAttribute('data-locked') && token()) { refresh(); }
+  schedule();
 })();
