@@ -20,6 +20,7 @@ import (
 
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/query"
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/source"
 )
@@ -415,8 +416,8 @@ type consoleRuleSource struct {
 
 type consoleRule struct {
 	Name, Operations, Namespaces, Filter, Sinks string
-	// Pushed is the rule's condition inside the source's $match stage;
-	// empty when the rule is evaluated in changegate only (Why says why).
+	// Pushed is the rule's condition inside the source's $match stage,
+	// empty when nothing of it is pushed down; Why says what is not.
 	Pushed, Why string
 	Matches     float64
 }
@@ -425,15 +426,6 @@ type consoleRule struct {
 // each rule's share of it, and the matches counted so far (by "source\x00rule").
 func buildRules(cfg *config.Config, stages map[string]bson.D, noPushdown bool, matches map[string]float64) *consoleRules {
 	out := &consoleRules{PushdownOff: noPushdown}
-	notes := map[string]string{}
-	for _, n := range PushdownNotes(cfg) {
-		if _, why, ok := strings.Cut(n, "not pushed down to MongoDB: "); ok {
-			if _, rest, ok := strings.Cut(n, " ("); ok {
-				name, _, _ := strings.Cut(rest, ")")
-				notes[name] = why
-			}
-		}
-	}
 	names := make([]string, len(cfg.Sinks))
 	for i, s := range cfg.Sinks {
 		names[i] = s.Name
@@ -462,18 +454,31 @@ func buildRules(cfg *config.Config, stages map[string]bson.D, noPushdown bool, m
 			switch pushed, ok := rulePushdown(r, names); {
 			case noPushdown:
 				cr.Why = "pushdown disabled (-no-pushdown)"
-			case notes[r.Name] != "":
-				cr.Why = notes[r.Name]
 			case !ok:
-				cr.Why = "matches every change: nothing to push down, so the source's stream is not filtered"
+				cr.Why = "matches every change (as pushed down): the source's stream is not filtered"
 			default:
 				cr.Pushed = pushed
+			}
+			if why := backtrackRisk(r); why != "" && !noPushdown {
+				cr.Why = strings.TrimSpace(cr.Why + " the filter is evaluated in changegate only: " + why)
 			}
 			rs.Rules = append(rs.Rules, cr)
 		}
 		out.Sources = append(out.Sources, rs)
 	}
 	return out
+}
+
+// backtrackRisk is why r's filter is not pushed down (PushdownNotes), or "".
+func backtrackRisk(r config.Rule) string {
+	if len(r.Filter) == 0 {
+		return ""
+	}
+	raw, err := bson.Marshal(r.Filter)
+	if err != nil {
+		return ""
+	}
+	return query.BacktrackRisk(raw)
 }
 
 // rulePushdown returns the condition rule r contributes to its source's

@@ -139,3 +139,72 @@ func TestConsoleTemplatesHostile(t *testing.T) {
 		}
 	}
 }
+
+func TestConsoleRules(t *testing.T) {
+	cfg, err := config.Parse("c.toml", []byte(`
+[mongo]
+uri = "mongodb://localhost"
+[[sources]]
+name = "orders"
+[[sources]]
+name = "users"
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "http://localhost:8080/"
+[[rules]]
+name = "paid"
+source = "orders"
+operations = ["insert", "update"]
+filter = { "fullDocument.status" = "paid" }
+sinks = ["hook"]
+[[rules]]
+name = "risky"
+source = "orders"
+operations = ["delete"]
+filter = { "fullDocument.name" = { "$regex" = "^(a+)+$" } }
+sinks = ["hook"]
+[[rules]]
+name = "everything"
+source = "users"
+sinks = ["hook"]
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := CompileRules(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages := map[string]bson.D{}
+	for _, s := range cfg.Sources {
+		if st, ok := rules.Pushdown(s.Name); ok {
+			stages[s.Name] = st
+		}
+	}
+	got := buildRules(cfg, stages, false, map[string]float64{"orders\x00paid": 7})
+	if len(got.Sources) != 2 || len(got.Sources[0].Rules) != 2 || len(got.Sources[1].Rules) != 1 {
+		t.Fatalf("rules %+v", got)
+	}
+	paid, risky, all := got.Sources[0].Rules[0], got.Sources[0].Rules[1], got.Sources[1].Rules[0]
+	if paid.Matches != 7 || !strings.Contains(paid.Pushed, `"fullDocument.status":"paid"`) || !strings.Contains(paid.Pushed, `"insert"`) || paid.Why != "" {
+		t.Errorf("paid: %+v", paid)
+	}
+	if !strings.Contains(risky.Pushed, `"delete"`) || strings.Contains(risky.Pushed, "regex") || !strings.Contains(risky.Why, "evaluated in changegate only") {
+		t.Errorf("risky: %+v", risky)
+	}
+	if all.Pushed != "" || !strings.Contains(all.Why, "matches every change") || got.Sources[1].Stage != "" {
+		t.Errorf("everything: %+v, stage %q", all, got.Sources[1].Stage)
+	}
+	if !strings.Contains(got.Sources[0].Stage, `"$match"`) || !strings.Contains(got.Sources[0].Stage, "invalidate") {
+		t.Errorf("orders stage %q", got.Sources[0].Stage)
+	}
+	body := render(t, "rules", consolePage{Auth: "none", Rules: got}).Body.String()
+	if !strings.Contains(body, `data-rule="paid"`) || !strings.Contains(body, `<td class="num matches">7</td>`) {
+		t.Errorf("rules page:\n%s", body)
+	}
+	off := buildRules(cfg, nil, true, nil)
+	if r := off.Sources[0].Rules[0]; r.Pushed != "" || !strings.Contains(r.Why, "disabled") {
+		t.Errorf("no pushdown: %+v", r)
+	}
+}

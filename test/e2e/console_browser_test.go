@@ -70,6 +70,32 @@ func evalUntil(t *testing.T, ctx context.Context, d time.Duration, what, expr st
 	}
 }
 
+// shot saves a screenshot of the tab as dir/name.
+func shot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, name), png, 0o644)
+	}
+	if err != nil {
+		t.Fatalf("browser: screenshot %s: %v", name, err)
+	}
+}
+
+// artifactsDir returns $CHANGEGATE_TEST_ARTIFACTS (created) or a temporary
+// directory.
+func artifactsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv(EnvArtifacts)
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func evalString(t *testing.T, ctx context.Context, expr string) string {
 	t.Helper()
 	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
@@ -167,12 +193,7 @@ admin_token = "`+token+`"`, 1))
 		t.Fatalf("no dead letter of document 1: %+v", list)
 	}
 
-	artifacts := os.Getenv(EnvArtifacts)
-	if artifacts == "" {
-		artifacts = t.TempDir()
-	} else if err := os.MkdirAll(artifacts, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	artifacts := artifactsDir(t)
 
 	bctx := newBrowser(t, chromium)
 	base := "http://" + g.admin
@@ -194,13 +215,7 @@ admin_token = "`+token+`"`, 1))
 	}
 	// The page refreshes itself and draws sparklines from the samples.
 	evalUntil(t, bctx, 10*time.Second, "a sparkline", `!!document.querySelector('#sources svg.spark polyline')`)
-	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
-	if err != nil {
-		t.Fatalf("browser: screenshot: %v", err)
-	}
-	if err := os.WriteFile(filepath.Join(artifacts, "console-overview.png"), png, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	shot(t, bctx, artifacts, "console-overview.png")
 
 	// Dead letters: both entries, the hostile texts as text.
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/deadletters")); err != nil {
@@ -216,13 +231,7 @@ admin_token = "`+token+`"`, 1))
 	if got := evalString(t, bctx, `Array.from(document.querySelectorAll('#deadletters td.key')).map(function (td) { return td.textContent; }).join('|')`); !strings.Contains(got, hostileKey) {
 		t.Errorf("document key cells %q: want %q as text", got, hostileKey)
 	}
-	png, err = chromedp.Run(bctx, chromedp.FullScreenshot(100))
-	if err == nil {
-		err = os.WriteFile(filepath.Join(artifacts, "console-deadletters.png"), png, 0o644)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	shot(t, bctx, artifacts, "console-deadletters.png")
 
 	// Replay without a token: refused in the page, nothing delivered.
 	failing.Store(false)
@@ -249,13 +258,7 @@ admin_token = "`+token+`"`, 1))
 	if alerts := evalString(t, bctx, `JSON.stringify(window.__alerts)`); alerts != "[]" {
 		t.Errorf("alert was called: %s", alerts)
 	}
-	png, err = chromedp.Run(bctx, chromedp.FullScreenshot(100))
-	if err == nil {
-		err = os.WriteFile(filepath.Join(artifacts, "console-after-replay.png"), png, 0o644)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	shot(t, bctx, artifacts, "console-after-replay.png")
 	// The dead letter's own page: the full entry and its error as text.
 	left := evalString(t, bctx, `document.querySelector('#deadletters tr.deadletter').dataset.id`)
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/deadletters/"+url.PathEscape(left))); err != nil {
@@ -265,6 +268,7 @@ admin_token = "`+token+`"`, 1))
 	if alerts := evalString(t, bctx, `JSON.stringify(window.__alerts)`); alerts != "[]" {
 		t.Errorf("alert was called: %s", alerts)
 	}
+	shot(t, bctx, artifacts, "console-deadletter.png")
 
 	// Traffic, now that the webhook accepts: the overview counts the
 	// deliveries and draws them (samples every 200ms here).
@@ -284,13 +288,7 @@ admin_token = "`+token+`"`, 1))
 		var r = document.querySelector('#sinks tr[data-name="hook"]');
 		return parseFloat(r.querySelector('td.delivered').textContent) >= 200 && !!r.querySelector('svg.spark polyline');
 	})()`)
-	png, err = chromedp.Run(bctx, chromedp.FullScreenshot(100))
-	if err == nil {
-		err = os.WriteFile(filepath.Join(artifacts, "console-overview-traffic.png"), png, 0o644)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	shot(t, bctx, artifacts, "console-overview-traffic.png")
 	t.Logf("screenshots in %s", artifacts)
 }
 
@@ -345,4 +343,5 @@ console_auth = "token"`, 1))
 	if c := evalString(t, bctx, `document.cookie`); c != "" {
 		t.Errorf("cookies set: %q", c)
 	}
+	shot(t, bctx, artifactsDir(t), "console-rules.png")
 }
