@@ -61,9 +61,9 @@ func TestConsoleTemplatesEmpty(t *testing.T) {
 		noHostileMarkup(t, name, body)
 	}
 	// The locked shell shows no data.
-	p := consolePage{Locked: true, Auth: config.ConsoleAuthToken, Overview: buildOverview(statusReport{Sources: []sourceReport{{Name: "secret-source"}}}, nil)}
+	p := consolePage{Locked: true, Auth: config.ConsoleAuthToken, Instance: "secret-instance", Overview: buildOverview(statusReport{Sources: []sourceReport{{Name: "secret-source"}}}, nil)}
 	body := render(t, "overview", p).Body.String()
-	if strings.Contains(body, "secret-source") || !strings.Contains(body, "data-locked") {
+	if strings.Contains(body, "secret-source") || strings.Contains(body, "secret-instance") || !strings.Contains(body, "data-locked") {
 		t.Fatalf("locked shell shows data:\n%s", body)
 	}
 }
