@@ -110,7 +110,7 @@ func evalString(t *testing.T, ctx context.Context, expr string) string {
 // in window.__alerts: a script injected into the console would call it.
 func newBrowser(t *testing.T, chromium string) context.Context {
 	t.Helper()
-	actx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	actx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
