@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -370,8 +371,9 @@ type consoleDeadLetters struct {
 	Sinks   []string
 	Sources []string
 	Entries []consoleEntrySummary
-	// Next is the query of the next page, empty on the last.
-	Next    string
+	// Next is the URL of the next page, empty on the last. It is built
+	// with url.Values.Encode, so the template may use it as is.
+	Next    template.URL
 	Partial string // the listing failed half way: why
 }
 
@@ -636,14 +638,18 @@ func (g *gateway) consoleDeadLetters(r *http.Request, p *consolePage) int {
 		p.Error = err.Error()
 		return http.StatusBadRequest
 	}
-	err = g.dls.Summaries(r.Context(), f, nil, func(e deadletter.Entry) error {
+	started := false
+	err = g.dls.Summaries(r.Context(), f, func() { started = true }, func(e deadletter.Entry) error {
 		d.Entries = append(d.Entries, summaryOf(e))
 		return nil
 	})
 	if err != nil {
-		if len(d.Entries) == 0 {
+		if !started {
 			p.Error = err.Error()
-			return http.StatusBadRequest
+			if errors.Is(err, deadletter.ErrNotFound) {
+				return http.StatusNotFound // the after entry is gone
+			}
+			return http.StatusInternalServerError
 		}
 		d.Partial = err.Error()
 	}
@@ -656,7 +662,7 @@ func (g *gateway) consoleDeadLetters(r *http.Request, p *consolePage) int {
 		if q.Limit != strconv.Itoa(consoleListLimit) {
 			next.Set("limit", q.Limit)
 		}
-		d.Next = next.Encode()
+		d.Next = template.URL("/ui/deadletters?" + next.Encode())
 	}
 	return http.StatusOK
 }

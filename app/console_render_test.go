@@ -1,9 +1,11 @@
 package app
 
 import (
+	"html/template"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +128,7 @@ func TestConsoleTemplatesHostile(t *testing.T) {
 	rules := &consoleRules{Sources: []consoleRuleSource{{Name: hostile, Stage: hostile, Rules: []consoleRule{{Name: hostile, Filter: hostile, Pushed: hostile, Sinks: hostile}}}}}
 	pages := map[string]consolePage{
 		"overview":    {Instance: hostile, Error: hostile, Overview: buildOverview(r, nil)},
-		"deadletters": {Error: hostile, DeadLetters: &consoleDeadLetters{Filter: map[string][]string{"since": {hostile}, "document_key": {hostile}}, Sinks: []string{hostile}, Entries: []consoleEntrySummary{summaryOf(e)}, Next: "after=" + hostile}},
+		"deadletters": {Error: hostile, DeadLetters: &consoleDeadLetters{Filter: map[string][]string{"since": {hostile}, "document_key": {hostile}}, Sinks: []string{hostile}, Entries: []consoleEntrySummary{summaryOf(e)}}},
 		"deadletter":  {Entry: entryView(e)},
 		"rules":       {Rules: rules},
 	}
@@ -206,5 +208,18 @@ sinks = ["hook"]
 	off := buildRules(cfg, nil, true, nil)
 	if r := off.Sources[0].Rules[0]; r.Pushed != "" || !strings.Contains(r.Why, "disabled") {
 		t.Errorf("no pushdown: %+v", r)
+	}
+}
+
+// TestConsoleNextPage: the next page's link keeps its query (the filter and
+// after) intact, and an id that needs escaping stays one parameter.
+func TestConsoleNextPage(t *testing.T) {
+	next := url.Values{"sink": {"hook"}, "after": {"items:82&x=<y>/hook"}}
+	d := &consoleDeadLetters{Entries: []consoleEntrySummary{{ID: "a"}}, Next: template.URL("/ui/deadletters?" + next.Encode())}
+	body := render(t, "deadletters", consolePage{Auth: "none", DeadLetters: d}).Body.String()
+	want := `<a id="next" href="/ui/deadletters?after=items%3A82%26x%3D%3Cy%3E%2Fhook&amp;sink=hook">`
+	if !strings.Contains(body, want) {
+		i := strings.Index(body, `id="next"`)
+		t.Fatalf("next link: %s, want %s", body[max(0, i-3):min(len(body), i+120)], want)
 	}
 }

@@ -81,8 +81,27 @@ func TestConsoleHandlers(t *testing.T) {
 		Operation: "insert", DocumentKey: key, Reason: "http_400", FirstError: hostileErr, LastError: hostileErr, Attempts: 1,
 		FirstFailedAt: time.Now(), LastFailedAt: time.Now(),
 	}
-	if err := dls.Put(context.Background(), ent); err != nil {
-		t.Fatal(err)
+	ent2 := ent
+	ent2.ID, ent2.EventID, ent2.DocumentKey, ent2.LastError, ent2.FirstError = deadletter.EntryID("items:01", "hook"), "items:01", nil, "plain error", "plain error"
+	for _, en := range []deadletter.Entry{ent, ent2} {
+		if err := dls.Put(context.Background(), en); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Paging: the next link carries the filter and after.
+	_, page1 := callWith(t, "GET", g.admin, "/ui/deadletters?sink=hook&limit=1", "", strings.NewReader(""))
+	i := strings.Index(page1, `<a id="next" href="`)
+	if i < 0 || strings.Count(page1, `class="deadletter"`) != 1 {
+		t.Fatalf("first page of 1: no next link:\n%s", page1)
+	}
+	next := page1[i+len(`<a id="next" href="`):]
+	next = strings.ReplaceAll(next[:strings.Index(next, `"`)], "&amp;", "&")
+	code, page2 := callWith(t, "GET", g.admin, next, "", strings.NewReader(""))
+	if code != 200 || strings.Count(page2, `class="deadletter"`) != 1 {
+		t.Fatalf("second page %s: %d\n%s", next, code, page2)
+	}
+	if (strings.Contains(page1, "plain error")) == (strings.Contains(page2, "plain error")) {
+		t.Fatalf("the two pages do not split the two entries")
 	}
 
 	for _, r := range []struct {
@@ -149,7 +168,7 @@ func TestConsoleHandlers(t *testing.T) {
 		{"GET", "/ui/api/replay", token, "application/json", `{}`, nil, 405, ""},
 		{"DELETE", "/ui/api/deadletters", token, "application/json", `{}`, nil, 400, "all"},
 		{"DELETE", "/ui/api/deadletters", token, "application/json", `{"ids":["other"]}`, nil, 200, `"purged": 0`},
-		{"DELETE", "/ui/api/deadletters", token, "application/json; charset=utf-8", `{"ids":[` + jsonString(ent.ID) + `]}`, nil, 200, `"purged": 1`},
+		{"DELETE", "/ui/api/deadletters", token, "application/json; charset=utf-8", `{"ids":[` + jsonString(ent.ID) + `,` + jsonString(ent2.ID) + `]}`, nil, 200, `"purged": 2`},
 		{"POST", "/ui/api/reload", token, "application/json", `{}`, nil, 200, "reloaded"},
 	} {
 		code, body := callBody(t, r.method, g.admin, r.path, r.token, r.ctype, r.body, r.hdr...)
