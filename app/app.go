@@ -55,6 +55,10 @@ type Options struct {
 	// Started, when non-nil, is called with the admin server's address
 	// ("" when disabled) once everything is running.
 	Started func(adminAddr string)
+	// ConsoleSampleEvery is the sampling interval of the web console's
+	// sparklines (default 10s; they show the last 90 samples). For tests
+	// and demos.
+	ConsoleSampleEvery time.Duration
 }
 
 type gateway struct {
@@ -74,6 +78,7 @@ type gateway struct {
 	defs     []unitDef    // every unit of the configuration
 	units    units        // the units whose sources run here
 	cl       *clusterLoop // nil outside cluster mode
+	samples  consoleRing  // the web console's sparkline samples
 
 	wg       sync.WaitGroup    // unit goroutines
 	unitDone chan *runningUnit // a unit's Run returned
@@ -306,6 +311,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}
 		adminAddr = ln.Addr().String()
 		srv = g.newAdminServer(reg)
+		go g.sampleConsole(ctx, opts.ConsoleSampleEvery)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin server failed", "err", err)

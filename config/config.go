@@ -111,7 +111,22 @@ type Server struct {
 	// default: localhost (and *.localhost), the host of Listen and the
 	// machine's host name; "*" accepts any name.
 	AllowedHosts []string
+	// Console serves the web console (GET / and /ui/...) on the admin
+	// listener (default true).
+	Console bool
+	// ConsoleAuth says who may read the console's pages: ConsoleAuthNone
+	// (default: anyone who can reach the listener, like public_read for
+	// the console's pages) or ConsoleAuthToken (the admin token, which the
+	// page's script sends as a bearer token). Actions always need the
+	// admin token.
+	ConsoleAuth string
 }
+
+// Values of [Server.ConsoleAuth].
+const (
+	ConsoleAuthNone  = "none"
+	ConsoleAuthToken = "token"
+)
 
 // Full-document modes of [Source.FullDocument], as the MongoDB driver spells them.
 const (

@@ -97,6 +97,18 @@ allowed_hosts = ["changegate.example", "https://x.example", "a.example:9464", ""
 `, nil, `server.public_read: expected a boolean (true or false), got string at config.toml:5
 server.allowed_hosts[5]: expected a string, got integer at config.toml:6`},
 
+		{"bad console keys", head + `
+[server]
+console = "yes"
+console_auth = "tokens"
+`, nil, `server.console: expected a boolean (true or false), got string at config.toml:5
+server.console_auth: invalid value "tokens" (did you mean "token"?); allowed values: "none", "token" at config.toml:6`},
+
+		{"console_auth token without admin_token", head + `
+[server]
+console_auth = "token"
+`, nil, `server.console_auth: is "token" but server.admin_token is not set: set the token the console's pages then need, or console_auth = "none" at config.toml:5`},
+
 		{"bad allowed host names", head + `
 [server]
 allowed_hosts = ["changegate.example", "https://x.example", "a.example:9464", "", "two words"]
