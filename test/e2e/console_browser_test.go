@@ -213,8 +213,8 @@ admin_token = "`+token+`"`, 1))
 	if st := evalString(t, bctx, `document.querySelector('#sinks tr[data-name="hook"]').dataset.state`); st != "failures in the last minute" {
 		t.Errorf("sink state %q, want failures in the last minute", st)
 	}
-	// A permanent failure is not the lane's last (retryable) error: the
-	// cell points to the dead letters.
+	// The last error is the permanent failure, shown as text, and the cell
+	// points to the dead letters.
 	evalUntil(t, bctx, 10*time.Second, "the link to the sink's dead letters", `(function () {
 		var a = document.querySelector('#sinks tr[data-name="hook"] td.error-text a');
 		return !!a && a.getAttribute('href').indexOf('sink=hook') >= 0;
