@@ -79,6 +79,17 @@ type gateway struct {
 	stopped  chan struct{}     // closed when Run no longer reads unitDone
 }
 
+// oversizePolicy returns the sink's oversize policy, counting in m (when
+// not nil).
+func oversizePolicy(sc config.Sink, m *metrics.Metrics) sinks.Oversize {
+	p := sinks.Oversize{Strip: sc.Oversize == config.OversizeStrip}
+	if m != nil {
+		p.Stripped = m.SinkOversize.WithLabelValues(sc.Name, metrics.OversizeStrip)
+		p.Refused = m.SinkOversize.WithLabelValues(sc.Name, metrics.OversizeDeadLetter)
+	}
+	return p
+}
+
 // Connect returns a MongoDB client for cfg. The driver connects lazily: an
 // unreachable server is reported by the operations, not here.
 func Connect(cfg *config.Config) (*mongo.Client, error) {
@@ -90,11 +101,12 @@ func Connect(cfg *config.Config) (*mongo.Client, error) {
 	return c, nil
 }
 
-// BuildSinks constructs the sinks of cfg, in config order.
-func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error) {
+// BuildSinks constructs the sinks of cfg, in config order. m, when not nil,
+// receives the sinks' own counters (changegate_sink_oversize_events_total).
+func BuildSinks(cfg *config.Config, log *slog.Logger, m *metrics.Metrics) ([]router.SinkSpec, error) {
 	var specs []router.SinkSpec
 	for _, sc := range cfg.Sinks {
-		sp, err := buildSink(cfg, sc, log)
+		sp, err := buildSink(cfg, sc, log, m)
 		if err != nil {
 			for _, s := range specs {
 				_ = s.Sink.Close()
@@ -106,10 +118,12 @@ func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error)
 	return specs, nil
 }
 
-// buildSink constructs one sink of cfg and how the engine drives it.
-func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.SinkSpec, error) {
+// buildSink constructs one sink of cfg and how the engine drives it; m may
+// be nil.
+func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.Metrics) (router.SinkSpec, error) {
 	var sk sinks.Sink
 	var err error
+	oversize := oversizePolicy(sc, m)
 	// Connections per destination: the fixed limit, or the adaptive
 	// limit's ceiling (fewer would show as queueing latency and hold the
 	// limit down).
@@ -137,7 +151,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			BearerToken: w.BearerToken.Value(), BasicUser: basicUser, BasicPassword: basicPassword,
 			Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize, MaxRequestBytes: w.MaxRequestBytes,
 			AllowPrivateNetworks: w.AllowPrivateNetworks, TLSCAFile: w.TLSCAFile, TLSInsecureSkipVerify: w.TLSInsecureSkipVerify,
-			MaxConns: conns,
+			MaxConns: conns, Oversize: oversize,
 		}, log.With("sink", sc.Name))
 	case sc.EventBridge != nil:
 		e := sc.EventBridge
@@ -145,7 +159,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			Name: sc.Name, EventBus: e.EventBus, Region: e.Region, Endpoint: e.Endpoint, RoleARN: e.RoleARN,
 			Source: e.Source, DetailType: e.DetailType, Resources: e.Resources,
 			MaxRequestBytes: e.MaxRequestBytes, Canonical: sc.JSON == "canonical", Timeout: e.Timeout,
-			MaxConns: conns, StripOversize: sc.Oversize == config.OversizeStrip,
+			MaxConns: conns, Oversize: oversize,
 		}, log.With("sink", sc.Name))
 	case sc.SQS != nil:
 		q := sc.SQS
@@ -153,7 +167,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			Name: sc.Name, QueueURL: q.QueueURL, QueueName: q.QueueName, Region: q.Region, Endpoint: q.Endpoint,
 			RoleARN: q.RoleARN, GroupBy: q.MessageGroupID, MaxRequestBytes: q.MaxRequestBytes,
 			Canonical: sc.JSON == "canonical", Timeout: q.Timeout, MaxConns: conns,
-			StripOversize: sc.Oversize == config.OversizeStrip,
+			Oversize: oversize,
 		}, log.With("sink", sc.Name))
 	default:
 		err = fmt.Errorf("sink type %q is not supported", sc.Type)
@@ -247,7 +261,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	for _, n := range PushdownNotes(cfg) {
 		log.Info(n) // as check prints them: why a rule is not pushed down
 	}
-	specs, err := BuildSinks(cfg, log)
+	specs, err := BuildSinks(cfg, log, m)
 	if err != nil {
 		return err
 	}
@@ -437,7 +451,7 @@ func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f dea
 	if err != nil {
 		return deadletter.ReplayResult{}, err
 	}
-	specs, err := BuildSinks(cfg, log)
+	specs, err := BuildSinks(cfg, log, nil)
 	if err != nil {
 		return deadletter.ReplayResult{}, err
 	}

@@ -77,7 +77,7 @@ region = "eu-west-1"`, ""},
 			if err := app.Check(cfg); err != nil {
 				t.Fatalf("Check: %v", err)
 			}
-			specs, err := app.BuildSinks(cfg, slog.New(slog.DiscardHandler))
+			specs, err := app.BuildSinks(cfg, slog.New(slog.DiscardHandler), nil)
 			if err != nil {
 				t.Fatalf("BuildSinks (run) refuses what check accepts: %v", err)
 			}
@@ -103,7 +103,7 @@ url = "https://example.com/hook"
 	if err == nil || !strings.Contains(err.Error(), "sinks[0]: sink s: webhook s: url: scheme must be http or https") || !strings.Contains(err.Error(), "check.toml") {
 		t.Fatalf("Check = %v", err)
 	}
-	if _, err := app.BuildSinks(cfg, slog.New(slog.DiscardHandler)); err == nil {
+	if _, err := app.BuildSinks(cfg, slog.New(slog.DiscardHandler), nil); err == nil {
 		t.Fatal("BuildSinks accepted what Check refused")
 	}
 }

@@ -16,12 +16,14 @@ const tenMiB = 10 * 1024 * 1024
 
 // TestLargeEventSplitAndStripped: a 10 MiB document updated to another
 // 10 MiB value, with updateLookup and pre-images (about 30 MiB of change
-// event), reaches a webhook whole and byte-identical (reassembled from the
-// server's fragments), reaches EventBridge per its policy (oversize =
-// "strip": the 10 MiB insert goes without its document; the update still
-// carries 10 MiB in updateDescription, so even stripped it is too large and
-// is dead-lettered with reason "oversize"), and later small changes keep
-// flowing; a crash right after the update and a restart lose nothing.
+// event), reaches a webhook that accepts 64 MiB bodies whole and
+// byte-identical (reassembled from the server's fragments); reaches
+// EventBridge per its policy (oversize = "strip": the insert goes without
+// its document; the update still carries 10 MiB in updatedFields, so it goes
+// with updatedFields replaced by {"truncated": true} too); is dead-lettered
+// for SQS (oversize = "deadletter", the default); and later small changes
+// keep flowing to every sink. A crash between fragments is
+// TestProcessKillBetweenFragments.
 func TestLargeEventSplitAndStripped(t *testing.T) {
 	w := newAWSWorld(t)
 	ctx := context.Background()
@@ -54,6 +56,7 @@ url = %q
 secret = "${TEST_SECRET}"
 allow_private_networks = true
 timeout = "60s"
+max_request_bytes = 67108864
 
 [[sinks]]
 name = "bus"
@@ -61,6 +64,12 @@ type = "eventbridge"
 event_bus = "orders"
 endpoint = %q
 oversize = "strip"
+
+[[sinks]]
+name = "audit"
+type = "sqs"
+queue_url = %q
+endpoint = %q
 
 [[rules]]
 name = "hooks"
@@ -70,8 +79,8 @@ sinks = ["hook"]
 [[rules]]
 name = "aws"
 source = "items"
-sinks = ["bus"]
-`, w.rcv.URL(), w.eb.URL()))
+sinks = ["bus", "audit"]
+`, w.rcv.URL(), w.eb.URL(), w.url, w.sqs.URL()))
 	g := w.e.start(cfg)
 	c := w.e.coll("items")
 	oldV, newV := strings.Repeat("x", tenMiB), strings.Repeat("y", tenMiB)
@@ -81,11 +90,6 @@ sinks = ["bus"]
 	if _, err := c.UpdateOne(ctx, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: newV}}}}); err != nil {
 		t.Fatal(err)
 	}
-	// Crash (no drain) while the large event is being read or delivered,
-	// then restart: at-least-once, nothing lost.
-	time.Sleep(50 * time.Millisecond)
-	_ = g.stop(t, true)
-	w.e.start(cfg)
 	insertN(t, c, 2, 5) // later small changes
 
 	waitFor(t, 60*time.Second, "the update and the small inserts at the webhook", func() bool {
@@ -128,19 +132,17 @@ sinks = ["bus"]
 				n++
 			}
 		}
-		return n >= 2
-	})
-	dls := w.e.client.Database(w.e.state).Collection("deadletters")
-	waitFor(t, 30*time.Second, "the update dead-lettered for EventBridge", func() bool {
-		n, err := dls.CountDocuments(ctx, bson.D{{Key: "sink", Value: "bus"}, {Key: "operation", Value: "update"}, {Key: "reason", Value: "oversize"}})
-		return err == nil && n == 1
+		return n >= 3
 	})
 	for _, ev := range w.eb.Events() {
 		var v struct {
-			OperationType string          `json:"operationType"`
-			DocumentKey   json.RawMessage `json:"documentKey"`
-			FullDocument  json.RawMessage `json:"fullDocument"`
-			Truncated     bool            `json:"truncated"`
+			OperationType     string          `json:"operationType"`
+			DocumentKey       json.RawMessage `json:"documentKey"`
+			FullDocument      json.RawMessage `json:"fullDocument"`
+			UpdateDescription *struct {
+				UpdatedFields json.RawMessage `json:"updatedFields"`
+			} `json:"updateDescription"`
+			Truncated bool `json:"truncated"`
 		}
 		if err := json.Unmarshal([]byte(ev.Detail), &v); err != nil {
 			t.Fatal(err)
@@ -149,8 +151,40 @@ sinks = ["bus"]
 		if big && (!v.Truncated || v.FullDocument != nil) {
 			t.Fatalf("eventbridge got the large %s event unstripped", v.OperationType)
 		}
+		if big && v.OperationType == "update" && (v.UpdateDescription == nil || string(v.UpdateDescription.UpdatedFields) != `{"truncated":true}`) {
+			t.Fatalf("eventbridge got the large update without its updatedFields truncated: %.300s", ev.Detail)
+		}
 		if !big && (v.Truncated || v.FullDocument == nil) {
 			t.Fatalf("eventbridge stripped a small event: %s", ev.Detail)
+		}
+	}
+
+	waitFor(t, 30*time.Second, "the small events at SQS", func() bool {
+		for _, m := range w.sqs.Messages("audit.fifo") {
+			if strings.Contains(m.Body, `"documentKey":{"_id":6}`) {
+				return true
+			}
+		}
+		return false
+	})
+	dls := w.e.client.Database(w.e.state).Collection("deadletters")
+	waitFor(t, 30*time.Second, "the large events dead-lettered for SQS, and only those", func() bool {
+		n, err := dls.CountDocuments(ctx, bson.D{{Key: "sink", Value: "audit"}, {Key: "reason", Value: "oversize"}})
+		all, err2 := dls.CountDocuments(ctx, bson.D{})
+		return err == nil && err2 == nil && n == 2 && all == 2
+	})
+	for _, m := range w.sqs.Messages("audit.fifo") {
+		if strings.Contains(m.Body, `"documentKey":{"_id":1}`) {
+			t.Fatalf("sqs got a large event: %.300s", m.Body)
+		}
+	}
+	fams := scrape(t, g.admin)
+	for _, c := range []struct {
+		sink, action string
+	}{{"bus", "strip"}, {"audit", "deadletter"}} {
+		m := find(fams, "changegate_sink_oversize_events_total", map[string]string{"sink": c.sink, "action": c.action})
+		if m == nil || m.GetCounter().GetValue() != 2 {
+			t.Errorf("changegate_sink_oversize_events_total{sink=%q,action=%q} = %v, want 2", c.sink, c.action, m)
 		}
 	}
 }
