@@ -4,12 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/test/mongowire"
+	"github.com/changegate/changegate/test/receiver"
 )
 
 const tenMiB = 10 * 1024 * 1024
@@ -185,6 +192,186 @@ sinks = ["bus", "audit"]
 		m := find(fams, "changegate_sink_oversize_events_total", map[string]string{"sink": c.sink, "action": c.action})
 		if m == nil || m.GetCounter().GetValue() != 2 {
 			t.Errorf("changegate_sink_oversize_events_total{sink=%q,action=%q} = %v, want 2", c.sink, c.action, m)
+		}
+	}
+}
+
+// TestProcessKillBetweenFragments runs the real binary, SIGKILLs it after it
+// has read the first fragments of a split 30 MiB update and before the last
+// one, restarts it, and checks that nothing is lost: the update reaches the
+// webhook reassembled and byte-identical, and every change before and after
+// it arrives. With test/mongowire the kill point is deterministic: the
+// server holds the getMore that would return the last fragment
+// (mongowire.Server.HoldFragment) until the process is dead. Against a real
+// MongoDB (CHANGEGATE_TEST_MONGODB_URI) there is no such hold: the process
+// is killed once the 10 MiB insert before the update is delivered, which is
+// not necessarily between fragments.
+func TestProcessKillBetweenFragments(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := changegateBinary(t)
+	e := newEnv(t)
+	ctx := context.Background()
+	err := e.client.Database(e.db).CreateCollection(ctx, "items",
+		options.CreateCollection().SetChangeStreamPreAndPostImages(bson.M{"enabled": true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv := receiver.New(testSecret)
+	t.Cleanup(rcv.Close)
+	tmpl := fmt.Sprintf(`
+[mongo]
+uri = "%%URI%%"
+state_database = "%%STATE%%"
+
+[server]
+listen = "127.0.0.1:0"
+
+[[sources]]
+name = "items"
+database = "%%DB%%"
+collection = "items"
+full_document = "updateLookup"
+full_document_before_change = "required"
+checkpoint_interval = "50ms"
+max_await = "200ms"
+
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = %q
+secret = "${TEST_SECRET}"
+allow_private_networks = true
+timeout = "60s"
+max_request_bytes = 67108864
+
+[[rules]]
+name = "all"
+source = "items"
+sinks = ["hook"]
+`, rcv.URL())
+	cfgPath := filepath.Join(t.TempDir(), "config.toml")
+	text := strings.NewReplacer("%URI%", e.uri, "%DB%", e.db, "%STATE%", e.state).Replace(tmpl)
+	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var hold *mongowire.FragmentHold
+	if e.srv != nil {
+		hold = e.srv.HoldFragment(0)
+		defer hold.Release()
+	} else {
+		t.Log("CHANGEGATE_TEST_MONGODB_URI is set: a real MongoDB cannot hold a getMore between fragments, " +
+			"so the deterministic kill between fragments is skipped; the process is killed after the insert before the update instead")
+	}
+
+	p := startProcess(t, bin, cfgPath)
+	cps, _ := e.stores(e.config(tmpl))
+	waitFor(t, 20*time.Second, "the process to open its stream", func() bool {
+		_, ok, _ := cps.Load(ctx, "items")
+		return ok
+	})
+	c := e.coll("items")
+	oldV, newV := strings.Repeat("x", tenMiB), strings.Repeat("y", tenMiB)
+	insertN(t, c, 0, 3)
+	if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: "big"}, {Key: "v", Value: oldV}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpdateOne(ctx, bson.D{{Key: "_id", Value: "big"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: newV}}}}); err != nil {
+		t.Fatal(err)
+	}
+	insertN(t, c, 3, 3)
+
+	var insertTok string // the 10 MiB insert's token data, once delivered
+	delivered := func(op, key string) int {
+		n := 0
+		for _, d := range rcv.Deliveries() {
+			if d.Operation == op && d.DocKey == key {
+				n++
+			}
+		}
+		return n
+	}
+	if hold != nil {
+		select {
+		case <-hold.Reached():
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the process never asked for the last fragment\n%s", p.out)
+		}
+		// The process has read every fragment but the last: the update
+		// cannot have been delivered. Let the insert before it be
+		// delivered and checkpointed, so that a checkpoint taken between
+		// fragments (a bug) would be persisted before the kill.
+		waitFor(t, 60*time.Second, "the 10 MiB insert checkpointed", func() bool {
+			for _, d := range rcv.Deliveries() {
+				if d.Operation == "insert" && d.DocKey == `{"_id":"big"}` {
+					insertTok = strings.TrimPrefix(d.ID, "items:")
+				}
+			}
+			cp, ok, _ := cps.Load(ctx, "items")
+			return ok && insertTok != "" && event.TokenData(cp.Token) >= insertTok
+		})
+		if n := delivered("update", `{"_id":"big"}`); n != 0 {
+			t.Fatalf("the update was delivered %d times before its last fragment was read", n)
+		}
+	} else {
+		waitFor(t, 60*time.Second, "the 10 MiB insert at the webhook", func() bool { return delivered("insert", `{"_id":"big"}`) > 0 })
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Wait()
+	if hold != nil {
+		// Nothing between fragments was persisted: the checkpoint is the
+		// insert before the update (tokens sort in stream order).
+		cp, _, err := cps.Load(ctx, "items")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := event.TokenData(cp.Token); got != insertTok {
+			t.Fatalf("checkpoint at the kill is %s, want the insert before the update, %s", got, insertTok)
+		}
+		hold.Release()
+	}
+
+	startProcess(t, bin, cfgPath)
+	waitFor(t, 90*time.Second, "every change after the restart", func() bool {
+		if delivered("update", `{"_id":"big"}`) == 0 || delivered("insert", `{"_id":"big"}`) == 0 {
+			return false
+		}
+		for i := range 6 {
+			if delivered("insert", fmt.Sprintf(`{"_id":%d}`, i)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	ids := map[string]string{} // webhook-id by change
+	for _, d := range rcv.Deliveries() {
+		if strings.Contains(string(d.Envelope), `"splitEvent"`) {
+			t.Fatal("a fragment reached the webhook")
+		}
+		k := d.Operation + d.DocKey
+		if id, ok := ids[k]; ok && id != d.WebhookID {
+			t.Fatalf("%s re-delivered with webhook-id %s, first %s", k, d.WebhookID, id)
+		}
+		ids[k] = d.WebhookID
+		if d.Operation != "update" {
+			continue
+		}
+		var env struct {
+			FullDocument             json.RawMessage `json:"fullDocument"`
+			FullDocumentBeforeChange json.RawMessage `json:"fullDocumentBeforeChange"`
+			Truncated                bool            `json:"truncated"`
+		}
+		if err := json.Unmarshal(d.Envelope, &env); err != nil {
+			t.Fatal(err)
+		}
+		if want := `{"_id":"big","v":"` + newV + `"}`; string(env.FullDocument) != want || env.Truncated {
+			t.Fatalf("update fullDocument is %d bytes (truncated %v), not the updated document", len(env.FullDocument), env.Truncated)
+		}
+		if want := `{"_id":"big","v":"` + oldV + `"}`; string(env.FullDocumentBeforeChange) != want {
+			t.Fatalf("update pre-image is %d bytes, not the old document", len(env.FullDocumentBeforeChange))
 		}
 	}
 }
