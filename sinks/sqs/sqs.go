@@ -144,7 +144,7 @@ type Config struct {
 	// MessageGroupId (default: namespace and document key).
 	GroupBy string
 	// MaxRequestBytes caps the payload of one SendMessageBatch call
-	// (default 256 KiB, at most 1 MiB).
+	// (default and at most 1 MiB).
 	MaxRequestBytes int
 	// Oversize is the policy for an event whose message alone exceeds
 	// MaxRequestBytes (sinks.Oversize.Fit): failed with reason "oversize"
