@@ -26,6 +26,7 @@ import (
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/eventbridge"
+	"github.com/changegate/changegate/sinks/lambda"
 	"github.com/changegate/changegate/sinks/limit"
 	"github.com/changegate/changegate/sinks/sqs"
 	"github.com/changegate/changegate/sinks/webhook"
@@ -101,9 +102,14 @@ func Connect(cfg *config.Config) (*mongo.Client, error) {
 	return c, nil
 }
 
-// BuildSinks constructs the sinks of cfg, in config order. m, when not nil,
-// receives the sinks' own counters (changegate_sink_oversize_events_total).
-func BuildSinks(cfg *config.Config, log *slog.Logger, m *metrics.Metrics) ([]router.SinkSpec, error) {
+// BuildSinks constructs the sinks of cfg, in config order.
+func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error) {
+	return buildSinks(cfg, log, nil)
+}
+
+// buildSinks is BuildSinks; m, when not nil, receives the sinks' own
+// counters (changegate_sink_oversize_events_total).
+func buildSinks(cfg *config.Config, log *slog.Logger, m *metrics.Metrics) ([]router.SinkSpec, error) {
 	var specs []router.SinkSpec
 	for _, sc := range cfg.Sinks {
 		sp, err := buildSink(cfg, sc, log, m)
@@ -151,7 +157,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 			BearerToken: w.BearerToken.Value(), BasicUser: basicUser, BasicPassword: basicPassword,
 			Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize, MaxRequestBytes: w.MaxRequestBytes,
 			AllowPrivateNetworks: w.AllowPrivateNetworks, TLSCAFile: w.TLSCAFile, TLSInsecureSkipVerify: w.TLSInsecureSkipVerify,
-			MaxConns: conns, Oversize: oversize,
+			MaxConns: conns, SigV4: webhookSigV4(w), Oversize: oversize,
 		}, log.With("sink", sc.Name))
 	case sc.EventBridge != nil:
 		e := sc.EventBridge
@@ -168,6 +174,14 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 			RoleARN: q.RoleARN, GroupBy: q.MessageGroupID, MaxRequestBytes: q.MaxRequestBytes,
 			Canonical: sc.JSON == "canonical", Timeout: q.Timeout, MaxConns: conns,
 			Oversize: oversize,
+		}, log.With("sink", sc.Name))
+	case sc.Lambda != nil:
+		l := sc.Lambda
+		sk, err = lambda.New(lambda.Config{
+			Name: sc.Name, Function: l.Function, Qualifier: l.Qualifier, InvocationType: l.InvocationType,
+			ClientContext: l.ClientContext, BatchSize: sc.BatchSize, MaxPayloadBytes: l.MaxRequestBytes,
+			Oversize: oversize, Canonical: sc.JSON == "canonical",
+			Region: l.Region, Endpoint: l.Endpoint, RoleARN: l.RoleARN, Timeout: l.Timeout, MaxConns: conns,
 		}, log.With("sink", sc.Name))
 	default:
 		err = fmt.Errorf("sink type %q is not supported", sc.Type)
@@ -195,6 +209,15 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 			Rate: sc.RateLimit, Burst: sc.RateLimitBurst,
 		},
 	}, nil
+}
+
+// webhookSigV4 returns the SigV4 signing of a webhook sink, nil without
+// auth = "aws_sigv4".
+func webhookSigV4(w *config.WebhookSink) *webhook.SigV4 {
+	if w.Auth != config.WebhookAuthSigV4 {
+		return nil
+	}
+	return &webhook.SigV4{Service: w.AWSService, Region: w.Region, RoleARN: w.RoleARN}
 }
 
 // CompileRules compiles cfg's rules against its sinks.
@@ -261,7 +284,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	for _, n := range PushdownNotes(cfg) {
 		log.Info(n) // as check prints them: why a rule is not pushed down
 	}
-	specs, err := BuildSinks(cfg, log, m)
+	specs, err := buildSinks(cfg, log, m)
 	if err != nil {
 		return err
 	}
@@ -451,7 +474,7 @@ func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f dea
 	if err != nil {
 		return deadletter.ReplayResult{}, err
 	}
-	specs, err := BuildSinks(cfg, log, nil)
+	specs, err := BuildSinks(cfg, log)
 	if err != nil {
 		return deadletter.ReplayResult{}, err
 	}

@@ -241,6 +241,8 @@ const (
 	SinkEventBridge = "eventbridge"
 	// SinkSQS sends events to an Amazon SQS queue; see [SQSSink].
 	SinkSQS = "sqs"
+	// SinkLambda invokes an AWS Lambda function; see [LambdaSink].
+	SinkLambda = "lambda"
 )
 
 // Ordering is a sink's delivery ordering guarantee.
@@ -317,6 +319,8 @@ type Sink struct {
 	EventBridge *EventBridgeSink
 	// SQS holds the options of an sqs sink; nil for other types.
 	SQS *SQSSink
+	// Lambda holds the options of a lambda sink; nil for other types.
+	Lambda *LambdaSink
 }
 
 // Retry is a sink's retry policy: exponential backoff with jitter.
@@ -371,7 +375,47 @@ type WebhookSink struct {
 	TLSCAFile string
 	// TLSInsecureSkipVerify disables server certificate verification.
 	TLSInsecureSkipVerify bool
+	// Auth is "" or WebhookAuthSigV4: every request is then signed with
+	// AWS Signature Version 4 (after the Standard Webhooks headers), with
+	// the AWS sinks' credential chain.
+	Auth string
+	// AWSService is the SigV4 signing name (default "lambda", for function
+	// URLs; "execute-api" for API Gateway); set only with Auth.
+	AWSService string
+	// Region is the SigV4 signing region: region, or the one in a function
+	// URL's or execute-api host; set only with Auth.
+	Region string
+	// RoleARN is a role to assume with STS for signing (empty: none).
+	RoleARN string
 }
+
+// WebhookAuthSigV4 is the webhook auth value that signs requests with AWS
+// Signature Version 4.
+const WebhookAuthSigV4 = "aws_sigv4"
+
+// LambdaSink holds the options of a lambda sink. AWS.MaxRequestBytes is
+// the payload limit of one invocation (default and maximum: the Invoke
+// limit of the invocation type).
+type LambdaSink struct {
+	AWS
+	// Function is the function's name, name:qualifier, full or partial
+	// ARN, as Lambda's Invoke accepts it.
+	Function string
+	// Qualifier is a version or alias (optional).
+	Qualifier string
+	// InvocationType is LambdaInvocationEvent (default) or
+	// LambdaInvocationRequestResponse.
+	InvocationType string
+	// ClientContext is a JSON object passed (base64-encoded) to synchronous
+	// invocations (optional).
+	ClientContext string
+}
+
+// Lambda invocation types of [LambdaSink.InvocationType].
+const (
+	LambdaInvocationEvent           = "Event"
+	LambdaInvocationRequestResponse = "RequestResponse"
+)
 
 // AWS holds the options shared by the AWS sinks. Credentials come from the
 // SDK's default chain (environment, shared profile, web identity, ECS/EC2

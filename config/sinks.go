@@ -35,6 +35,7 @@ func builtinSinkTypes() []sinkType {
 		{name: SinkWebhook, maxBatchSize: 1000, decode: decodeWebhook},
 		{name: SinkEventBridge, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeEventBridge},
 		{name: SinkSQS, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeSQS},
+		{name: SinkLambda, maxBatchSize: 1000, decode: decodeLambda},
 	}
 }
 
@@ -321,6 +322,7 @@ func decodeWebhook(d *decoder, o *obj, s *Sink) {
 		}
 	}
 	w.TLSInsecureSkipVerify = o.boolean("tls_insecure_skip_verify", false)
+	d.webhookAuth(o, w)
 }
 
 func checkHTTPURL(s string) string {

@@ -42,6 +42,9 @@ type finisher interface {
 	// dropLost returns items without those whose tenure is over (cluster
 	// mode), which it drops unacked.
 	dropLost(items []*item) []*item
+	// waiting is called when the delivery stage starts a timed wait (a
+	// backoff, a pause); the function it returns when the wait ends.
+	waiting() func()
 }
 
 // deliverer is the delivery stage of a lane: it waits for the sink to be
@@ -106,16 +109,24 @@ func (d *deliverer) pause(t time.Time) {
 	}
 }
 
-// waitReady waits until items may be attempted. It returns false when ctx
-// ended first.
-func (d *deliverer) waitReady(ctx context.Context, items []*item) bool {
+// waitReady waits until items may be attempted, telling fin (if any) while
+// it waits. It returns false when ctx ended first.
+func (d *deliverer) waitReady(ctx context.Context, items []*item, fin finisher) bool {
 	for {
 		at := d.readyAt(items)
 		wait := at.Sub(d.clk.Now())
 		if wait <= 0 {
 			return ctx.Err() == nil
 		}
-		if !sleep(ctx, d.clk, wait) {
+		var end func()
+		if fin != nil {
+			end = fin.waiting()
+		}
+		ok := sleep(ctx, d.clk, wait)
+		if end != nil {
+			end()
+		}
+		if !ok {
 			return false
 		}
 		// A pause may have been extended meanwhile: look again.
@@ -161,7 +172,7 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 	pending := items
 	evs := make([]*event.Event, 0, len(items))
 	for {
-		if !d.waitReady(ctx, pending) {
+		if !d.waitReady(ctx, pending, fin) {
 			return pending, ctx.Err()
 		}
 		if mode == modeLive {

@@ -36,6 +36,7 @@ type rule struct {
 	filter *query.Filter
 	sinks  []int
 	match  bson.D // the rule as a $match condition; nil when it matches everything
+	local  bool   // the filter is evaluated in changegate only (not in match)
 
 	// The Match of an event that matches this rule only, shared by those
 	// events: read-only, and with len == cap so that appending copies.
@@ -115,6 +116,8 @@ func CompileRules(specs []RuleSpec, sinkNames []string) (*Rules, error) {
 			// query.BacktrackRisk): the pushed-down $match is then wider.
 			if query.BacktrackRisk(raw) == "" {
 				conds = append(conds, sp.Filter)
+			} else {
+				r.local = true
 			}
 		}
 		switch len(conds) {
@@ -227,4 +230,29 @@ func (rs *Rules) Pushdown(source string) (bson.D, bool) {
 		ors = append(ors, r.match)
 	}
 	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: ors}}}}, true
+}
+
+// RuleHit is one rule that matched an event, with the sinks it routes the
+// event to (indexes into the sink list given to CompileRules, in the rule's
+// order).
+type RuleHit struct {
+	Rule  string
+	Sinks []int
+	// FilterLocal: the rule's filter is evaluated in changegate only, not
+	// pushed down into the change stream (query.BacktrackRisk); the
+	// pushed-down $match then holds only its operations and namespaces.
+	FilterLocal bool
+}
+
+// Explain routes e exactly as Route does (the same compiled rules and
+// matchers) and also returns every matching rule with its sinks, in config
+// order. It is for dry runs (changegate rules test, tail): the returned
+// slices are the caller's.
+func (rs *Rules) Explain(e *event.Event) (Match, []RuleHit) {
+	var hits []RuleHit
+	m := rs.route(e, func(idx int) {
+		r := rs.rules[idx]
+		hits = append(hits, RuleHit{Rule: r.name, Sinks: slices.Clone(r.sinks), FilterLocal: r.local})
+	})
+	return Match{Rules: slices.Clone(m.Rules), Sinks: slices.Clone(m.Sinks)}, hits
 }

@@ -1,5 +1,5 @@
 // Command changegate tails MongoDB change streams and delivers every change
-// to webhooks, EventBridge and SQS according to the rules of a TOML file.
+// to webhooks, EventBridge, SQS and Lambda according to the rules of a TOML file.
 package main
 
 import (
@@ -23,15 +23,20 @@ import (
 var version = "dev"
 
 const usage = `changegate tails MongoDB change streams and delivers every change to
-webhooks, AWS EventBridge buses and AWS SQS queues, routed by rules in a TOML
-file. Deliveries are at-least-once with stable event ids; what
-cannot be delivered goes to a dead-letter collection in MongoDB.
+webhooks, AWS EventBridge buses, AWS SQS queues and AWS Lambda functions,
+routed by rules in a TOML file. Deliveries are at-least-once with stable
+event ids; what cannot be delivered goes to a dead-letter collection in
+MongoDB.
 
 Usage:
   changegate run -config FILE           run the gateway (also: changegate -config FILE)
   changegate check -config FILE         validate the config; connects to nothing
   changegate deadletters list|show|replay|purge -config FILE [filters]
   changegate checkpoints show|reset -config FILE [-source NAME]
+  changegate rules test -config FILE -events FILE.jsonl [-json]
+                                        dry-run the rules on recorded change events
+  changegate tail -config FILE -source NAME [-rule NAME] [-n N]
+                                        print live matched changes (read-only)
   changegate version                    print the version
 
 Run 'changegate COMMAND -help' for a command's flags.
@@ -63,6 +68,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDeadletters(rest, stdout, stderr)
 	case "checkpoints":
 		return cmdCheckpoints(rest, stdout, stderr)
+	case "rules":
+		return cmdRules(rest, stdout, stderr)
+	case "tail":
+		return cmdTail(rest, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "changegate %s\n", version)
 		return 0

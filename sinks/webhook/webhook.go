@@ -33,6 +33,11 @@
 //
 // When ctx ends, Send returns ctx's error (wrapped), not a *sinks.Error.
 //
+// With Config.SigV4 every request is also signed with AWS Signature Version
+// 4 (sigv4.go), after the Standard Webhooks headers, for a Lambda function
+// URL with AuthType AWS_IAM or an IAM-protected API Gateway API; failing to
+// get credentials is retryable, reason "credentials".
+//
 // Security defaults: TLS certificates are verified; redirects are not
 // followed; proxies from the environment (HTTP_PROXY, HTTPS_PROXY) are not
 // used, because the private-network guard checks the address actually
@@ -154,6 +159,10 @@ type Config struct {
 	MaxConns int
 	// UserAgent is the User-Agent header (default "changegate-webhook").
 	UserAgent string
+	// SigV4, when non-nil, signs every request with AWS Signature Version
+	// 4 (see sigv4.go); exclusive with BearerToken, BasicUser and an
+	// Authorization header.
+	SigV4 *SigV4
 }
 
 // Webhook is a sinks.Sink that POSTs envelopes to one URL. It is safe for
@@ -170,6 +179,7 @@ type Webhook struct {
 	target      string        // DisplayURL of the URL, for messages
 	static      http.Header   // precomputed headers, copied into each request
 	signer      *signer       // nil: unsigned
+	aws         *awsSigner    // nil: no SigV4
 
 	transport *http.Transport
 	timeout   time.Duration
@@ -235,6 +245,10 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 	if err != nil {
 		bad("%v", err)
 	}
+	as, err := newAWSSigner(cfg)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	static, err := staticHeaders(cfg)
 	if err != nil {
 		errs = append(errs, err)
@@ -291,6 +305,7 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 		target:    DisplayURL(u),
 		static:    static,
 		signer:    sg,
+		aws:       as,
 		transport: tr,
 		timeout:   timeout,
 		log:       logger,
@@ -481,7 +496,7 @@ func (w *Webhook) Send(ctx context.Context, batch []*event.Event) error {
 }
 
 func (w *Webhook) sendOne(ctx context.Context, e *event.Event) error {
-	env, err := e.Envelope(w.canonical)
+	env, err := sinks.EncodeEnvelope(e, w.canonical)
 	if err != nil {
 		return sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 	}
@@ -532,7 +547,7 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err erro
 	var cur []int
 	size := 2 // []
 	for i, e := range batch {
-		env, err := e.Envelope(w.canonical)
+		env, err := sinks.EncodeEnvelope(e, w.canonical)
 		if err != nil {
 			failed[i] = sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 			continue
@@ -583,21 +598,13 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err erro
 // so only an event that is refused on its own is given up. It returns an
 // error only when ctx ended.
 func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]byte, idx []int, failed map[int]error) error {
-	size := 1
-	for _, i := range idx {
-		size += len(envs[i]) + 1
-	}
-	body := make([]byte, 0, size)
-	body = append(body, '[')
-	ids := make([]string, 0, len(idx))
+	parts := make([][]byte, len(idx))
+	sizes := make([]int, len(idx))
+	ids := make([]string, len(idx))
 	for j, i := range idx {
-		if j > 0 {
-			body = append(body, ',')
-		}
-		body = append(body, envs[i]...)
-		ids = append(ids, batch[i].ID)
+		parts[j], sizes[j], ids[j] = envs[i], len(envs[i]), batch[i].ID
 	}
-	body = append(body, ']')
+	body := sinks.AppendJSONArray(make([]byte, 0, sinks.JSONArraySize(sizes...)), parts...)
 	err := w.post(ctx, BatchID(ids), body)
 	if err == nil {
 		return nil
@@ -651,6 +658,15 @@ func (w *Webhook) post(parent context.Context, id string, body []byte) error {
 	h[HeaderID] = []string{id}
 	w.sign(h, id, body)
 	hr.Header = h
+	if w.aws != nil {
+		hr.ContentLength = int64(len(body))
+		if err := w.aws.sign(ctx, hr, payloadHash(body)); err != nil {
+			if parent.Err() != nil {
+				return fmt.Errorf("webhook %s: POST %s: %w", w.name, w.target, parent.Err())
+			}
+			return sinks.Retryable("credentials", 0, fmt.Errorf("webhook %s: sigv4: %w", w.name, err))
+		}
+	}
 	req, err := retryablehttp.FromRequest(hr)
 	if err == nil {
 		err = req.SetBody(body)
@@ -707,6 +723,11 @@ func (w *Webhook) prepareRetry(r *http.Request) error {
 		}
 	}
 	w.sign(h, h.Get(HeaderID), body)
+	if w.aws != nil {
+		// A new date and signature over the new webhook-timestamp; the
+		// body, and so its hash, is the same.
+		return w.aws.sign(r.Context(), r, h.Get("X-Amz-Content-Sha256"))
+	}
 	return nil
 }
 
