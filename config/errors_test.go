@@ -366,9 +366,18 @@ pipeline = '[{"$changeStreamSplitLargeEvent": {}}, {"$project": {"fullDocument":
 [[sources]]
 name = "ok"
 pipeline = '[{"$match": {"operationType": "insert"}}, {"$changeStreamSplitLargeEvent": {}}]'
+[[sources]]
+name = "spec"
+pipeline = '[{"$changeStreamSplitLargeEvent": {"maxSize": 1}}]'
+[[sources]]
+name = "twice"
+pipeline = '[{"$changeStreamSplitLargeEvent": {}}, {"$changeStreamSplitLargeEvent": 1}]'
 `, nil, `sources[0].split_large_events: invalid value "on"; allowed values: "auto", "off" at config.toml:6
 sources[0].on_oversize_event: invalid value "drop"; allowed values: "fail", "skip" at config.toml:7
-sources[0].pipeline: stage 0: $changeStreamSplitLargeEvent must be the last stage of the pipeline (MongoDB refuses it anywhere else) at config.toml:8`},
+sources[0].pipeline: stage 0: $changeStreamSplitLargeEvent must be the last stage of the pipeline (MongoDB refuses it anywhere else) at config.toml:8
+sources[2].pipeline: stage 0: $changeStreamSplitLargeEvent takes an empty document, {} at config.toml:14
+sources[3].pipeline: stage 0: $changeStreamSplitLargeEvent must be the last stage of the pipeline (MongoDB refuses it anywhere else) at config.toml:17
+sources[3].pipeline: stage 1: $changeStreamSplitLargeEvent takes an empty document, {} at config.toml:17`},
 
 		{"bad oversize", head + `
 [[sinks]]

@@ -39,7 +39,8 @@ const (
 
 	DefaultWebhookTimeout = 10 * time.Second
 	// DefaultWebhookMaxRequestBytes is the default byte cap of a webhook
-	// batch request; MaxWebhookMaxRequestBytes the largest accepted.
+	// request body, batch or single event; MaxWebhookMaxRequestBytes the
+	// largest accepted.
 	DefaultWebhookMaxRequestBytes = 1 << 20
 	MaxWebhookMaxRequestBytes     = 1 << 30
 )
