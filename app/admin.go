@@ -194,6 +194,7 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 	mux.HandleFunc("POST /api/v1/deadletters/replay", g.mutating(g.replayDeadLetters))
 	mux.HandleFunc("DELETE /api/v1/deadletters", g.mutating(g.purgeDeadLetters))
 	mux.HandleFunc("POST /api/v1/reload", g.mutating(g.reloadHandler))
+	g.consoleRoutes(mux)
 	return mux
 }
 

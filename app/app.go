@@ -56,6 +56,10 @@ type Options struct {
 	// Started, when non-nil, is called with the admin server's address
 	// ("" when disabled) once everything is running.
 	Started func(adminAddr string)
+	// ConsoleSampleEvery is the sampling interval of the web console's
+	// sparklines (default 10s; they show the last 90 samples). For tests
+	// and demos.
+	ConsoleSampleEvery time.Duration
 }
 
 type gateway struct {
@@ -75,10 +79,22 @@ type gateway struct {
 	defs     []unitDef    // every unit of the configuration
 	units    units        // the units whose sources run here
 	cl       *clusterLoop // nil outside cluster mode
+	samples  consoleRing  // the web console's sparkline samples
 
 	wg       sync.WaitGroup    // unit goroutines
 	unitDone chan *runningUnit // a unit's Run returned
 	stopped  chan struct{}     // closed when Run no longer reads unitDone
+}
+
+// oversizePolicy returns the sink's oversize policy, counting in m (when
+// not nil).
+func oversizePolicy(sc config.Sink, m *metrics.Metrics) sinks.Oversize {
+	p := sinks.Oversize{Strip: sc.Oversize == config.OversizeStrip}
+	if m != nil {
+		p.Stripped = m.SinkOversize.WithLabelValues(sc.Name, metrics.OversizeStrip)
+		p.Refused = m.SinkOversize.WithLabelValues(sc.Name, metrics.OversizeDeadLetter)
+	}
+	return p
 }
 
 // Connect returns a MongoDB client for cfg. The driver connects lazily: an
@@ -94,9 +110,15 @@ func Connect(cfg *config.Config) (*mongo.Client, error) {
 
 // BuildSinks constructs the sinks of cfg, in config order.
 func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error) {
+	return buildSinks(cfg, log, nil)
+}
+
+// buildSinks is BuildSinks; m, when not nil, receives the sinks' own
+// counters (changegate_sink_oversize_events_total).
+func buildSinks(cfg *config.Config, log *slog.Logger, m *metrics.Metrics) ([]router.SinkSpec, error) {
 	var specs []router.SinkSpec
 	for _, sc := range cfg.Sinks {
-		sp, err := buildSink(cfg, sc, log)
+		sp, err := buildSink(cfg, sc, log, m)
 		if err != nil {
 			for _, s := range specs {
 				_ = s.Sink.Close()
@@ -108,10 +130,12 @@ func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error)
 	return specs, nil
 }
 
-// buildSink constructs one sink of cfg and how the engine drives it.
-func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.SinkSpec, error) {
+// buildSink constructs one sink of cfg and how the engine drives it; m may
+// be nil.
+func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.Metrics) (router.SinkSpec, error) {
 	var sk sinks.Sink
 	var err error
+	oversize := oversizePolicy(sc, m)
 	// Connections per destination: the fixed limit, or the adaptive
 	// limit's ceiling (fewer would show as queueing latency and hold the
 	// limit down).
@@ -139,7 +163,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			BearerToken: w.BearerToken.Value(), BasicUser: basicUser, BasicPassword: basicPassword,
 			Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize, MaxRequestBytes: w.MaxRequestBytes,
 			AllowPrivateNetworks: w.AllowPrivateNetworks, TLSCAFile: w.TLSCAFile, TLSInsecureSkipVerify: w.TLSInsecureSkipVerify,
-			MaxConns: conns, SigV4: webhookSigV4(w),
+			MaxConns: conns, SigV4: webhookSigV4(w), Oversize: oversize,
 		}, log.With("sink", sc.Name))
 	case sc.EventBridge != nil:
 		e := sc.EventBridge
@@ -147,7 +171,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			Name: sc.Name, EventBus: e.EventBus, Region: e.Region, Endpoint: e.Endpoint, RoleARN: e.RoleARN,
 			Source: e.Source, DetailType: e.DetailType, Resources: e.Resources,
 			MaxRequestBytes: e.MaxRequestBytes, Canonical: sc.JSON == "canonical", Timeout: e.Timeout,
-			MaxConns: conns, StripOversize: sc.Oversize == config.OversizeStrip,
+			MaxConns: conns, Oversize: oversize,
 		}, log.With("sink", sc.Name))
 	case sc.SQS != nil:
 		q := sc.SQS
@@ -155,14 +179,14 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			Name: sc.Name, QueueURL: q.QueueURL, QueueName: q.QueueName, Region: q.Region, Endpoint: q.Endpoint,
 			RoleARN: q.RoleARN, GroupBy: q.MessageGroupID, MaxRequestBytes: q.MaxRequestBytes,
 			Canonical: sc.JSON == "canonical", Timeout: q.Timeout, MaxConns: conns,
-			StripOversize: sc.Oversize == config.OversizeStrip,
+			Oversize: oversize,
 		}, log.With("sink", sc.Name))
 	case sc.Lambda != nil:
 		l := sc.Lambda
 		sk, err = lambda.New(lambda.Config{
 			Name: sc.Name, Function: l.Function, Qualifier: l.Qualifier, InvocationType: l.InvocationType,
 			ClientContext: l.ClientContext, BatchSize: sc.BatchSize, MaxPayloadBytes: l.MaxRequestBytes,
-			StripOversize: sc.Oversize == config.OversizeStrip, Canonical: sc.JSON == "canonical",
+			Oversize: oversize, Canonical: sc.JSON == "canonical",
 			Region: l.Region, Endpoint: l.Endpoint, RoleARN: l.RoleARN, Timeout: l.Timeout, MaxConns: conns,
 		}, log.With("sink", sc.Name))
 	default:
@@ -278,7 +302,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	for _, n := range PushdownNotes(cfg) {
 		log.Info(n) // as check prints them: why a rule is not pushed down
 	}
-	specs, err := BuildSinks(cfg, log)
+	specs, err := buildSinks(cfg, log, m)
 	if err != nil {
 		return err
 	}
@@ -319,6 +343,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}
 		adminAddr = ln.Addr().String()
 		srv = g.newAdminServer(reg)
+		go g.sampleConsole(ctx, opts.ConsoleSampleEvery)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin server failed", "err", err)

@@ -111,7 +111,22 @@ type Server struct {
 	// default: localhost (and *.localhost), the host of Listen and the
 	// machine's host name; "*" accepts any name.
 	AllowedHosts []string
+	// Console serves the web console (GET / and /ui/...) on the admin
+	// listener (default true).
+	Console bool
+	// ConsoleAuth says who may read the console's pages: ConsoleAuthNone
+	// (default: anyone who can reach the listener, like public_read for
+	// the console's pages) or ConsoleAuthToken (the admin token, which the
+	// page's script sends as a bearer token). Actions always need the
+	// admin token.
+	ConsoleAuth string
 }
+
+// Values of [Server.ConsoleAuth].
+const (
+	ConsoleAuthNone  = "none"
+	ConsoleAuthToken = "token"
+)
 
 // Full-document modes of [Source.FullDocument], as the MongoDB driver spells them.
 const (
@@ -165,7 +180,8 @@ const (
 	// OversizeDeadLetter dead-letters the event (reason "oversize").
 	OversizeDeadLetter = "deadletter"
 	// OversizeStrip sends the envelope without fullDocument and
-	// fullDocumentBeforeChange, marked "truncated": true.
+	// fullDocumentBeforeChange, marked "truncated": true, and if need be
+	// with updateDescription truncated too (sinks.Oversize.Fit).
 	OversizeStrip = "strip"
 )
 
@@ -306,8 +322,9 @@ type Sink struct {
 	ParkAfter time.Duration
 	// Retry is the retry policy, defaults filled in.
 	Retry Retry
-	// Oversize is what happens to an event whose payload exceeds the sink's
-	// limit: OversizeDeadLetter (default) or OversizeStrip.
+	// Oversize is what happens to an event whose payload alone exceeds the
+	// sink's limit (max_request_bytes of every sink type):
+	// OversizeDeadLetter (default) or OversizeStrip.
 	Oversize string
 	// Shape is the payload shaping of the sink (fields, redact,
 	// envelope, ...); see Shape.
@@ -361,9 +378,9 @@ type WebhookSink struct {
 	// BasicAuth, when non-nil, is sent as HTTP basic authentication.
 	// Exclusive with BearerToken.
 	BasicAuth *BasicAuth
-	// MaxRequestBytes caps the body of one batch request (batch_size > 1,
-	// default 1 MiB): a batch larger than that is sent as several requests.
-	// An event larger than the cap alone is sent in a request of its own.
+	// MaxRequestBytes caps the body of one request (default 1 MiB, at most
+	// 1 GiB): a batch larger than that is sent as several requests; an
+	// event whose envelope alone is larger follows Sink.Oversize.
 	MaxRequestBytes int
 	// Timeout bounds one request, including reading the response (default
 	// 10s, > 0).

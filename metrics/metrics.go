@@ -25,6 +25,12 @@ const (
 	OutcomeSkippedEmpty = "skipped_empty"
 )
 
+// Actions used as the "action" label of SinkOversize.
+const (
+	OversizeStrip      = "strip"
+	OversizeDeadLetter = "deadletter"
+)
+
 // Metrics holds every collector. The zero value is not usable; use New.
 type Metrics struct {
 	EventsRead        *prometheus.CounterVec   // source
@@ -45,6 +51,7 @@ type Metrics struct {
 	SplitEvents       *prometheus.CounterVec   // source: events reassembled from fragments
 	OversizeEvents    *prometheus.CounterVec   // source: changes MongoDB could not return (10334)
 	StreamFailures    *prometheus.GaugeVec     // source: consecutive stream failures without progress
+	SinkOversize      *prometheus.CounterVec   // sink, action: events over the sink's payload limit, stripped or dead-lettered
 	CheckpointSaves   *prometheus.CounterVec   // source
 	CheckpointLag     *prometheus.GaugeVec     // source: seconds between newest change seen and checkpoint
 	DeadLetters       *prometheus.GaugeVec     // sink, kind: entries in the dead-letter collection
@@ -115,6 +122,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		StreamFailures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "changegate_stream_consecutive_failures", Help: "Change stream failures since the stream last made progress; 0 while it reads.",
 		}, []string{"source"}),
+		SinkOversize: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_sink_oversize_events_total", Help: "Events whose payload exceeded the sink's limit (max_request_bytes), by action: strip (delivered stripped, oversize = \"strip\") or deadletter (dead-lettered with reason oversize).",
+		}, []string{"sink", "action"}),
 		CheckpointSaves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "changegate_checkpoint_saves_total", Help: "Checkpoints persisted.",
 		}, []string{"source"}),
@@ -143,7 +153,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts, m.DeliveryFailures,
 			m.DeliveryDuration, m.EndToEndLag, m.InFlight, m.QueueDepth, m.SinkParked, m.SinkConcurrency,
-			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.SplitEvents, m.OversizeEvents, m.StreamFailures, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
+			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.SplitEvents, m.OversizeEvents, m.StreamFailures, m.SinkOversize, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
 			m.LeaseOwned, m.LeaseAcquisitions, m.LeaseLosses, m.ClusterMembers, m.ClusterMember,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

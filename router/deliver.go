@@ -220,6 +220,7 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 					if mode != modeLive {
 						return []*item{it}, de
 					}
+					d.noteLastErr(de)
 					fin.deadLetter([]*item{it}, de.Reason)
 					continue
 				}
@@ -249,6 +250,7 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 				if mode != modeLive {
 					return pending, de
 				}
+				d.noteLastErr(de)
 				fin.deadLetter(pending, de.Reason)
 				return nil, nil
 			}
@@ -291,6 +293,14 @@ func (d *deliverer) noteFailure(de *sinks.Error) {
 		d.lastErr.Store(&msg)
 		d.log.Warn("delivery failed", "err", msg, "reason", de.Reason)
 	}
+}
+
+// noteLastErr keeps a permanent failure as the sink's last error (status,
+// console) without making the sink failing: it concerns its event only,
+// which the dead-lettering logs.
+func (d *deliverer) noteLastErr(de *sinks.Error) {
+	msg := de.Error()
+	d.lastErr.Store(&msg)
 }
 
 // markHealthy clears the failure state (a parked lane going live again).

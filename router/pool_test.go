@@ -2,13 +2,16 @@ package router
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/metrics"
+	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/limit"
 )
 
@@ -157,5 +160,33 @@ func (b *blockingSink) Send(ctx context.Context, batch []*event.Event) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// A permanent failure is the sink's last error in its status (the console
+// shows it) without marking the sink failing: it concerns one event.
+func TestPermanentFailureIsLastError(t *testing.T) {
+	sink := &fakeSink{name: "s", max: 1}
+	sink.setFail(func(e *event.Event) error {
+		return sinks.Permanent("http_400", errors.New("webhook s: HTTP 400 bad field"))
+	})
+	dl := newMemDL()
+	l, err := newLaneClock(SinkSpec{Sink: sink, MaxInFlight: 1}, dl, metrics.New(nil), slog.New(slog.DiscardHandler), realClock{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer func() { cancel(); l.stop() }()
+	l.start(ctx)
+	var acked atomic.Bool
+	ev := posEvent(t, 1, 1)
+	l.enqueue(ev, ev.OrderingKeyHash(), func() { acked.Store(true) })
+	waitUntil(t, "dead-lettered", acked.Load)
+	if n, _ := dl.Count(ctx, deadletter.Filter{Sink: "s"}); n != 1 {
+		t.Fatalf("%d dead letters, want 1", n)
+	}
+	st := l.Status()
+	if st.LastError != "webhook s: HTTP 400 bad field" || st.Failing {
+		t.Fatalf("status: last error %q, failing %v; want the 400 and not failing", st.LastError, st.Failing)
 	}
 }

@@ -116,7 +116,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 		"persists checkpoints and exits 0; a second signal exits at once (events in\n"+
 		"flight are re-delivered after the next start). SIGHUP re-reads the config\n"+
 		"and applies rules and sinks in place; an invalid file is rejected and the\n"+
-		"running configuration stays.", stderr)
+		"running configuration stays. The [server] listener serves /metrics,\n"+
+		"/healthz, /readyz, /api/v1/... and the web console at / (server.console,\n"+
+		"server.console_auth).", stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	format := fs.String("log-format", "auto", "log format: auto (text on a terminal, JSON otherwise), text or json")

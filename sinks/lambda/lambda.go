@@ -40,9 +40,10 @@
 // Config.MaxPayloadBytes can lower the limit (never raise it). A batch is
 // sent in as few invocations as the limit allows, in order; an event whose
 // payload alone exceeds it fails permanently with reason "oversize" (dead
-// letter), or, with Config.StripOversize, is sent without fullDocument and
-// fullDocumentBeforeChange, marked "truncated": true, and fails only if
-// still too large.
+// letter), or, with Config.Oversize.Strip, is sent stripped
+// (sinks.Oversize.Fit: without fullDocument and fullDocumentBeforeChange,
+// then without updateDescription's contents, marked "truncated": true), and
+// fails only if still too large.
 //
 // # Failures
 //
@@ -151,10 +152,10 @@ type Config struct {
 	// MaxPayloadBytes lowers the payload limit of the invocation type
 	// (0: MaxPayload(InvocationType)).
 	MaxPayloadBytes int
-	// StripOversize sends an event whose payload would exceed the limit
-	// without fullDocument and fullDocumentBeforeChange, marked
-	// "truncated": true, instead of failing it with reason "oversize".
-	StripOversize bool
+	// Oversize is the policy for an event whose payload alone exceeds the
+	// limit (sinks.Oversize.Fit): failed with reason "oversize" (the zero
+	// value), or sent stripped.
+	Oversize sinks.Oversize
 	// Canonical selects canonical instead of relaxed Extended JSON.
 	Canonical bool
 	// Region is the AWS region; empty: from the environment or shared
@@ -187,7 +188,7 @@ type Lambda struct {
 	invType       types.InvocationType
 	batch         int
 	maxBytes      int
-	strip         bool
+	oversize      sinks.Oversize
 	canonical     bool
 	timeout       time.Duration
 	client        *lambda.Client
@@ -258,7 +259,7 @@ func New(cfg Config, logger *slog.Logger) (*Lambda, error) {
 	l := &Lambda{
 		name: cfg.Name, prefix: prefix, function: cfg.Function, clientContext: clientContext,
 		invType: types.InvocationType(invType), batch: max(cfg.BatchSize, 1), maxBytes: limit,
-		strip: cfg.StripOversize, canonical: cfg.Canonical, timeout: cfg.Timeout, client: client, log: logger,
+		oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: cfg.Timeout, client: client, log: logger,
 	}
 	if cfg.Qualifier != "" {
 		l.qualifier = aws.String(cfg.Qualifier)
@@ -315,6 +316,7 @@ func (l *Lambda) Send(ctx context.Context, batch []*event.Event) error {
 	var failed map[int]error
 	envs := make([][]byte, len(batch))
 	sizes := make([]int, len(batch))
+	stripped := make([]bool, len(batch))
 	// A single event is sent as an object; in a batching sink every
 	// envelope takes one more byte (its comma or the closing bracket)
 	// after the opening bracket, so the chunks' sizes add up exactly.
@@ -323,7 +325,7 @@ func (l *Lambda) Send(ctx context.Context, batch []*event.Event) error {
 		extra, maxBytes = 1, l.maxBytes-1
 	}
 	for i, e := range batch {
-		env, err := l.payload(e, maxBytes-extra)
+		p, err := l.payload(e, maxBytes-extra)
 		if err != nil {
 			if failed == nil {
 				failed = make(map[int]error, len(batch))
@@ -331,7 +333,7 @@ func (l *Lambda) Send(ctx context.Context, batch []*event.Event) error {
 			failed[i] = err
 			continue
 		}
-		envs[i], sizes[i] = env, len(env)+extra
+		envs[i], sizes[i], stripped[i] = p.Body, p.Size+extra, p.Stripped
 	}
 
 	ctx, cancel := awsutil.WithTimeout(ctx, l.timeout)
@@ -351,6 +353,7 @@ func (l *Lambda) Send(ctx context.Context, batch []*event.Event) error {
 			}
 			return l.invoke(ctx, body)
 		})
+	l.oversize.Delivered(stripped, err)
 	var be *sinks.BatchError
 	if len(batch) == 1 && errors.As(err, &be) && be.Failed[0] != nil {
 		return be.Failed[0] // the one event failed before the call
@@ -359,27 +362,21 @@ func (l *Lambda) Send(ctx context.Context, batch []*event.Event) error {
 }
 
 // payload returns e's envelope, stripped when it exceeds limit and the sink
-// strips, or a permanent "encode" or "oversize" error.
-func (l *Lambda) payload(e *event.Event, limit int) ([]byte, error) {
+// strips (sinks.Oversize.Fit), or a permanent "encode" or "oversize" error.
+func (l *Lambda) payload(e *event.Event, limit int) (sinks.Payload, error) {
 	encode := sinks.EncodeEnvelope // the webhook body
 	if l.batch > 1 {
 		encode = sinks.EncodeRecord // an array element, as a batched webhook's
 	}
 	env, err := encode(e, l.canonical)
 	if err != nil {
-		return nil, sinks.Permanent("encode", fmt.Errorf("%s: %w", l.prefix, err))
+		return sinks.Payload{}, sinks.Permanent("encode", fmt.Errorf("%s: %w", l.prefix, err))
 	}
-	if len(env) > limit && l.strip {
-		if s, err := e.StrippedEnvelope(l.canonical); err == nil {
-			env = s
-		}
-	}
-	if len(env) > limit {
-		return nil, sinks.Permanent("oversize", fmt.Errorf("%s: event %s: payload is %d bytes, more than the %d bytes allowed for invocation type %s (max_request_bytes)",
-			l.prefix, e.ID, len(env), limit, l.invType))
-	}
-	return env, nil
+	return l.oversize.Fit(e, l.canonical, env, limit, payloadLen, l.prefix, "payload for invocation type "+string(l.invType))
 }
+
+// payloadLen is the size of an envelope as a payload.
+func payloadLen(env []byte) int { return len(env) }
 
 // invoke makes one Invoke call with payload and classifies its outcome.
 func (l *Lambda) invoke(ctx context.Context, payload []byte) error {

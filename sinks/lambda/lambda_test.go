@@ -245,7 +245,8 @@ func TestBatchArrays(t *testing.T) {
 }
 
 // An event over the limit is dead-lettered (permanent "oversize") without
-// an invocation, or, with StripOversize, sent without its documents.
+// an invocation, or, with oversize = "strip", sent without its documents
+// and counted.
 func TestOversize(t *testing.T) {
 	srv := awstest.NewLambda(awstest.Options{})
 	defer srv.Close()
@@ -277,9 +278,16 @@ func TestOversize(t *testing.T) {
 	}
 
 	srv.Reset()
-	strip := newSink(t, srv, func(c *Config) { c.MaxPayloadBytes = 1500; c.StripOversize = true })
+	var stripped counter
+	strip := newSink(t, srv, func(c *Config) {
+		c.MaxPayloadBytes = 1500
+		c.Oversize = sinks.Oversize{Strip: true, Stripped: &stripped}
+	})
 	if err := strip.Send(ctx, evs[1:2]); err != nil {
 		t.Fatal(err)
+	}
+	if stripped.n.Load() != 1 {
+		t.Errorf("counted %d stripped events, want 1", stripped.n.Load())
 	}
 	p := string(srv.Invocations()[0].Payload)
 	if strings.Contains(p, "fullDocument") || !strings.Contains(p, `"truncated":true`) || !strings.Contains(p, `"id":"`+evs[1].ID+`"`) {
@@ -376,3 +384,8 @@ func TestInvokeErrorClasses(t *testing.T) {
 		t.Errorf("%d invocations stored", n)
 	}
 }
+
+// counter is a sinks.Counter.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) Inc() { c.n.Add(1) }

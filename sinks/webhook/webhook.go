@@ -27,6 +27,9 @@
 //   - "forbidden_target": the address is refused by the private-network
 //     guard; permanent, the message names the address.
 //   - "encode": the envelope cannot be encoded; permanent.
+//   - "oversize": the envelope alone makes a request body larger than
+//     Config.MaxRequestBytes (even stripped, with Config.Oversize.Strip);
+//     permanent, no request is made.
 //
 // When ctx ends, Send returns ctx's error (wrapped), not a *sinks.Error.
 //
@@ -129,13 +132,17 @@ type Config struct {
 	// sends each envelope as a JSON object; > 1 sends a JSON array of
 	// envelopes, also for a batch of one.
 	BatchSize int
-	// MaxRequestBytes caps the body of one batch request (default
+	// MaxRequestBytes caps the body of one request (default
 	// DefaultMaxRequestBytes): Send splits a larger batch into several
-	// requests, in order. An envelope larger than the cap on its own is
-	// sent in a request of its own (the receiver judges it). A batch
-	// request answered 413 is split in halves and the parts are sent again,
-	// down to single events, before any event is given up.
+	// requests, in order. An event whose envelope alone makes a larger body
+	// follows Oversize. A batch request answered 413 is split in halves and
+	// the parts are sent again, down to single events, before any event is
+	// given up.
 	MaxRequestBytes int
+	// Oversize is the policy for an event whose envelope alone exceeds
+	// MaxRequestBytes (sinks.Oversize.Fit): failed with reason "oversize"
+	// (the zero value), or sent stripped.
+	Oversize sinks.Oversize
 	// AllowPrivateNetworks permits targets that resolve to cloud metadata
 	// addresses or to the IANA special-purpose ranges (see the package
 	// doc), loopback and private networks included.
@@ -166,6 +173,7 @@ type Webhook struct {
 	maxBatch  int
 	batching  bool
 	maxBytes  int
+	oversize  sinks.Oversize
 
 	reqTemplate *http.Request // Method, URL, Host; shallow-copied per request
 	target      string        // DisplayURL of the URL, for messages
@@ -293,6 +301,7 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 		maxBatch:  batch,
 		batching:  batch > 1,
 		maxBytes:  cmp.Or(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
+		oversize:  cfg.Oversize,
 		target:    DisplayURL(u),
 		static:    static,
 		signer:    sg,
@@ -524,12 +533,24 @@ func (w *Webhook) Send(ctx context.Context, batch []*event.Event) error {
 }
 
 func (w *Webhook) sendOne(ctx context.Context, e *event.Event) error {
-	body, err := sinks.EncodeEnvelope(e, w.canonical)
+	env, err := sinks.EncodeEnvelope(e, w.canonical)
 	if err != nil {
 		return sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 	}
-	return w.post(ctx, e.ID, body, e)
+	p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes, bodyLen, "webhook "+w.name, "request body")
+	if err != nil {
+		return err
+	}
+	err = w.post(ctx, e.ID, p.Body, e)
+	w.oversize.Delivered([]bool{p.Stripped}, err)
+	return err
 }
+
+// bodyLen is the size of the request body of a single envelope.
+func bodyLen(env []byte) int { return len(env) }
+
+// arrayBodyLen is the size of the request body of a batch of one envelope.
+func arrayBodyLen(env []byte) int { return len(env) + 2 }
 
 func (w *Webhook) sendEach(ctx context.Context, batch []*event.Event) error {
 	var failed map[int]error
@@ -550,12 +571,15 @@ func (w *Webhook) sendEach(ctx context.Context, batch []*event.Event) error {
 	return nil
 }
 
-// sendBatch sends batch as JSON arrays of at most maxBytes each (an
-// envelope larger than that alone in a request of its own), in order; a
-// request answered 413 is split and its parts sent again (postParts).
-func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) error {
+// sendBatch sends batch as JSON arrays of at most maxBytes each, in order
+// (an event whose envelope alone makes a larger array follows the oversize
+// policy); a request answered 413 is split and its parts sent again
+// (postParts).
+func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err error) {
 	failed := map[int]error{}
 	envs := make([][]byte, len(batch))
+	stripped := make([]bool, len(batch))
+	defer func() { w.oversize.Delivered(stripped, err) }()
 	var chunks [][]int
 	var cur []int
 	size := 2 // []
@@ -567,7 +591,12 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) error {
 			failed[i] = sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 			continue
 		}
-		envs[i] = env
+		p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes, arrayBodyLen, "webhook "+w.name, "request body")
+		if err != nil {
+			failed[i] = err
+			continue
+		}
+		env, envs[i], stripped[i] = p.Body, p.Body, p.Stripped
 		if len(cur) > 0 && size+len(env)+1 > w.maxBytes {
 			chunks, cur, size = append(chunks, cur), nil, 2
 		}
