@@ -278,3 +278,92 @@ func apiRaw(t *testing.T, addr, path string, out any) string {
 	}
 	return string(b)
 }
+
+// TestSkipEmptyUpdatesCheckpoint: updates a sink skips (skip_empty_updates)
+// are acknowledged, so the checkpoint moves past them: after a restart
+// nothing is read again (a lost acknowledgement would hold the checkpoint
+// before the first skipped update and re-deliver the update that followed
+// it), and nothing that should be sent is lost.
+func TestSkipEmptyUpdatesCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	rcv := receiver.New(testSecret)
+	t.Cleanup(rcv.Close)
+	cfg := e.config(fmt.Sprintf(`
+[mongo]
+uri = "%%URI%%"
+state_database = "%%STATE%%"
+
+[server]
+listen = "127.0.0.1:0"
+shutdown_grace = "10s"
+
+[[sources]]
+name = "users"
+database = "%%DB%%"
+collection = "users"
+checkpoint_interval = "100ms"
+max_await = "200ms"
+
+[[sinks]]
+name = "status"
+type = "webhook"
+url = %q
+secret = "${TEST_SECRET}"
+allow_private_networks = true
+fields = ["fullDocument.status"]
+skip_empty_updates = true
+
+[[rules]]
+name = "updates"
+source = "users"
+operations = ["update"]
+sinks = ["status"]
+`, rcv.URL()))
+	g := e.start(cfg)
+	c := e.coll("users")
+	ctx := t.Context()
+	if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: 1}, {Key: "status", Value: "new"}, {Key: "note", Value: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	set := func(k string, v any) {
+		t.Helper()
+		if _, err := c.UpdateOne(ctx, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: k, Value: v}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 20; i++ {
+		set("note", i) // skipped: nothing of status changes
+	}
+	set("status", "paid") // sent
+	for i := 21; i <= 40; i++ {
+		set("note", i) // skipped
+	}
+	waitFor(t, 20*time.Second, "the status update", func() bool { return rcv.Count() >= 1 })
+	if err := g.stop(t, false); err != nil {
+		t.Fatal(err)
+	}
+	g = e.start(cfg)
+	set("status", "shipped")
+	waitFor(t, 20*time.Second, "the second status update", func() bool { return rcv.Count() >= 2 })
+	g.stop(t, false)
+	ds := rcv.Deliveries()
+	if len(ds) != 2 {
+		for _, d := range ds {
+			t.Logf("%s %s", d.WebhookID, d.Envelope)
+		}
+		t.Fatalf("%d deliveries, want 2: the checkpoint did not move past the skipped updates", len(ds))
+	}
+	for i, want := range []string{"paid", "shipped"} {
+		var env struct {
+			UpdateDescription struct {
+				UpdatedFields map[string]any `json:"updatedFields"`
+			} `json:"updateDescription"`
+		}
+		if err := json.Unmarshal(ds[i].Envelope, &env); err != nil {
+			t.Fatal(err)
+		}
+		if got := env.UpdateDescription.UpdatedFields; len(got) != 1 || got["status"] != want {
+			t.Fatalf("delivery %d: %s, want only status = %s", i, ds[i].Envelope, want)
+		}
+	}
+}
