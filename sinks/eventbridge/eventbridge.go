@@ -61,7 +61,6 @@ package eventbridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -76,6 +75,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/internal/awsutil"
+	"github.com/changegate/changegate/sinks/internal/confcheck"
 )
 
 // Limits and defaults.
@@ -176,20 +176,16 @@ func New(cfg Config, logger *slog.Logger) (*EventBridge, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	prefix := "eventbridge"
-	if cfg.Name != "" {
-		prefix += " " + cfg.Name
-	}
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	errs := confcheck.New("eventbridge", cfg.Name)
+	prefix := errs.Prefix()
 	if cfg.EventBus == "" {
-		bad("event_bus is required")
+		errs.Addf("event_bus is required")
 	}
 	if cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > MaxRequestBytesLimit {
-		bad("max_request_bytes must be between 1 and %d, got %d", MaxRequestBytesLimit, cfg.MaxRequestBytes)
+		errs.Addf("max_request_bytes must be between 1 and %d, got %d", MaxRequestBytesLimit, cfg.MaxRequestBytes)
 	}
 	if cfg.Timeout < 0 {
-		bad("timeout must not be negative, got %s", cfg.Timeout)
+		errs.Addf("timeout must not be negative, got %s", cfg.Timeout)
 	}
 	srcText := cfg.Source
 	if srcText == "" {
@@ -197,7 +193,7 @@ func New(cfg Config, logger *slog.Logger) (*EventBridge, error) {
 	}
 	src, err := CompileTemplate(srcText)
 	if err != nil {
-		bad("source: %v", err)
+		errs.Addf("source: %v", err)
 	}
 	dtText := cfg.DetailType
 	if dtText == "" {
@@ -205,10 +201,10 @@ func New(cfg Config, logger *slog.Logger) (*EventBridge, error) {
 	}
 	dt, err := CompileTemplate(dtText)
 	if err != nil {
-		bad("detail_type: %v", err)
+		errs.Addf("detail_type: %v", err)
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s: %w", prefix, errors.Join(errs...))
+	if err := errs.Err(); err != nil {
+		return nil, err
 	}
 	awsCfg, err := awsutil.LoadConfig(awsutil.Options{
 		Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN,

@@ -92,6 +92,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/internal/awsutil"
+	"github.com/changegate/changegate/sinks/internal/confcheck"
 )
 
 // Invocation types.
@@ -205,14 +206,10 @@ func New(cfg Config, logger *slog.Logger) (*Lambda, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	prefix := "lambda"
-	if cfg.Name != "" {
-		prefix += " " + cfg.Name
-	}
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	errs := confcheck.New("lambda", cfg.Name)
+	prefix := errs.Prefix()
 	if cfg.Function == "" {
-		bad("function is required")
+		errs.Addf("function is required")
 	}
 	invType := cfg.InvocationType
 	switch invType {
@@ -220,28 +217,28 @@ func New(cfg Config, logger *slog.Logger) (*Lambda, error) {
 		invType = InvocationEvent
 	case InvocationEvent, InvocationRequestResponse:
 	default:
-		bad("invocation_type must be %q or %q, got %q", InvocationEvent, InvocationRequestResponse, invType)
+		errs.Addf("invocation_type must be %q or %q, got %q", InvocationEvent, InvocationRequestResponse, invType)
 	}
 	limit := MaxPayload(invType)
 	if cfg.MaxPayloadBytes < 0 || cfg.MaxPayloadBytes > limit {
-		bad("max_request_bytes must be between 1 and %d for %s invocations, got %d", limit, invType, cfg.MaxPayloadBytes)
+		errs.Addf("max_request_bytes must be between 1 and %d for %s invocations, got %d", limit, invType, cfg.MaxPayloadBytes)
 	}
 	if cfg.BatchSize < 0 {
-		bad("batch_size must be >= 1, got %d", cfg.BatchSize)
+		errs.Addf("batch_size must be >= 1, got %d", cfg.BatchSize)
 	}
 	if cfg.Timeout < 0 {
-		bad("timeout must not be negative, got %s", cfg.Timeout)
+		errs.Addf("timeout must not be negative, got %s", cfg.Timeout)
 	}
 	var clientContext *string
 	if cfg.ClientContext != "" {
 		enc, err := EncodeClientContext(cfg.ClientContext)
 		if err != nil {
-			bad("client_context: %v", err)
+			errs.Addf("client_context: %v", err)
 		}
 		clientContext = aws.String(enc)
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s: %w", prefix, errors.Join(errs...))
+	if err := errs.Err(); err != nil {
+		return nil, err
 	}
 	awsCfg, err := awsutil.LoadConfig(awsutil.Options{
 		Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN,

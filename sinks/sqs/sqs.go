@@ -68,7 +68,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -86,6 +85,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/internal/awsutil"
+	"github.com/changegate/changegate/sinks/internal/confcheck"
 )
 
 // Limits and defaults.
@@ -196,36 +196,32 @@ func New(cfg Config, logger *slog.Logger) (*SQS, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	prefix := "sqs"
-	if cfg.Name != "" {
-		prefix += " " + cfg.Name
-	}
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	errs := confcheck.New("sqs", cfg.Name)
+	prefix := errs.Prefix()
 	switch {
 	case cfg.QueueURL == "" && cfg.QueueName == "":
-		bad("queue_url or queue_name is required")
+		errs.Addf("queue_url or queue_name is required")
 	case cfg.QueueURL != "" && cfg.QueueName != "":
-		bad("queue_url and queue_name are exclusive")
+		errs.Addf("queue_url and queue_name are exclusive")
 	}
 	if cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > MaxRequestBytesLimit {
-		bad("max_request_bytes must be between 1 and %d, got %d", MaxRequestBytesLimit, cfg.MaxRequestBytes)
+		errs.Addf("max_request_bytes must be between 1 and %d, got %d", MaxRequestBytesLimit, cfg.MaxRequestBytes)
 	}
 	if cfg.Timeout < 0 {
-		bad("timeout must not be negative, got %s", cfg.Timeout)
+		errs.Addf("timeout must not be negative, got %s", cfg.Timeout)
 	}
 	var groupBy []string
 	if cfg.GroupBy != "" {
 		groupBy = strings.Split(cfg.GroupBy, ".")
 		for _, p := range groupBy {
 			if p == "" {
-				bad("message_group_id: %q is not a dotted field path", cfg.GroupBy)
+				errs.Addf("message_group_id: %q is not a dotted field path", cfg.GroupBy)
 				break
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s: %w", prefix, errors.Join(errs...))
+	if err := errs.Err(); err != nil {
+		return nil, err
 	}
 	awsCfg, err := awsutil.LoadConfig(awsutil.Options{
 		Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN,

@@ -75,6 +75,7 @@ import (
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/confcheck"
 )
 
 // Defaults and limits.
@@ -206,59 +207,48 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	prefix := "webhook"
-	if cfg.Name != "" {
-		prefix += " " + cfg.Name
-	}
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	errs := confcheck.New("webhook", cfg.Name)
 
 	u, err := url.Parse(cfg.URL)
 	switch {
 	case cfg.URL == "":
-		bad("url is required")
+		errs.Addf("url is required")
 	case err != nil:
-		bad("url: %v", errors.Unwrap(err)) // url.Error would repeat the URL
+		errs.Addf("url: %v", errors.Unwrap(err)) // url.Error would repeat the URL
 	case u.Scheme != "http" && u.Scheme != "https":
-		bad("url: scheme must be http or https, got %q", u.Scheme)
+		errs.Addf("url: scheme must be http or https, got %q", u.Scheme)
 	case u.Host == "" || u.Hostname() == "":
-		bad("url: no host")
+		errs.Addf("url: no host")
 	case u.Fragment != "":
-		bad("url: must not have a #fragment")
+		errs.Addf("url: must not have a #fragment")
 	}
 	if cfg.Timeout < 0 {
-		bad("timeout must not be negative, got %s", cfg.Timeout)
+		errs.Addf("timeout must not be negative, got %s", cfg.Timeout)
 	}
 	if cfg.BatchSize < 0 {
-		bad("batch_size must be >= 1, got %d", cfg.BatchSize)
+		errs.Addf("batch_size must be >= 1, got %d", cfg.BatchSize)
 	}
 	if cfg.MaxRequestBytes < 0 {
-		bad("max_request_bytes must be >= 1, got %d", cfg.MaxRequestBytes)
+		errs.Addf("max_request_bytes must be >= 1, got %d", cfg.MaxRequestBytes)
 	}
 	if cfg.MaxConns < 0 {
-		bad("max_conns must be >= 1, got %d", cfg.MaxConns)
+		errs.Addf("max_conns must be >= 1, got %d", cfg.MaxConns)
 	}
 	if cfg.BearerToken != "" && cfg.BasicUser != "" {
-		bad("bearer_token and basic auth are exclusive")
+		errs.Addf("bearer_token and basic auth are exclusive")
 	}
 	sg, err := newSigner(cfg.Secrets)
 	if err != nil {
-		bad("%v", err)
+		errs.Addf("%v", err)
 	}
 	as, err := newAWSSigner(cfg)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	errs.Add(err)
 	static, err := staticHeaders(cfg)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	errs.Add(err)
 	tlsCfg, err := tlsConfig(cfg)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s: %w", prefix, errors.Join(errs...))
+	errs.Add(err)
+	if err := errs.Err(); err != nil {
+		return nil, err
 	}
 
 	timeout := cfg.Timeout
