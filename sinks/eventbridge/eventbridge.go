@@ -214,10 +214,7 @@ func New(cfg Config, logger *slog.Logger) (*EventBridge, error) {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
 	client := eventbridge.NewFromConfig(awsCfg, func(o *eventbridge.Options) {
-		o.Retryer = awsutil.ServiceRetryer()
-		if cfg.Endpoint != "" {
-			o.BaseEndpoint = aws.String(cfg.Endpoint)
-		}
+		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
 	})
 	b := &EventBridge{
 		name: cfg.Name, bus: cfg.EventBus, source: src, detailType: dt,

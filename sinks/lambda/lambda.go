@@ -248,10 +248,7 @@ func New(cfg Config, logger *slog.Logger) (*Lambda, error) {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
 	client := lambda.NewFromConfig(awsCfg, func(o *lambda.Options) {
-		o.Retryer = awsutil.ServiceRetryer()
-		if cfg.Endpoint != "" {
-			o.BaseEndpoint = aws.String(cfg.Endpoint)
-		}
+		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
 	})
 	l := &Lambda{
 		name: cfg.Name, prefix: prefix, function: cfg.Function, clientContext: clientContext,

@@ -231,10 +231,7 @@ func New(cfg Config, logger *slog.Logger) (*SQS, error) {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
 	client := sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
-		o.Retryer = awsutil.ServiceRetryer()
-		if cfg.Endpoint != "" {
-			o.BaseEndpoint = aws.String(cfg.Endpoint)
-		}
+		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
 	})
 	s := &SQS{
 		name: cfg.Name, queueName: cfg.QueueName, groupBy: groupBy,

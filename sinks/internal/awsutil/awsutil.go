@@ -116,6 +116,21 @@ func ServiceRetryer() aws.Retryer {
 	})
 }
 
+// ClientOptions sets what a sink's service client takes on top of the
+// configuration LoadConfig returns: the retryer (ServiceRetryer) and, when
+// endpoint (the sink's endpoint option) is set, the BaseEndpoint. Call it
+// from the service's NewFromConfig option function:
+//
+//	sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+//		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
+//	})
+func ClientOptions(retryer *aws.Retryer, baseEndpoint **string, endpoint string) {
+	*retryer = ServiceRetryer()
+	if endpoint != "" {
+		*baseEndpoint = aws.String(endpoint)
+	}
+}
+
 // ErrSendTimeout is the cause of a Send's context when Config.Timeout
 // expires.
 var ErrSendTimeout = errors.New("timeout (the sink's timeout option) exceeded")
