@@ -9,17 +9,19 @@ import (
 	"hash"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/changegate/changegate/receive"
 )
 
 // Standard Webhooks header names, in canonical MIME form (HTTP header names
-// are case-insensitive; the spec writes them in lower case).
+// are case-insensitive; the spec writes them in lower case). They are the
+// receive package's, which verifies what this sink signs.
 const (
-	HeaderID        = "Webhook-Id"
-	HeaderTimestamp = "Webhook-Timestamp"
-	HeaderSignature = "Webhook-Signature"
+	HeaderID        = receive.HeaderID
+	HeaderTimestamp = receive.HeaderTimestamp
+	HeaderSignature = receive.HeaderSignature
 )
 
 // MinSecretBytes is the shortest signing key accepted: Standard Webhooks
@@ -27,46 +29,27 @@ const (
 // from signed messages.
 const MinSecretBytes = 24
 
-// secretPrefix marks a base64-encoded Standard Webhooks secret.
-const secretPrefix = "whsec_"
-
-// Errors returned by Verify, for errors.Is.
+// Errors returned by Verify, for errors.Is. All but ErrNoSecrets are the
+// receive package's errors under this package's names.
 var (
 	// ErrMissingHeaders means a Standard Webhooks header is absent.
-	ErrMissingHeaders = errors.New("missing webhook-id, webhook-timestamp or webhook-signature header")
+	ErrMissingHeaders = receive.ErrMissingHeaders
 	// ErrInvalidTimestamp means webhook-timestamp is not unix seconds.
-	ErrInvalidTimestamp = errors.New("invalid webhook-timestamp")
+	ErrInvalidTimestamp = receive.ErrInvalidTimestamp
 	// ErrTimestampOutOfTolerance means the message is too old or too new.
-	ErrTimestampOutOfTolerance = errors.New("webhook-timestamp outside the tolerance")
+	ErrTimestampOutOfTolerance = receive.ErrStale
 	// ErrNoMatchingSignature means no v1 signature matches any secret.
-	ErrNoMatchingSignature = errors.New("no matching webhook signature")
+	ErrNoMatchingSignature = receive.ErrSignature
 	// ErrNoSecrets means Verify was given no secret to check against.
 	ErrNoSecrets = errors.New("no webhook secrets to verify with")
 )
 
 // DecodeSecret returns the HMAC key of a Standard Webhooks secret:
 // "whsec_<base64>" is base64-decoded (standard alphabet, padded or not);
-// any other string is used as raw bytes.
+// any other string is used as raw bytes. It is receive.DecodeSecret; the
+// error does not echo the secret.
 func DecodeSecret(secret string) ([]byte, error) {
-	if secret == "" {
-		return nil, errors.New("empty secret")
-	}
-	b64, ok := strings.CutPrefix(secret, secretPrefix)
-	if !ok {
-		return []byte(secret), nil
-	}
-	key, err := base64.StdEncoding.DecodeString(b64)
-	if err != nil {
-		key, err = base64.RawStdEncoding.DecodeString(b64)
-	}
-	if err != nil {
-		// Do not echo the secret (or the decoder's offset into it).
-		return nil, errors.New(`secret starts with "whsec_" but the rest is not valid base64`)
-	}
-	if len(key) == 0 {
-		return nil, errors.New(`secret "whsec_" has no key after the prefix`)
-	}
-	return key, nil
+	return receive.DecodeSecret(secret)
 }
 
 // signer computes Standard Webhooks v1 signatures with a fixed set of keys.
@@ -156,62 +139,19 @@ func Sign(secrets []string, id string, timestamp time.Time, body []byte) (string
 // and at least one v1 signature in the header must match the HMAC of
 // "id.timestamp.body" under at least one of secrets (each "whsec_<base64>"
 // or raw). Comparisons are constant-time. The error wraps one of the Err…
-// values of this package, or describes a malformed secret.
+// values of this package, or describes a malformed secret (checked first).
+// It is receive.Verifier's check, with the secrets, tolerance and clock
+// given per call.
 func Verify(secrets []string, headers http.Header, body []byte, tolerance time.Duration, now time.Time) error {
 	if len(secrets) == 0 {
 		return ErrNoSecrets
 	}
-	id := headers.Get(HeaderID)
-	tsStr := headers.Get(HeaderTimestamp)
-	sigs := headers.Values(HeaderSignature)
-	if id == "" || tsStr == "" || len(sigs) == 0 {
-		return ErrMissingHeaders
-	}
-	ts, err := strconv.ParseInt(tsStr, 10, 64)
+	v, err := receive.NewVerifier(secrets...)
 	if err != nil {
-		return fmt.Errorf("%w: %q", ErrInvalidTimestamp, tsStr)
+		return err
 	}
-	if tolerance > 0 {
-		d := now.Sub(time.Unix(ts, 0))
-		if d > tolerance || d < -tolerance {
-			return fmt.Errorf("%w: %s is %s from now, tolerance %s", ErrTimestampOutOfTolerance, tsStr, d.Round(time.Second), tolerance)
-		}
-	}
-	keys := make([][]byte, len(secrets))
-	for i, sec := range secrets {
-		if keys[i], err = DecodeSecret(sec); err != nil {
-			return fmt.Errorf("secrets[%d]: %w", i, err)
-		}
-	}
-	var candidates [][]byte
-	for _, v := range sigs {
-		for _, part := range strings.Fields(v) {
-			b64, ok := strings.CutPrefix(part, "v1,")
-			if !ok {
-				continue // other versions (v1a, ...) are not ours to check
-			}
-			if sig, err := base64.StdEncoding.DecodeString(b64); err == nil && len(sig) == sha256.Size {
-				candidates = append(candidates, sig)
-			}
-		}
-	}
-	if len(candidates) == 0 {
-		return fmt.Errorf("%w: no v1 signature in header", ErrNoMatchingSignature)
-	}
-	var sum [sha256.Size]byte
-	for _, k := range keys {
-		mac := hmac.New(sha256.New, k)
-		mac.Write([]byte(id))
-		mac.Write([]byte{'.'})
-		mac.Write([]byte(tsStr))
-		mac.Write([]byte{'.'})
-		mac.Write(body)
-		expected := mac.Sum(sum[:0])
-		for _, c := range candidates {
-			if hmac.Equal(expected, c) {
-				return nil
-			}
-		}
-	}
-	return ErrNoMatchingSignature
+	v.Tolerance = tolerance
+	v.Now = func() time.Time { return now }
+	_, err = v.Verify(headers, body)
+	return err
 }
