@@ -313,6 +313,13 @@ func (g *gateway) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
 		return
 	}
+	g.replay(w, r, f)
+}
+
+// replay re-delivers the dead letters f selects (no kind: the
+// failed ones; parked ones are refused) and answers with a replayReport.
+// The admin API and the console share it.
+func (g *gateway) replay(w http.ResponseWriter, r *http.Request, f deadletter.Filter) {
 	switch f.Kind {
 	case "":
 		f.Kind = deadletter.KindFailed

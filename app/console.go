@@ -778,25 +778,7 @@ func (g *gateway) consoleReplay(w http.ResponseWriter, r *http.Request, b []byte
 		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
 		return
 	}
-	switch f.Kind {
-	case "":
-		f.Kind = deadletter.KindFailed
-	case deadletter.KindParked:
-		writeJSON(w, http.StatusBadRequest, apiError{"parked entries are re-driven automatically, in order, once their sink accepts again; only failed entries can be replayed"})
-		return
-	}
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	res, err := g.dls.Replay(r.Context(), f, g.engine.DeliverNow)
-	rep := replayReport{Replayed: res.Replayed, Failed: res.Failed, Skipped: res.Skipped}
-	for _, e := range res.Errors {
-		rep.Errors = append(rep.Errors, e.Error())
-	}
-	if err != nil {
-		rep.Errors = append(rep.Errors, err.Error())
-		writeJSON(w, http.StatusInternalServerError, rep)
-		return
-	}
-	writeJSON(w, http.StatusOK, rep)
+	g.replay(w, r, f)
 }
 
 func (g *gateway) consolePurge(w http.ResponseWriter, r *http.Request, b []byte) {
