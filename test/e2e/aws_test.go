@@ -48,22 +48,7 @@ func awsEnv(t *testing.T) {
 // awsConfig routes every change of %DB%.items to a webhook (rule "hooks")
 // and to an EventBridge bus and an SQS FIFO queue (rule "aws").
 func awsConfig(hookURL, busURL, sqsURL, queueURL, extra string) string {
-	return fmt.Sprintf(`
-[mongo]
-uri = "%%URI%%"
-state_database = "%%STATE%%"
-
-[server]
-listen = "127.0.0.1:0"
-shutdown_grace = "10s"
-
-[[sources]]
-name = "items"
-database = "%%DB%%"
-collection = "items"
-checkpoint_interval = "100ms"
-max_await = "200ms"
-
+	return itemsHead + fmt.Sprintf(`
 [[sinks]]
 name = "hook"
 type = "webhook"

@@ -17,22 +17,7 @@ import (
 
 // baseConfig routes every change of %DB%.items to one webhook sink.
 func baseConfig(url, extraSink string) string {
-	return fmt.Sprintf(`
-[mongo]
-uri = "%%URI%%"
-state_database = "%%STATE%%"
-
-[server]
-listen = "127.0.0.1:0"
-shutdown_grace = "10s"
-
-[[sources]]
-name = "items"
-database = "%%DB%%"
-collection = "items"
-checkpoint_interval = "100ms"
-max_await = "200ms"
-
+	return itemsHead + fmt.Sprintf(`
 [[sinks]]
 name = "hook"
 type = "webhook"

@@ -70,6 +70,28 @@ func (e *env) needServer() {
 
 func (e *env) coll(name string) *mongo.Collection { return e.client.Database(e.db).Collection(name) }
 
+// itemsHead is the head of the usual test config, to go before its sinks
+// and rules: MongoDB and the state database from the harness, the server
+// on a free port, and source "items" on %DB%.items. It keeps the config's
+// line numbers (it starts with a blank line, and a config continues with
+// one).
+const itemsHead = `
+[mongo]
+uri = "%URI%"
+state_database = "%STATE%"
+
+[server]
+listen = "127.0.0.1:0"
+shutdown_grace = "10s"
+
+[[sources]]
+name = "items"
+database = "%DB%"
+collection = "items"
+checkpoint_interval = "100ms"
+max_await = "200ms"
+`
+
 // config renders a config: %URI%, %DB% and %STATE% are replaced.
 func (e *env) config(tmpl string) *config.Config {
 	e.t.Helper()

@@ -59,22 +59,7 @@ func TestLambdaSinkOutcomes(t *testing.T) {
 	batchSrv.AddFunction("audit", nil, nil)
 	syncSrv.Throttle(2)
 
-	cfg := e.config(fmt.Sprintf(`
-[mongo]
-uri = "%%URI%%"
-state_database = "%%STATE%%"
-
-[server]
-listen = "127.0.0.1:0"
-shutdown_grace = "10s"
-
-[[sources]]
-name = "items"
-database = "%%DB%%"
-collection = "items"
-checkpoint_interval = "100ms"
-max_await = "200ms"
-
+	cfg := e.config(itemsHead + fmt.Sprintf(`
 [[sinks]]
 name = "sync"
 type = "lambda"
