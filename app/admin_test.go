@@ -43,7 +43,16 @@ func newEnvAt(t *testing.T, uri string) (*env, *deadletter.Store) {
 // call makes an admin API request and returns the status and body.
 func call(t *testing.T, method, addr, path, token string, hdr ...string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+addr+path, nil)
+	resp, b := do(t, method, addr, path, token, nil, hdr...)
+	return resp.StatusCode, b
+}
+
+// do makes a request with the bearer token (when set) and the headers hdr
+// (name, value pairs; "Host" sets the request's host) and returns the
+// response, its body read.
+func do(t *testing.T, method, addr, path, token string, body io.Reader, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+addr+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +75,7 @@ func call(t *testing.T, method, addr, path, token string, hdr ...string) (int, [
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, b
+	return resp, b
 }
 
 type listPage struct {

@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -25,29 +24,7 @@ func callBody(t *testing.T, method, addr, path, token, ctype, body string, hdr .
 
 func callWith(t *testing.T, method, addr, path, token string, body *strings.Reader, hdr ...string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+addr+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		if hdr[i] == "Host" {
-			req.Host = hdr[i+1]
-		} else {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, b := do(t, method, addr, path, token, body, hdr...)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
 		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
 			t.Errorf("%s %s: Content-Security-Policy %q", method, path, csp)
