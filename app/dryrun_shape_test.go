@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/config"
 )
@@ -51,18 +49,7 @@ sinks = ["partner", "keys", "status"]
 		`"ns":{"db":"shop","coll":"users"},"documentKey":{"_id":1},` +
 		`"fullDocument":{"_id":1,"email":"ann@x.org","ssn":"123-45","status":"new"},` +
 		`"updateDescription":{"updatedFields":{"ssn":"123-45"},"removedFields":[]}}`
-	var raw bson.Raw
-	if err := bson.UnmarshalExtJSON([]byte(change), false, &raw); err != nil {
-		t.Fatal(err)
-	}
-	dry, err := app.NewDryRun(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := dry.Route("users", 1, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rt := dryRoute(t, cfg, "users", change)
 	if len(rt.Deliveries) != 3 {
 		t.Fatalf("%d deliveries (the filter on a field partner excludes must still match)", len(rt.Deliveries))
 	}

@@ -26,6 +26,26 @@ import (
 // sink is the body the sink, built as run builds it, posts for the event
 // routed by the router's rules — relaxed and canonical, odd values
 // included.
+// dryRoute routes one change, given as Extended JSON, from source through
+// the dry run of cfg, as its first event. It returns the change as BSON and
+// the route.
+func dryRoute(t *testing.T, cfg *config.Config, source, change string) (bson.Raw, *app.Routed) {
+	t.Helper()
+	var raw bson.Raw
+	if err := bson.UnmarshalExtJSON([]byte(change), false, &raw); err != nil {
+		t.Fatal(err)
+	}
+	dry, err := app.NewDryRun(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := dry.Route(source, 1, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, rt
+}
+
 func TestDryRunIsWhatTheWebhookReceives(t *testing.T) {
 	var mu sync.Mutex
 	bodies := map[string][]byte{} // by path: /relaxed, /canonical
@@ -73,18 +93,7 @@ sinks = ["canonical"]
 		`"ns":{"db":"shop","coll":"orders"},"documentKey":{"_id":{"$oid":"6553f2a0e4b0a1b2c3d4e5f6"}},` +
 		`"fullDocument":{"_id":{"$oid":"6553f2a0e4b0a1b2c3d4e5f6"},"total":{"$numberDecimal":"100.01"},"n":{"$numberLong":"7"},` +
 		`"x":{"$numberDouble":"NaN"},"d":{"$date":{"$numberLong":"-1"}},"b":{"$binary":{"base64":"AQI=","subType":"05"}},"s":"<&>\u2028"}}`
-	var raw bson.Raw
-	if err := bson.UnmarshalExtJSON([]byte(change), false, &raw); err != nil {
-		t.Fatal(err)
-	}
-	dry, err := app.NewDryRun(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := dry.Route("orders", 1, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, rt := dryRoute(t, cfg, "orders", change)
 	if len(rt.Rules) != 2 || rt.Rules[0].Rule != "big" || rt.Rules[1].Rule != "inserts" || len(rt.Deliveries) != 2 {
 		t.Fatalf("routed %+v; want rules big and inserts, two sinks", rt)
 	}
