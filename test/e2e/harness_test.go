@@ -92,10 +92,16 @@ checkpoint_interval = "100ms"
 max_await = "200ms"
 `
 
-// config renders a config: %URI%, %DB% and %STATE% are replaced.
+// expand replaces %URI%, %DB% and %STATE% in a config template with this
+// environment's MongoDB URI, test database and state database.
+func (e *env) expand(tmpl string) string {
+	return strings.NewReplacer("%URI%", e.uri, "%DB%", e.db, "%STATE%", e.state).Replace(tmpl)
+}
+
+// config renders a config (expand) and parses it.
 func (e *env) config(tmpl string) *config.Config {
 	e.t.Helper()
-	text := strings.NewReplacer("%URI%", e.uri, "%DB%", e.db, "%STATE%", e.state).Replace(tmpl)
+	text := e.expand(tmpl)
 	cfg, err := config.Parse("test.toml", []byte(text), func(k string) (string, bool) {
 		if k == "TEST_SECRET" {
 			return testSecret, true

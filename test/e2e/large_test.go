@@ -252,7 +252,7 @@ source = "items"
 sinks = ["hook"]
 `, rcv.URL())
 	cfgPath := filepath.Join(t.TempDir(), "config.toml")
-	text := strings.NewReplacer("%URI%", e.uri, "%DB%", e.db, "%STATE%", e.state).Replace(tmpl)
+	text := e.expand(tmpl)
 	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -80,7 +79,7 @@ func TestProcessSIGKILLLosesNothing(t *testing.T) {
 	rcv := receiver.New(testSecret)
 	t.Cleanup(rcv.Close)
 	rcv.SetResponder(func([]byte) *receiver.Response { time.Sleep(time.Millisecond); return nil })
-	cfgText := strings.NewReplacer("%URI%", e.uri, "%DB%", e.db, "%STATE%", e.state).Replace(baseConfig(rcv.URL(), ""))
+	cfgText := e.expand(baseConfig(rcv.URL(), ""))
 	cfgPath := filepath.Join(t.TempDir(), "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
 		t.Fatal(err)

@@ -213,7 +213,7 @@ func TestShapedPayloads(t *testing.T) {
 	if !testing.Short() {
 		bin := changegateBinary(t)
 		cfgPath := filepath.Join(t.TempDir(), "changegate.toml")
-		rendered := strings.NewReplacer("%URI%", e.uri, "%DB%", e.db, "%STATE%", e.state).Replace(text)
+		rendered := e.expand(text)
 		if err := os.WriteFile(cfgPath, []byte(rendered), 0o600); err != nil {
 			t.Fatal(err)
 		}
