@@ -102,11 +102,7 @@ func TestSigV4Signed(t *testing.T) {
 // receiver accepts the retried request.
 func TestSigV4TransportRetryResigns(t *testing.T) {
 	rcv := &sigv4Receiver{}
-	srv := httptest.NewUnstartedServer(rcv)
-	ln := &dropFirstConn{Listener: srv.Listener}
-	srv.Listener = ln
-	srv.Start()
-	defer srv.Close()
+	srv, ln := startDropFirstConn(t, rcv)
 	cfg := sigv4Config(srv.URL, awstest.SecretAccessKey)
 	cfg.BatchSize = 1
 	w := newSink(t, cfg)

@@ -754,15 +754,24 @@ func (l *dropFirstConn) Accept() (net.Conn, error) {
 	}
 }
 
+// startDropFirstConn starts a test server for h whose first connection is
+// reset; it returns the server (closed at the end of the test) and its
+// listener, which counts the connections.
+func startDropFirstConn(t *testing.T, h http.Handler) (*httptest.Server, *dropFirstConn) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	ln := &dropFirstConn{Listener: srv.Listener}
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, ln
+}
+
 // TestTransportRetryResigns checks that go-retryablehttp's own retry of a
 // failed connection carries a fresh timestamp and signature.
 func TestTransportRetryResigns(t *testing.T) {
 	rc := &recorder{}
-	srv := httptest.NewUnstartedServer(rc)
-	ln := &dropFirstConn{Listener: srv.Listener}
-	srv.Listener = ln
-	srv.Start()
-	defer srv.Close()
+	srv, ln := startDropFirstConn(t, rc)
 
 	w := newSink(t, Config{URL: srv.URL, Secrets: []string{testSecret}, AllowPrivateNetworks: true})
 	var calls atomic.Int32
