@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,25 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/changegate/changegate/test/mongotest"
+	"github.com/changegate/changegate/test/testutil"
 )
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 const tailConfig = `
 [mongo]
@@ -73,7 +55,7 @@ sinks = ["hook"]
 // until its change stream is open; wait returns its exit code and output.
 func startTail(t *testing.T, args ...string) (wait func() (int, string, string)) {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut testutil.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(append([]string{"tail"}, args...), &out, &errOut) }()
 	deadline := time.After(30 * time.Second)

@@ -1,7 +1,6 @@
 package statemachine_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -24,6 +23,7 @@ import (
 	"github.com/changegate/changegate/config"
 	sm "github.com/changegate/changegate/examples/state-machine"
 	"github.com/changegate/changegate/test/mongotest"
+	"github.com/changegate/changegate/test/testutil"
 )
 
 const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -312,12 +312,12 @@ func buildChangegate(t *testing.T) string {
 // proc is changegate running as a separate process.
 type proc struct {
 	cmd *exec.Cmd
-	out *syncBuffer
+	out *testutil.SyncBuffer
 }
 
 func startProcess(t *testing.T, bin, cfgPath string, env map[string]string) *proc {
 	t.Helper()
-	p := &proc{out: &syncBuffer{}}
+	p := &proc{out: &testutil.SyncBuffer{}}
 	p.cmd = exec.Command(bin, "run", "-config", cfgPath, "-log-format", "text", "-log-level", "warn")
 	p.cmd.Env = os.Environ()
 	for k, v := range env {
@@ -337,24 +337,6 @@ func startProcess(t *testing.T, bin, cfgPath string, env map[string]string) *pro
 		}
 	})
 	return p
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's two output streams.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // waitFor polls cond until it holds or the deadline passes.

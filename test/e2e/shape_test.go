@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,25 +21,8 @@ import (
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/test/receiver"
+	"github.com/changegate/changegate/test/testutil"
 )
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 const shapeRedactKey = "e2e-redact-key-0123456789"
 
@@ -119,7 +100,7 @@ func TestShapedPayloads(t *testing.T) {
 	}
 	text := shapeConfig(full.URL(), doc.URL(), dead.URL(), keyFile, "")
 	cfg := e.config(text)
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	g := e.startWith(cfg, app.Options{Logger: slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))})
 
 	const n = 5
