@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -142,20 +143,20 @@ func TestVerify(t *testing.T) {
 	}
 }
 
-// TestVerifyAgreesWithSink checks both directions against sinks/webhook: a
-// request the sink's Verify accepts is accepted here, and one it refuses is
-// refused here.
-func TestVerifyAgreesWithSink(t *testing.T) {
+// TestVerifyAcceptsWhatTheSinkSigns: a request the sink signed
+// (webhook.Sign) with one or two secrets is accepted with a secret it was
+// signed with and refused with another. (sinks/webhook.Verify is this
+// package's Verifier, so comparing the two would prove nothing.)
+func TestVerifyAcceptsWhatTheSinkSigns(t *testing.T) {
 	now := time.Now()
 	body := []byte(`[{"id":"a:1"},{"id":"a:2"}]`)
 	for _, secrets := range [][]string{{secretA}, {secretB}, {secretA, secretB}} {
 		h := signed(t, "batch_x", now, body, secrets...)
-		for _, verifyWith := range []string{secretA, secretB} {
+		for i, verifyWith := range []string{secretA, secretB} {
 			v, _ := receive.NewVerifier(verifyWith)
-			_, ours := v.Verify(h, body)
-			theirs := webhook.Verify([]string{verifyWith}, h, body, receive.DefaultTolerance, now)
-			if (ours == nil) != (theirs == nil) {
-				t.Fatalf("signed with %d secret(s), verified with one: receive says %v, sinks/webhook says %v", len(secrets), ours, theirs)
+			_, err := v.Verify(h, body)
+			if want := slices.Contains(secrets, verifyWith); (err == nil) != want {
+				t.Fatalf("signed with %d secret(s), verified with secret %d: err = %v, want accepted = %v", len(secrets), i, err, want)
 			}
 		}
 	}
