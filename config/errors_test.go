@@ -358,6 +358,15 @@ pipeline = '[{"$match": {"operationType": "insert"}}, {"$changeStreamSplitLargeE
 sources[0].on_oversize_event: invalid value "drop"; allowed values: "fail", "skip" at config.toml:7
 sources[0].pipeline: stage 0: $changeStreamSplitLargeEvent must be the last stage of the pipeline (MongoDB refuses it anywhere else) at config.toml:8`},
 
+		{"bad snapshot", head + `
+[[sources]]
+name = "orders"
+snapshot = "always"
+[[sources]]
+name = "ok"
+snapshot = "initial"
+`, nil, `sources[0].snapshot: invalid value "always"; allowed values: "never", "initial" at config.toml:6`},
+
 		{"bad oversize", head + `
 [[sinks]]
 name = "bus"
@@ -572,7 +581,7 @@ source = "shop"
 namespaces = ["shop", "other.things", "shop.*", "shop.a*"]
 operations = []
 sinks = []
-`, nil, `rules[0].operations: invalid value "inserts" (did you mean "insert"?); allowed values: "insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate" at config.toml:18
+`, nil, `rules[0].operations: invalid value "inserts" (did you mean "insert"?); allowed values: "insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate", "snapshot" at config.toml:18
 rules[0].operations: operation "insert" is listed twice at config.toml:18
 rules[0].namespaces: source "orders" watches the single collection shop.orders; namespaces apply only to database and cluster sources at config.toml:19
 rules[0].sinks: sink "hook" is listed twice at config.toml:20
