@@ -365,7 +365,12 @@ snapshot = "always"
 [[sources]]
 name = "ok"
 snapshot = "initial"
-`, nil, `sources[0].snapshot: invalid value "always"; allowed values: "never", "initial" at config.toml:6`},
+[[sources]]
+name = "both"
+start_at = "2026-11-22T10:00:00Z"
+snapshot = "initial"
+`, nil, `sources[0].snapshot: invalid value "always"; allowed values: "never", "initial" at config.toml:6
+sources[2].snapshot: "initial" cannot be combined with start_at: a snapshot continues with the stream from the position it takes before the scan at config.toml:13`},
 
 		{"bad oversize", head + `
 [[sinks]]

@@ -58,6 +58,9 @@ func (d *decoder) source(o *obj) (s Source, nameVal *value) {
 	s.CheckpointInterval, _ = o.duration("checkpoint_interval", DefaultCheckpointInterval, time.Millisecond)
 	s.Partitions = int(o.integer("partitions", 1, 1, MaxPartitions))
 	s.Snapshot = o.enum("snapshot", SnapshotNever, snapshotModes)
+	if v := o.lookup("snapshot"); v != nil && s.Snapshot == SnapshotInitial && !s.StartAt.IsZero() {
+		d.errorf(o.keyPath("snapshot"), v.line, `"initial" cannot be combined with start_at: a snapshot continues with the stream from the position it takes before the scan`)
+	}
 	o.done()
 	return s, nameVal
 }

@@ -1,0 +1,255 @@
+package source_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/source"
+)
+
+// snapDocs is the number of pre-existing documents of the snapshot tests:
+// 20000 by default, CHANGEGATE_SNAPSHOT_DOCS (e.g. 100000) to go bigger.
+func snapDocs(t *testing.T) int {
+	if v := os.Getenv("CHANGEGATE_SNAPSHOT_DOCS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 100 {
+			t.Fatalf("CHANGEGATE_SNAPSHOT_DOCS=%q: want a number >= 100", v)
+		}
+		return n
+	}
+	if testing.Short() {
+		return 2000
+	}
+	return 20000
+}
+
+func insertMany(t *testing.T, c *mongo.Collection, ids []any) {
+	t.Helper()
+	for len(ids) > 0 {
+		n := min(len(ids), 1000)
+		docs := make([]any, n)
+		for i, id := range ids[:n] {
+			docs[i] = bson.D{{Key: "_id", Value: id}, {Key: "v", Value: 0}, {Key: "pad", Value: "xxxxxxxxxxxxxxxx"}}
+		}
+		if _, err := c.InsertMany(context.Background(), docs); err != nil {
+			t.Fatal(err)
+		}
+		ids = ids[n:]
+	}
+}
+
+func intIDs(from, to int) []any {
+	out := make([]any, 0, to-from)
+	for i := from; i < to; i++ {
+		out = append(out, int32(i))
+	}
+	return out
+}
+
+// hookRecorder records events and acks them at once, except that it holds
+// every ack from the holdFrom-th event on (0: never); onEvent runs in
+// Dispatch.
+type hookRecorder struct {
+	mu       sync.Mutex
+	events   []*event.Event
+	holdFrom int
+	held     []func()
+	onEvent  func(n int, ev *event.Event)
+}
+
+func (r *hookRecorder) Dispatch(ev *event.Event, ack func()) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	n := len(r.events)
+	hold := r.holdFrom > 0 && n >= r.holdFrom
+	if hold {
+		r.held = append(r.held, ack)
+	}
+	hook := r.onEvent
+	r.mu.Unlock()
+	if hook != nil {
+		hook(n, ev)
+	}
+	if !hold {
+		ack()
+	}
+}
+
+func (r *hookRecorder) all() []*event.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*event.Event(nil), r.events...)
+}
+
+func (r *hookRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.events)
+}
+
+func docKey(ev *event.Event) string {
+	if id, ok := ev.DocumentKey.Lookup("_id").AsInt64OK(); ok {
+		return fmt.Sprintf("%s/%d", ev.Coll, id)
+	}
+	return ev.Coll + "/" + ev.DocumentKey.Lookup("_id").String()
+}
+
+// Every pre-existing document arrives once as a snapshot event, with its
+// document, before any change; the updates made while the scan runs (to
+// documents already scanned and not yet scanned) all arrive, each after
+// its document's snapshot event; the checkpoint ends as a plain stream
+// position.
+func TestSnapshotThenStream(t *testing.T) {
+	w := newWorld(t)
+	n := snapDocs(t)
+	insertMany(t, w.coll, intIDs(0, n))
+
+	updated := map[int32]int{} // _id -> number of updates made
+	var upMu sync.Mutex
+	update := func(id int32) {
+		if _, err := w.coll.UpdateOne(context.Background(), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "v", Value: 1}}}}); err != nil {
+			t.Error(err)
+			return
+		}
+		upMu.Lock()
+		updated[id]++
+		upMu.Unlock()
+	}
+	rec := &hookRecorder{}
+	rec.onEvent = func(k int, ev *event.Event) {
+		// In the middle of the scan: update documents behind the scan, at
+		// it and far ahead of it, and insert a new one.
+		if k == n/2 {
+			for _, id := range []int32{0, 1, int32(n/2 - 1), int32(n / 2), int32(n/2 + 1), int32(n - 1)} {
+				update(id)
+			}
+			update(int32(n - 1))
+			if _, err := w.coll.InsertOne(context.Background(), bson.D{{Key: "_id", Value: int32(n)}}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	spec := w.spec()
+	spec.Snapshot = source.SnapshotInitial
+	spec.BatchSize = 500
+	r := w.runWith(spec, rec)
+
+	// Concurrent updates while the snapshot runs, too (from its first
+	// event on: an update before the stream position was taken is in the
+	// snapshot's document only).
+	waitFor(t, 10*time.Second, "the first snapshot event", func() bool { return rec.count() > 0 })
+	stopUpd := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := int32(0); ; i = (i + 997) % int32(n) {
+			select {
+			case <-stopUpd:
+				return
+			default:
+			}
+			if st := r.src.Status(); st.State == source.StateOpen {
+				return
+			}
+			update(i)
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	r.waitOpen(t)
+	close(stopUpd)
+	wg.Wait()
+	upMu.Lock()
+	totalUpdates := 0
+	for _, c := range updated {
+		totalUpdates += c
+	}
+	upMu.Unlock()
+	want := n + totalUpdates + 1 // snapshots, updates, the insert
+	for end := time.Now().Add(30 * time.Second); rec.count() < want && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	snaps := map[string]int{}  // doc -> index of its snapshot event
+	changes := map[string]int{} // doc -> updates seen
+	lastSnap, firstChange := -1, -1
+	var snapID string
+	for i, ev := range rec.all() {
+		k := docKey(ev)
+		switch ev.OperationType {
+		case source.OpSnapshot:
+			if _, dup := snaps[k]; dup {
+				t.Fatalf("document %s: two snapshot events", k)
+			}
+			snaps[k] = i
+			lastSnap = i
+			if fd := ev.Raw.Lookup("fullDocument"); fd.Type != bson.TypeEmbeddedDocument || fd.Document().Lookup("_id").String() != ev.DocumentKey.Lookup("_id").String() {
+				t.Fatalf("snapshot of %s without its fullDocument: %s", k, ev.Raw)
+			}
+			id := strings.Split(ev.ID, ":")
+			if len(id) != 4 || id[0] != "items" || id[1] != "snapshot" || (snapID != "" && id[2] != snapID) {
+				t.Fatalf("snapshot event id %q", ev.ID)
+			}
+			snapID = id[2]
+		case "update":
+			if _, ok := snaps[k]; !ok {
+				t.Fatalf("update of %s before its snapshot event", k)
+			}
+			changes[k]++
+			if firstChange < 0 {
+				firstChange = i
+			}
+		case "insert":
+			if firstChange < 0 {
+				firstChange = i
+			}
+		default:
+			t.Fatalf("unexpected %s event", ev.OperationType)
+
+		}
+	}
+	if len(snaps) != n {
+		t.Fatalf("%d documents arrived as snapshots, want %d", len(snaps), n)
+	}
+	if firstChange >= 0 && firstChange < lastSnap {
+		t.Fatalf("a change (event %d) came before the last snapshot event (%d)", firstChange, lastSnap)
+	}
+	upMu.Lock()
+	for id, c := range updated {
+		k := fmt.Sprintf("items/%d", id)
+		if changes[k] != c {
+			t.Errorf("document %s: %d updates arrived, %d made", k, changes[k], c)
+		}
+	}
+	upMu.Unlock()
+	if rec.count() != want {
+		t.Fatalf("%d events, want %d", rec.count(), want)
+	}
+	waitFor(t, 10*time.Second, "the stream checkpoint", func() bool {
+		cp, ok := w.checkpoint()
+		return ok && cp.Snapshot == nil
+	})
+	if st := r.src.Status().Snapshot; st == nil || st.State != "done" || st.Scanned != int64(n) {
+		t.Fatalf("snapshot status %+v", st)
+	}
+}
+
+// runWith starts a source dispatching to d (run takes a *recorder).
+func (w *world) runWith(spec source.Spec, d source.Dispatcher) *running {
+	w.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{src: source.New(spec, w.srcCli, w.cps, w.dls, d, w.m, nil), cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- r.src.Run(ctx) }()
+	w.t.Cleanup(func() { r.stop(w.t) })
+	return r
+}
