@@ -180,7 +180,7 @@ func TestSnapshotThenStream(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	snaps := map[string]int{}  // doc -> index of its snapshot event
+	snaps := map[string]int{}   // doc -> index of its snapshot event
 	changes := map[string]int{} // doc -> updates seen
 	lastSnap, firstChange := -1, -1
 	var snapID string
