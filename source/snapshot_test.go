@@ -253,3 +253,129 @@ func (w *world) runWith(spec source.Spec, d source.Dispatcher) *running {
 	w.t.Cleanup(func() { r.stop(w.t) })
 	return r
 }
+
+// A snapshot stopped without a final save (as by kill -9) at about half
+// resumes from its checkpointed progress: the second run dispatches only
+// documents from near the half on, the union covers every document, and
+// the events keep their ids.
+func TestSnapshotResumesAfterCrash(t *testing.T) {
+	w := newWorld(t)
+	n := 4000
+	insertMany(t, w.coll, intIDs(0, n))
+	spec := w.spec()
+	spec.Snapshot = source.SnapshotInitial
+	spec.BatchSize = 100
+	spec.MaxInFlight = 100
+
+	first := &hookRecorder{holdFrom: n / 2} // acks stop at half
+	r1 := w.runWith(spec, first)
+	waitFor(t, 20*time.Second, "progress near half saved", func() bool {
+		cp, ok := w.checkpoint()
+		return ok && cp.Snapshot != nil && cp.Snapshot.Scanned == int64(n/2-1)
+	})
+	r1.src.Abandon() // no final save: what kill -9 leaves
+	if err := r1.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	cp, _ := w.checkpoint()
+	firstIDs := map[string]string{}
+	for _, ev := range first.all() {
+		firstIDs[docKey(ev)] = ev.ID
+	}
+
+	second := &hookRecorder{}
+	r2 := w.runWith(spec, second)
+	r2.waitOpen(t)
+	evs := second.all()
+	if len(evs) == 0 {
+		t.Fatal("the second run delivered nothing")
+	}
+	if k := docKey(evs[0]); k != fmt.Sprintf("items/%d", n/2-1) {
+		t.Fatalf("the second run starts at %s, want items/%d (after the checkpointed progress %d)", k, n/2-1, cp.Snapshot.Scanned)
+	}
+	seen := map[string]bool{}
+	for _, ev := range first.all()[:n/2-1] {
+		seen[docKey(ev)] = true
+	}
+	for _, ev := range evs {
+		k := docKey(ev)
+		if id, ok := firstIDs[k]; ok && id != ev.ID {
+			t.Fatalf("document %s: id %s, was %s", k, ev.ID, id)
+		}
+		seen[k] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d documents delivered over both runs, want %d", len(seen), n)
+	}
+	if len(evs) != n-(n/2-1) {
+		t.Fatalf("second run delivered %d, want %d", len(evs), n-(n/2-1))
+	}
+}
+
+// A database-level source snapshots each of its collections (sorted by
+// name, every document once, mixed _id types in _id order), and two
+// partitions of a source share the documents without overlap.
+func TestSnapshotDatabaseLevelAndPartitions(t *testing.T) {
+	w := newWorld(t)
+	db := w.client.Database(w.db)
+	insertMany(t, db.Collection("a"), intIDs(0, 300))
+	insertMany(t, db.Collection("b"), []any{"x", "y", int64(7), bson.NewObjectID(), 2.5, true})
+	insertMany(t, db.Collection("c"), intIDs(1000, 1100))
+
+	spec := w.spec()
+	spec.Collection = ""
+	spec.Snapshot = source.SnapshotInitial
+	spec.BatchSize = 64
+	rec := &hookRecorder{}
+	r := w.runWith(spec, rec)
+	r.waitOpen(t)
+	evs := rec.all()
+	if len(evs) != 406 {
+		t.Fatalf("%d snapshot events, want 406", len(evs))
+	}
+	var order []string
+	for _, ev := range evs {
+		if len(order) == 0 || order[len(order)-1] != ev.Coll {
+			order = append(order, ev.Coll)
+		}
+	}
+	if fmt.Sprint(order) != "[a b c]" {
+		t.Fatalf("collections in order %v, want [a b c]", order)
+	}
+	var bTypes []string
+	for _, ev := range evs {
+		if ev.Coll == "b" {
+			bTypes = append(bTypes, ev.DocumentKey.Lookup("_id").Type.String())
+		}
+	}
+	if got := fmt.Sprint(bTypes); got != "[double 64-bit integer string string objectID boolean]" {
+		t.Fatalf("collection b in order %s", got)
+	}
+
+	// Two partitions over the same collections: disjoint, complete.
+	w2 := &world{t: t, srv: w.srv, client: w.client, srcCli: w.srcCli, db: w.db, coll: w.coll, cps: w.cps, dls: w.dls, m: w.m}
+	got := map[string]int{}
+	for i := range 2 {
+		ps := spec
+		ps.Name = "parts"
+		ps.Partition, ps.Partitions = i, 2
+		ps.Unit = source.UnitName("parts", i, 2)
+		pr := &hookRecorder{}
+		p := w2.runWith(ps, pr)
+		p.waitOpen(t)
+		for _, ev := range pr.all() {
+			got[docKey(ev)]++
+		}
+		if n := len(pr.all()); n == 0 || n == 406 {
+			t.Fatalf("partition %d got %d documents", i, n)
+		}
+	}
+	if len(got) != 406 {
+		t.Fatalf("partitions delivered %d documents, want 406", len(got))
+	}
+	for k, c := range got {
+		if c != 1 {
+			t.Fatalf("document %s delivered %d times", k, c)
+		}
+	}
+}
