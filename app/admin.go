@@ -234,6 +234,10 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 	mux.HandleFunc("POST /api/v1/deadletters/replay", g.mutating(g.replayDeadLetters))
 	mux.HandleFunc("DELETE /api/v1/deadletters", g.mutating(g.purgeDeadLetters))
 	mux.HandleFunc("POST /api/v1/reload", g.mutating(g.reloadHandler))
+	mux.HandleFunc("POST /api/v1/backfills", g.mutating(g.startBackfill))
+	mux.HandleFunc("GET /api/v1/backfills", g.reading(g.listBackfills))
+	mux.HandleFunc("GET /api/v1/backfills/{id}", g.reading(g.showBackfill))
+	mux.HandleFunc("DELETE /api/v1/backfills/{id}", g.mutating(g.cancelBackfill))
 	return mux
 }
 

@@ -97,27 +97,35 @@ func decodeSnapPos(pos bson.Raw) (ns string, after bson.Raw, n int64, ok bool) {
 // id>:<hex of the first 16 bytes of SHA-256(db NUL coll NUL type byte
 // _id bytes)>". A re-delivery after a restart carries the same id.
 func SnapshotEventID(source, snapshotID, db, coll string, id bson.RawValue) string {
-	return source + ":" + snapshotTokenData(snapshotID, db, coll, id)
+	return source + ":" + snapshotTokenData(SnapshotPrefix(snapshotID), db, coll, id)
 }
 
-func snapshotTokenData(snapshotID, db, coll string, id bson.RawValue) string {
+// SnapshotPrefix is the id prefix of the events of snapshot id.
+func SnapshotPrefix(id string) string { return "snapshot:" + id }
+
+// BackfillPrefix is the id prefix of the events of backfill id.
+func BackfillPrefix(id string) string { return "backfill:" + id }
+
+func snapshotTokenData(prefix, db, coll string, id bson.RawValue) string {
 	h := sha256.New()
 	h.Write([]byte(db))
 	h.Write([]byte{0})
 	h.Write([]byte(coll))
 	h.Write([]byte{0, byte(id.Type)})
 	h.Write(id.Value)
-	return "snapshot:" + snapshotID + ":" + hex.EncodeToString(h.Sum(nil)[:16])
+	return prefix + ":" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // SnapshotEvent builds the event of one document read by a snapshot or a
-// backfill: a change document {_id: {_data: <snapshot token>},
-// operationType: "snapshot", clusterTime, ns, documentKey: {_id},
-// fullDocument} read by event.FromChange, so it is routed, shaped and
-// dead-lettered as any change. ct is the cluster time it carries (a
-// snapshot's: just before the stream position it continues from, so it
-// sorts before every later change of the document).
-func SnapshotEvent(source, snapshotID, db, coll string, ct bson.Timestamp, doc bson.Raw) (*event.Event, error) {
+// backfill: a change document {_id: {_data: "<prefix>:<hash of ns and
+// _id>"}, operationType: "snapshot", clusterTime, wallTime, ns,
+// documentKey: {_id}, fullDocument} read by event.FromChange, so it is
+// routed, shaped and dead-lettered as any change; its id is
+// "<source>:<prefix>:<hash>" (prefix: SnapshotPrefix or BackfillPrefix).
+// ct is the cluster time it carries (a snapshot's: just before the stream
+// position it continues from, so it sorts before every later change of
+// the document), zero for none; wall likewise.
+func SnapshotEvent(source, prefix, db, coll string, ct bson.Timestamp, wall time.Time, doc bson.Raw) (*event.Event, error) {
 	idv, err := doc.LookupErr("_id")
 	if err != nil {
 		return nil, fmt.Errorf("document in %s.%s without _id", db, coll)
@@ -125,11 +133,14 @@ func SnapshotEvent(source, snapshotID, db, coll string, ct bson.Timestamp, doc b
 	dst := make([]byte, 0, len(doc)+len(idv.Value)+len(db)+len(coll)+160)
 	idx, dst := bsoncore.AppendDocumentStart(dst)
 	tidx, dst := bsoncore.AppendDocumentElementStart(dst, "_id")
-	dst = bsoncore.AppendStringElement(dst, "_data", snapshotTokenData(snapshotID, db, coll, idv))
+	dst = bsoncore.AppendStringElement(dst, "_data", snapshotTokenData(prefix, db, coll, idv))
 	dst, _ = bsoncore.AppendDocumentEnd(dst, tidx)
 	dst = bsoncore.AppendStringElement(dst, "operationType", OpSnapshot)
 	if ct.T != 0 || ct.I != 0 {
 		dst = bsoncore.AppendTimestampElement(dst, "clusterTime", ct.T, ct.I)
+	}
+	if !wall.IsZero() {
+		dst = bsoncore.AppendDateTimeElement(dst, "wallTime", wall.UnixMilli())
 	}
 	nidx, dst := bsoncore.AppendDocumentElementStart(dst, "ns")
 	dst = bsoncore.AppendStringElement(dst, "db", db)
@@ -564,7 +575,7 @@ func (s *Source) emitSnapshot(ctx context.Context, tr *checkpoint.Tracker, st *s
 			return nil
 		}
 	}
-	ev, err := SnapshotEvent(s.spec.Name, st.id, db, coll, st.eventCT, doc)
+	ev, err := SnapshotEvent(s.spec.Name, SnapshotPrefix(st.id), db, coll, st.eventCT, time.Time{}, doc)
 	if err != nil {
 		tr.Ack(seq)
 		s.log.Warn("snapshot: skipping a malformed document", "namespace", ns, "err", err)

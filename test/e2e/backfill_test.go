@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/test/receiver"
+)
+
+const backfillToken = "s3cret-admin-token"
+
+// postJSON posts body to the admin API and decodes the answer into out.
+func postJSON(t *testing.T, addr, path, body string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, bytes.NewBufferString(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+backfillToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("POST %s: %v: %s", path, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+// backfillConfig has two webhook sinks, "a" and "b", both routed every
+// change of items, and an admin token.
+func backfillConfig(urlA, urlB string) string {
+	cfg := strings.Replace(baseConfig(urlA, ""), `shutdown_grace = "10s"`, `shutdown_grace = "10s"
+admin_token = "`+backfillToken+`"`, 1)
+	cfg = strings.Replace(cfg, `name = "hook"`, `name = "a"`, 1)
+	cfg = strings.Replace(cfg, `sinks = ["hook"]`, `sinks = ["a", "b"]`, 1)
+	return cfg + fmt.Sprintf(`
+[[sinks]]
+name = "b"
+type = "webhook"
+url = %q
+secret = "${TEST_SECRET}"
+allow_private_networks = true
+`, urlB)
+}
+
+func countOps(ds []receiver.Delivery, op string) (n int, ids map[string]bool) {
+	ids = map[string]bool{}
+	for _, d := range ds {
+		if d.Operation == op {
+			n++
+			ids[d.DocKey] = true
+		}
+	}
+	return n, ids
+}
+
+// TestBackfillToOneSink backfills the documents matching a filter to sink
+// "b" while both sinks keep streaming live changes: b gets each matching
+// document once as a "snapshot" event with a backfill id, a gets none,
+// both get every live insert. Then a slow backfill is refused a second
+// time on the same sink (409), cancelled, and the bad requests are refused
+// with 400 without starting anything.
+func TestBackfillToOneSink(t *testing.T) {
+	e := newEnv(t)
+	ra, rb := receiver.New(testSecret), receiver.New(testSecret)
+	t.Cleanup(ra.Close)
+	t.Cleanup(rb.Close)
+	insertN(t, e.coll("items"), 0, 300)
+	g := e.start(e.config(backfillConfig(ra.URL(), rb.URL())))
+
+	var st app.BackfillStatus
+	if code := postJSON(t, g.admin, "/api/v1/backfills", `{"source": "items", "sink": "b", "filter": {"n": {"$gte": 100, "$lt": 300}}, "rate": 5000}`, &st); code != http.StatusAccepted {
+		t.Fatalf("POST backfill = %d %+v", code, st)
+	}
+	insertN(t, e.coll("items"), 1000, 50) // live, while the backfill runs
+	waitFor(t, 60*time.Second, "the backfill to finish", func() bool {
+		var cur app.BackfillStatus
+		api(t, http.MethodGet, g.admin, "/api/v1/backfills/"+st.ID, backfillToken, &cur)
+		if cur.State == "failed" || cur.State == "cancelled" {
+			t.Fatalf("backfill %+v", cur)
+		}
+		st = cur
+		return cur.State == "done"
+	})
+	if st.Scanned != 200 || st.Sent != 200 || st.Finished != 200 || st.Estimated != 200 || st.Percent != 100 {
+		t.Fatalf("backfill status %+v", st)
+	}
+	waitFor(t, 30*time.Second, "the live inserts at both sinks", func() bool {
+		na, _ := countOps(ra.Deliveries(), "insert")
+		nb, _ := countOps(rb.Deliveries(), "insert")
+		return na == 50 && nb == 50
+	})
+	n, docs := countOps(rb.Deliveries(), "snapshot")
+	if n != 200 || len(docs) != 200 {
+		t.Fatalf("sink b got %d snapshot events for %d documents, want 200", n, len(docs))
+	}
+	for _, d := range rb.Deliveries() {
+		if d.Operation == "snapshot" {
+			var env struct {
+				FullDocument struct{ N int } `json:"fullDocument"`
+			}
+			_ = json.Unmarshal(d.Envelope, &env)
+			if env.FullDocument.N < 100 || env.FullDocument.N >= 300 || !strings.HasPrefix(d.ID, "items:backfill:"+st.ID+":") {
+				t.Fatalf("backfill delivery %s: %s", d.ID, d.Envelope)
+			}
+		}
+	}
+	if n, _ := countOps(ra.Deliveries(), "snapshot"); n != 0 {
+		t.Fatalf("sink a got %d backfill events", n)
+	}
+
+	// One backfill per sink at a time; cancel.
+	var slow app.BackfillStatus
+	if code := postJSON(t, g.admin, "/api/v1/backfills", `{"source": "items", "sink": "b", "rate": 20}`, &slow); code != http.StatusAccepted {
+		t.Fatalf("slow backfill = %d", code)
+	}
+	var apiErr struct{ Error string }
+	if code := postJSON(t, g.admin, "/api/v1/backfills", `{"source": "items"}`, &apiErr); code != http.StatusConflict || !strings.Contains(apiErr.Error, `sink "b" runs another backfill`) {
+		t.Fatalf("second backfill on a busy sink = %d %q", code, apiErr.Error)
+	}
+	waitFor(t, 10*time.Second, "a few documents of the slow backfill", func() bool {
+		var cur app.BackfillStatus
+		api(t, http.MethodGet, g.admin, "/api/v1/backfills/"+slow.ID, backfillToken, &cur)
+		return cur.Sent >= 3
+	})
+	var cancelled app.BackfillStatus
+	if code := api(t, http.MethodDelete, g.admin, "/api/v1/backfills/"+slow.ID, backfillToken, &cancelled); code != http.StatusOK || cancelled.State != "cancelled" {
+		t.Fatalf("DELETE = %d %+v", code, cancelled)
+	}
+	if cancelled.Sent >= 350 || cancelled.Finished != cancelled.Sent {
+		t.Fatalf("cancelled backfill %+v: should have stopped early with what it sent finished", cancelled)
+	}
+	// The sink is free again.
+	var again app.BackfillStatus
+	if code := postJSON(t, g.admin, "/api/v1/backfills", `{"source": "items", "sink": "b", "filter": {"n": 5}}`, &again); code != http.StatusAccepted {
+		t.Fatalf("backfill after the cancel = %d", code)
+	}
+
+	// Bad input: refused, nothing started.
+	before := len(listBackfills(t, g.admin))
+	for _, c := range []struct{ body, want string }{
+		{`{"source": "nope"}`, `unknown source "nope"`},
+		{`{"source": "items", "sink": "zzz"}`, `unknown sink "zzz"`},
+		{`{"source": "items", "filter": {"$where": "sleep(100)"}}`, `filter is not a valid query`},
+		{`{"source": "items", "filter": "{not json"}`, `filter is not valid Extended JSON`},
+		{`{"source": "items", "filter": {"n": {"$bogus": 1}}}`, `filter is not a valid query`},
+		{`{"source": "items", "rate": -1}`, `rate -1`},
+		{`{"source": "items", "extra": 1}`, `unknown field`},
+	} {
+		var e struct{ Error string }
+		if code := postJSON(t, g.admin, "/api/v1/backfills", c.body, &e); code != http.StatusBadRequest || !strings.Contains(e.Error, c.want) {
+			t.Errorf("%s = %d %q, want 400 with %q", c.body, code, e.Error, c.want)
+		}
+	}
+	if after := len(listBackfills(t, g.admin)); after != before {
+		t.Fatalf("refused requests started backfills: %d -> %d", before, after)
+	}
+}
+
+func listBackfills(t *testing.T, addr string) []app.BackfillStatus {
+	var out struct{ Backfills []app.BackfillStatus }
+	api(t, http.MethodGet, addr, "/api/v1/backfills", backfillToken, &out)
+	return out.Backfills
+}
