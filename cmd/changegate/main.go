@@ -32,6 +32,8 @@ Usage:
   changegate check -config FILE         validate the config; connects to nothing
   changegate deadletters list|show|replay|purge -config FILE [filters]
   changegate checkpoints show|reset -config FILE [-source NAME]
+  changegate backfill -config FILE -source S [-sink K] [-filter JSON] [-rate N]
+                                        send existing documents again
   changegate version                    print the version
 
 Run 'changegate COMMAND -help' for a command's flags.
@@ -63,6 +65,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDeadletters(rest, stdout, stderr)
 	case "checkpoints":
 		return cmdCheckpoints(rest, stdout, stderr)
+	case "backfill":
+		return cmdBackfill(rest, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "changegate %s\n", version)
 		return 0

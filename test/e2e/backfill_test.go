@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -173,4 +174,53 @@ func listBackfills(t *testing.T, addr string) []app.BackfillStatus {
 	var out struct{ Backfills []app.BackfillStatus }
 	api(t, http.MethodGet, addr, "/api/v1/backfills", backfillToken, &out)
 	return out.Backfills
+}
+
+// TestBackfillCLI runs the command line's backfill (app.Backfill: direct
+// deliveries, no lanes) next to a running gateway: it sends every matching
+// document to its sink and reports progress; it is refused while the
+// gateway runs a backfill of the same sink, and for bad input.
+func TestBackfillCLI(t *testing.T) {
+	e := newEnv(t)
+	ra, rb := receiver.New(testSecret), receiver.New(testSecret)
+	t.Cleanup(ra.Close)
+	t.Cleanup(rb.Close)
+	insertN(t, e.coll("items"), 0, 120)
+	cfg := e.config(backfillConfig(ra.URL(), rb.URL()))
+	g := e.start(cfg)
+
+	var progress []app.BackfillStatus
+	st, err := app.Backfill(t.Context(), cfg, e.client, app.BackfillRequest{Source: "items", Sink: "a", Filter: `{"n": {"$lt": 100}}`, Rate: 10000}, nil,
+		func(s app.BackfillStatus) { progress = append(progress, s) })
+	if err != nil || st.State != "done" || st.Sent != 100 || st.Finished != 100 || st.Failed != 0 {
+		t.Fatalf("Backfill = %+v, %v", st, err)
+	}
+	if len(progress) == 0 || progress[len(progress)-1].State != "done" {
+		t.Fatalf("progress reports %+v", progress)
+	}
+	if n, docs := countOps(ra.Deliveries(), "snapshot"); n != 100 || len(docs) != 100 {
+		t.Fatalf("sink a got %d snapshot events for %d documents", n, len(docs))
+	}
+	if n, _ := countOps(rb.Deliveries(), "snapshot"); n != 0 {
+		t.Fatalf("sink b got %d", n)
+	}
+
+	var slow app.BackfillStatus
+	if code := postJSON(t, g.admin, "/api/v1/backfills", `{"source": "items", "sink": "a", "rate": 5}`, &slow); code != http.StatusAccepted {
+		t.Fatalf("gateway backfill = %d", code)
+	}
+	if _, err := app.Backfill(t.Context(), cfg, e.client, app.BackfillRequest{Source: "items", Sink: "a"}, nil, nil); !errors.Is(err, app.ErrBackfillBusy) {
+		t.Fatalf("CLI backfill of a busy sink: %v", err)
+	}
+	api(t, http.MethodDelete, g.admin, "/api/v1/backfills/"+slow.ID, backfillToken, nil)
+	for _, req := range []app.BackfillRequest{
+		{Source: "nope"},
+		{Source: "items", Sink: "nope"},
+		{Source: "items", Filter: `{"$expr": {"$gt": ["$n", 1]}}`},
+		{Source: "items", Filter: `[1]`},
+	} {
+		if _, err := app.Backfill(t.Context(), cfg, e.client, req, nil, nil); !errors.Is(err, app.ErrBackfillInput) {
+			t.Errorf("Backfill(%+v) = %v, want ErrBackfillInput", req, err)
+		}
+	}
 }
