@@ -1,0 +1,42 @@
+package router
+
+import (
+	"sync/atomic"
+	"testing"
+)
+
+// DispatchTo hands an event to the named sink only (when a rule routes it
+// there), to every matching sink without a name, and acks at once when it
+// goes nowhere; SinksOf names the sinks a source's rules route to.
+func TestDispatchToOneSink(t *testing.T) {
+	a, b := &fakeSink{name: "a"}, &fakeSink{name: "b"}
+	e := newTestEngine(t, newMemDL(), SinkSpec{Sink: a, Retry: fastRetry(1), MaxInFlight: 2}, SinkSpec{Sink: b, Retry: fastRetry(1), MaxInFlight: 2})
+	if got := e.SinksOf("orders"); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Fatalf("SinksOf = %v", got)
+	}
+	if got := e.SinksOf("other"); len(got) != 0 {
+		t.Fatalf("SinksOf(other) = %v", got)
+	}
+	var acks [3]atomic.Int32
+	if !e.DispatchTo("b", posEvent(t, 1, 1), func() { acks[0].Add(1) }) {
+		t.Fatal("DispatchTo(b) routed nothing")
+	}
+	if !e.DispatchTo("", posEvent(t, 2, 2), func() { acks[1].Add(1) }) {
+		t.Fatal("DispatchTo(all) routed nothing")
+	}
+	if e.DispatchTo("nope", posEvent(t, 3, 3), func() { acks[2].Add(1) }) {
+		t.Fatal("DispatchTo(unknown sink) routed the event")
+	}
+	waitUntil(t, "the acks", func() bool { return acks[0].Load() == 1 && acks[1].Load() == 1 && acks[2].Load() == 1 })
+	if got := len(a.received()); got != 1 {
+		t.Fatalf("sink a got %d events, want 1 (the all-sinks one)", got)
+	}
+	if got := len(b.received()); got != 2 {
+		t.Fatalf("sink b got %d events, want 2", got)
+	}
+	for i := range acks {
+		if n := acks[i].Load(); n != 1 {
+			t.Fatalf("event %d acked %d times", i, n)
+		}
+	}
+}
