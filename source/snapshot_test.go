@@ -12,6 +12,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/source"
@@ -377,5 +378,68 @@ func TestSnapshotDatabaseLevelAndPartitions(t *testing.T) {
 		if c != 1 {
 			t.Fatalf("document %s delivered %d times", k, c)
 		}
+	}
+}
+
+// AfterIDFilter keeps exactly the documents whose _id sorts after the given
+// one in MongoDB's order, across BSON type brackets ($gt alone compares
+// within one bracket).
+func TestAfterIDFilterAcrossTypes(t *testing.T) {
+	w := newWorld(t)
+	ids := []any{int32(-5), int32(3), 4.5, int64(10), "a", "b", bson.D{{Key: "k", Value: 1}}, bson.Binary{Data: []byte{1}},
+		bson.NewObjectID(), false, true, bson.DateTime(1000), bson.Timestamp{T: 1}, bson.MinKey{}, bson.MaxKey{}}
+	insertMany(t, w.coll, ids)
+	ctx := context.Background()
+	all := func(filter any) []string {
+		cur, err := w.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for cur.Next(ctx) {
+			out = append(out, cur.Current.Lookup("_id").String())
+		}
+		if err := cur.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	sorted := all(bson.D{})
+	if len(sorted) != len(ids) {
+		t.Fatalf("%d documents", len(sorted))
+	}
+	cur, _ := w.coll.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	i := 0
+	for cur.Next(ctx) {
+		got := all(source.AfterIDFilter(cur.Current.Lookup("_id"), nil))
+		if fmt.Sprint(got) != fmt.Sprint(sorted[i+1:]) {
+			t.Fatalf("after %s: %v, want %v", sorted[i], got, sorted[i+1:])
+		}
+		i++
+	}
+}
+
+// A snapshot event's envelope: operationType "snapshot", the document in
+// fullDocument, a stable id from the snapshot id, namespace and _id.
+func TestSnapshotEventEnvelope(t *testing.T) {
+	docb, _ := bson.Marshal(bson.D{{Key: "_id", Value: int32(7)}, {Key: "status", Value: "paid"}})
+	doc := bson.Raw(docb)
+	ev, err := source.SnapshotEvent("orders", source.SnapshotPrefix("s1"), "shop", "orders", bson.Timestamp{T: 1800000000, I: 2}, time.Time{}, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := source.SnapshotEvent("orders", source.SnapshotPrefix("s1"), "shop", "orders", bson.Timestamp{T: 1800000000, I: 2}, time.Time{}, doc)
+	other, _ := source.SnapshotEvent("orders", source.SnapshotPrefix("s1"), "shop", "other", bson.Timestamp{T: 1800000000, I: 2}, time.Time{}, doc)
+	if ev.ID != again.ID || ev.ID == other.ID || !strings.HasPrefix(ev.ID, "orders:snapshot:s1:") ||
+		ev.ID != source.SnapshotEventID("orders", "s1", "shop", "orders", bson.RawValue{Type: bson.TypeInt32, Value: doc.Lookup("_id").Value}) {
+		t.Fatalf("ids %s %s %s", ev.ID, again.ID, other.ID)
+	}
+	b, err := ev.Envelope(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"id":"` + ev.ID + `","source":"orders","operationType":"snapshot","ns":{"db":"shop","coll":"orders"},"documentKey":{"_id":7},"fullDocument":{"_id":7,"status":"paid"},"clusterTime":"2027-01-15T08:00:00Z","wallTime":"2027-01-15T08:00:00Z","rules":[]}`
+	if string(b) != want {
+		t.Fatalf("envelope\n%s\nwant\n%s", b, want)
 	}
 }
