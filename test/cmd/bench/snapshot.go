@@ -44,7 +44,7 @@ func (b *bench) scenarioSnapshot() []*result {
 	r.cpu, r.envCPU, r.rss = m.cpu, m.envCPU, m.hwm
 	mb := func(v int64) string { return fmt.Sprintf("%.0f", float64(v)/(1<<20)) }
 	r.note = fmt.Sprintf("first request %s after process start; RSS MB at 10/50/90%%: %s/%s/%s",
-		(time.Duration(rcv.first.Load()-t0.UnixNano())).Round(10*time.Millisecond), mb(m.rss.at(int64(n)/10)), mb(m.rss.at(int64(n)/2)), mb(m.rss.at(int64(n)*9/10)))
+		(time.Duration(rcv.first.Load() - t0.UnixNano())).Round(10*time.Millisecond), mb(m.rss.at(int64(n)/10)), mb(m.rss.at(int64(n)/2)), mb(m.rss.at(int64(n)*9/10)))
 	if reqs := rcv.requests.Load(); reqs > 0 {
 		r.note += fmt.Sprintf("; %.1f events/request", float64(r.deliveries)/float64(reqs))
 	}
