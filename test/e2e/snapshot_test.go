@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -54,7 +55,20 @@ func TestSnapshotThenUpdatesInOrder(t *testing.T) {
 	t.Cleanup(rcv.Close)
 	other := receiver.New(testSecret)
 	t.Cleanup(other.Close)
-	cfg := snapshotConfig(rcv.URL(), "") + fmt.Sprintf(`
+	// Batches of 50 keep the test short under -race (a batch holds a
+	// document at most once: per-document order is the lanes' as ever).
+	// The receiver holds its first requests until 100 updates were made,
+	// and at most 500 events are in flight: the scan is then stuck near
+	// its start while documents behind and ahead of it are updated.
+	var madeCount atomic.Int64
+	holdUntil := time.Now().Add(20 * time.Second)
+	rcv.SetResponder(func([]byte) *receiver.Response {
+		for madeCount.Load() < 100 && time.Now().Before(holdUntil) {
+			time.Sleep(time.Millisecond)
+		}
+		return nil
+	})
+	cfg := strings.Replace(snapshotConfig(rcv.URL(), "max_in_flight_events = 500\n"), "max_in_flight = 8\n", "max_in_flight = 8\nbatch_size = 50\n", 1) + fmt.Sprintf(`
 [[sinks]]
 name = "inserts-only"
 type = "webhook"
@@ -94,6 +108,7 @@ sinks = ["inserts-only"]
 			mu.Lock()
 			made[fmt.Sprintf(`{"_id":%d}`, i)]++
 			mu.Unlock()
+			madeCount.Add(1)
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
@@ -120,7 +135,7 @@ sinks = ["inserts-only"]
 				t.Fatalf("document %s: a second snapshot event", d.DocKey)
 			}
 			snap[d.DocKey] = true
-			if !strings.HasPrefix(d.ID, "items:snapshot:") || d.WebhookID != d.ID || !strings.Contains(string(d.Envelope), `"fullDocument":{"_id":`) {
+			if !strings.HasPrefix(d.ID, "items:snapshot:") || !strings.Contains(string(d.Envelope), `"fullDocument":{"_id":`) {
 				t.Fatalf("snapshot delivery %s: %s", d.ID, d.Envelope)
 			}
 		case "update":
