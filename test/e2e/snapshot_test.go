@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -82,8 +83,8 @@ source = "items"
 operations = ["insert", "update"]
 sinks = ["inserts-only"]
 `, other.URL())
+	cfg = strings.Replace(cfg, `shutdown_grace = "10s"`, "shutdown_grace = \"10s\"\npublic_read = true", 1)
 	g := e.start(e.config(cfg))
-	_ = g
 
 	// Update documents while the scan runs: each update is counted once
 	// it returned; every one must arrive after its snapshot event.
@@ -163,6 +164,33 @@ sinks = ["inserts-only"]
 	}
 	if other.Count() != updates {
 		t.Fatalf("the update-only rule's sink got %d events, want the %d updates", other.Count(), updates)
+	}
+
+	// Progress in /api/v1/status and the metrics.
+	var status struct {
+		Sources []struct {
+			State    string
+			Snapshot *struct {
+				ID                        string
+				State                     string
+				Scanned, Acked, Estimated int64
+				Percent                   float64
+			}
+		}
+	}
+	api(t, http.MethodGet, g.admin, "/api/v1/status", "", &status)
+	if len(status.Sources) != 1 || status.Sources[0].State != "open" {
+		t.Fatalf("status %+v", status)
+	}
+	if sn := status.Sources[0].Snapshot; sn == nil || sn.State != "done" || sn.Scanned != int64(n) || sn.Acked != int64(n) || sn.Estimated != int64(n) || sn.Percent != 100 {
+		t.Fatalf("snapshot status %+v", sn)
+	}
+	fams := scrape(t, g.admin)
+	if v := value(fams, "changegate_snapshot_documents_total", map[string]string{"source": "items"}); v != float64(n) {
+		t.Fatalf("changegate_snapshot_documents_total = %v, want %d", v, n)
+	}
+	if v := value(fams, "changegate_snapshot_running", map[string]string{"source": "items"}); v != 0 {
+		t.Fatalf("changegate_snapshot_running = %v after the snapshot", v)
 	}
 }
 
