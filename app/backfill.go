@@ -312,6 +312,7 @@ func (b *backfiller) start(ctx context.Context, cfg *config.Config, req Backfill
 		defer close(r.done)
 		defer stopOnCtx()
 		defer release()
+		defer cancel() // first: stops the lock renewal before the release
 		lost := make(chan struct{})
 		go b.renew(rctx, held, lost, cancel)
 		err := b.run(rctx, r, src, log)
