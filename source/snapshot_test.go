@@ -2,6 +2,7 @@ package source_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -441,5 +442,73 @@ func TestSnapshotEventEnvelope(t *testing.T) {
 	want := `{"id":"` + ev.ID + `","source":"orders","operationType":"snapshot","ns":{"db":"shop","coll":"orders"},"documentKey":{"_id":7},"fullDocument":{"_id":7,"status":"paid"},"clusterTime":"2027-01-15T08:00:00Z","wallTime":"2027-01-15T08:00:00Z","rules":[]}`
 	if string(b) != want {
 		t.Fatalf("envelope\n%s\nwant\n%s", b, want)
+	}
+}
+
+func (r *hookRecorder) release() {
+	r.mu.Lock()
+	held := r.held
+	r.held, r.holdFrom = nil, 0
+	r.mu.Unlock()
+	for _, ack := range held {
+		ack()
+	}
+}
+
+// Cluster mode: a snapshot's progress saves are fenced by the lease epoch.
+// When a new owner fences the unit mid-snapshot, the old owner's next save
+// is refused and it stops (lease lost) without moving the progress; the new
+// owner resumes the same snapshot from the progress, and every document is
+// delivered.
+func TestSnapshotHandoverFenced(t *testing.T) {
+	w := newWorld(t)
+	n := 3000
+	insertMany(t, w.coll, intIDs(0, n))
+	ctx := context.Background()
+	spec := w.spec()
+	spec.Snapshot = source.SnapshotInitial
+	spec.BatchSize = 100
+	spec.MaxInFlight = 100
+
+	if err := w.cps.Fence(ctx, "items", 1); err != nil {
+		t.Fatal(err)
+	}
+	a := &hookRecorder{holdFrom: 1000}
+	specA := spec
+	specA.Tenure = event.NewTenure("items", 1, time.Now().Add(time.Hour))
+	ra := w.runWith(specA, a)
+	waitFor(t, 20*time.Second, "progress saved by the first owner", func() bool {
+		cp, ok := w.checkpoint()
+		return ok && cp.Snapshot != nil && cp.Snapshot.Scanned == 999
+	})
+	if err := w.cps.Fence(ctx, "items", 2); err != nil { // a new owner claims the unit
+		t.Fatal(err)
+	}
+	a.release() // the old owner's progress moves: its save is refused
+	select {
+	case err := <-ra.done:
+		ra.done <- err
+		if !errors.Is(err, source.ErrLeaseLost) {
+			t.Fatalf("old owner's Run = %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the old owner did not stop")
+	}
+	cp, _ := w.checkpoint()
+	if cp.Snapshot == nil || cp.Snapshot.Scanned != 999 || cp.Epoch != 2 {
+		t.Fatalf("checkpoint after the fenced save: %+v (snapshot %+v)", cp, cp.Snapshot)
+	}
+
+	b := &hookRecorder{}
+	specB := spec
+	specB.Tenure = event.NewTenure("items", 2, time.Now().Add(time.Hour))
+	rb := w.runWith(specB, b)
+	rb.waitOpen(t)
+	evs := b.all()
+	if len(evs) != n-999 || docKey(evs[0]) != "items/999" {
+		t.Fatalf("new owner delivered %d documents from %s, want %d from items/999", len(evs), docKey(evs[0]), n-999)
+	}
+	if cp, _ := w.checkpoint(); cp.Snapshot != nil || cp.Epoch != 2 {
+		t.Fatalf("checkpoint after the new owner's snapshot: %+v", cp)
 	}
 }
