@@ -132,6 +132,9 @@ func newBackfiller(client *mongo.Client, stateDB *mongo.Database, instance strin
 	if m == nil {
 		m = metrics.New(nil)
 	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &backfiller{
 		client: client, locks: lease.NewStore(stateDB, backfillCollection, backfillLeaseTTL),
 		instance: instance, target: target, sinksOf: sinksOf, metrics: m, log: log,
