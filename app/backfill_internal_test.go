@@ -53,7 +53,10 @@ func TestBackfillYieldsToLiveChanges(t *testing.T) {
 	if _, err := coll.InsertMany(ctx, docs); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = client.Database(db).Drop(context.Background()); _ = client.Database(db + "_state").Drop(context.Background()) })
+	t.Cleanup(func() {
+		_ = client.Database(db).Drop(context.Background())
+		_ = client.Database(db + "_state").Drop(context.Background())
+	})
 	cfg := &config.Config{
 		Sources: []config.Source{{Name: "items", Database: db, Collection: "items"}},
 		Sinks:   []config.Sink{{Name: "hook"}},
