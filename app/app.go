@@ -271,7 +271,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	defer stopEngine()
 	engine.Start(engineCtx)
 	defer engine.Stop()
-	g.backfills = newBackfiller(client, client.Database(cfg.Mongo.StateDatabase), cfg.Cluster.Instance, laneTarget{engine}, engine.SinksOf, m, log)
+	g.backfills = newBackfiller(client, client.Database(cfg.Mongo.StateDatabase), cfg.Cluster.Instance, laneTarget{engine: engine, units: g.unitSources}, engine.SinksOf, m, log)
 	defer g.backfills.stopAll()
 
 	for _, sc := range cfg.Sources {

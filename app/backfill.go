@@ -20,6 +20,7 @@ import (
 
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/internal/mhash"
 	"github.com/changegate/changegate/lease"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/query"
@@ -87,10 +88,15 @@ type BackfillStatus struct {
 	// Finished of those were delivered or dead-lettered (Failed: a CLI
 	// delivery that failed for good). Estimated is the count of matching
 	// documents when the backfill started (0: unknown).
-	Scanned    int64     `json:"scanned"`
-	Sent       int64     `json:"sent"`
-	Finished   int64     `json:"finished"`
-	Failed     int64     `json:"failed,omitempty"`
+	Scanned  int64 `json:"scanned"`
+	Sent     int64 `json:"sent"`
+	Finished int64 `json:"finished"`
+	Failed   int64 `json:"failed,omitempty"`
+	// Reread counts documents read again because a change of them was
+	// dispatched after they were read; Unordered those sent after
+	// backfillRereads re-reads without the ordering guarantee.
+	Reread     int64     `json:"reread,omitempty"`
+	Unordered  int64     `json:"unordered,omitempty"`
 	Estimated  int64     `json:"estimated"`
 	Percent    float64   `json:"percent"`
 	DocsPerSec float64   `json:"docsPerSecond"`
@@ -110,7 +116,18 @@ type backfillTarget interface {
 	// liveQueued returns the events queued for the sinks beyond own of the
 	// backfill's: live changes waiting, which go first.
 	liveQueued(sinks []string, own int64) int64
+	// mark is taken before documents of source are read; sendAfter is
+	// send, run only if no change of ev's document was dispatched since
+	// mark (changed: one was; read the document again). A target that
+	// cannot order returns nil and sends at once.
+	mark(source string) any
+	sendAfter(ctx context.Context, sink string, ev *event.Event, mark any, done func(failed bool)) (routed, changed bool)
 }
+
+// backfillRereads bounds the re-reads of a document that keeps changing
+// while a backfill tries to send it in order; after them it is sent as
+// read, unordered (counted in BackfillStatus.Unordered).
+const backfillRereads = 10
 
 // backfiller runs backfills: at most one per sink at a time (a lease
 // document per sink in the state database, so also across processes).
@@ -428,6 +445,7 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 		r.mu.Unlock()
 		var after bson.Raw
 		for {
+			mark := b.target.mark(r.req.Source) // before the read
 			var f any = bson.D{}
 			switch {
 			case after != nil:
@@ -469,7 +487,7 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 					continue
 				}
 				r.inFlight.Add(1)
-				if !b.target.send(ctx, r.req.Sink, ev, finish) {
+				if !b.sendOrdered(ctx, r, db, coll, ev, idv, mark, finish) {
 					r.inFlight.Add(-1)
 					continue
 				}
@@ -500,6 +518,43 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 		}
 	}
 	return nil
+}
+
+// sendOrdered hands ev (the document read after mark) on in order with the
+// live stream: if a change of the document was dispatched since mark, it
+// reads the document again (with a new mark) and retries; a document
+// deleted or no longer matching meanwhile is not sent (its change is on
+// the way). It reports whether ev (or its re-read) was handed to a sink.
+func (b *backfiller) sendOrdered(ctx context.Context, r *backfillRun, db, coll string, ev *event.Event, id bson.RawValue, mark any, done func(bool)) bool {
+	routed, changed := b.target.sendAfter(ctx, r.req.Sink, ev, mark, done)
+	for try := 0; changed && try < backfillRereads; try++ {
+		r.mu.Lock()
+		r.st.Reread++
+		r.mu.Unlock()
+		mark = b.target.mark(r.req.Source)
+		f := bson.D{{Key: "_id", Value: id}}
+		if len(r.filter) > 0 {
+			f = bson.D{{Key: "$and", Value: bson.A{f, r.filter}}}
+		}
+		raw, err := b.client.Database(db).Collection(coll).FindOne(ctx, f).Raw()
+		if err != nil {
+			if !errors.Is(err, mongo.ErrNoDocuments) {
+				b.log.Warn("backfill: cannot read a document again; not sending it", "namespace", db+"."+coll, "err", err)
+			}
+			return false
+		}
+		if ev, err = source.SnapshotEvent(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), raw); err != nil {
+			return false
+		}
+		routed, changed = b.target.sendAfter(ctx, r.req.Sink, ev, mark, done)
+	}
+	if changed {
+		r.mu.Lock()
+		r.st.Unordered++
+		r.mu.Unlock()
+		routed = b.target.send(ctx, r.req.Sink, ev, done)
+	}
+	return routed
 }
 
 // get returns the status of backfill id.
@@ -565,8 +620,56 @@ func (b *backfiller) stopAll() {
 	}
 }
 
-// laneTarget sends through a running engine's lanes.
-type laneTarget struct{ engine *router.Engine }
+// laneTarget sends through a running engine's lanes, each event in order
+// with the live stream of the unit that owns its document when that unit
+// runs in this process (see source.Source.DispatchIfUnchanged).
+type laneTarget struct {
+	engine *router.Engine
+	// units returns the sources of the units of source running here, by
+	// unit name, and the source's partition count.
+	units func(source string) (map[string]*source.Source, int)
+}
+
+// unitMarks is laneTarget's mark: each running unit's DispatchMark.
+type unitMarks struct {
+	parts int
+	srcs  map[string]*source.Source
+	marks map[string]uint64
+}
+
+func (t laneTarget) mark(src string) any {
+	if t.units == nil {
+		return nil
+	}
+	srcs, n := t.units(src)
+	m := unitMarks{parts: n, srcs: srcs, marks: make(map[string]uint64, len(srcs))}
+	for name, s := range srcs {
+		m.marks[name] = s.DispatchMark()
+	}
+	return m
+}
+
+func (t laneTarget) sendAfter(ctx context.Context, sink string, ev *event.Event, mark any, done func(bool)) (bool, bool) {
+	m, ok := mark.(unitMarks)
+	if !ok {
+		return t.send(ctx, sink, ev, done), false
+	}
+	unit := source.UnitName(ev.Source, 0, 1)
+	if m.parts > 1 {
+		h := mhash.HashedIndexKey(bson.RawValue{Type: bson.TypeEmbeddedDocument, Value: ev.DocumentKey})
+		unit = source.UnitName(ev.Source, mhash.Partition(h, m.parts), m.parts)
+	}
+	src, running := m.srcs[unit]
+	if !running {
+		// Another replica owns the unit (cluster mode): no ordering.
+		return t.send(ctx, sink, ev, done), false
+	}
+	var routed bool
+	sent := src.DispatchIfUnchanged(ev, m.marks[unit], func() {
+		routed = t.engine.DispatchTo(sink, ev, func() { done(false) })
+	})
+	return routed, !sent
+}
 
 func (t laneTarget) send(_ context.Context, sink string, ev *event.Event, done func(bool)) bool {
 	return t.engine.DispatchTo(sink, ev, func() { done(false) })
@@ -627,6 +730,12 @@ func (t *directTarget) send(ctx context.Context, sink string, ev *event.Event, d
 
 func (t *directTarget) liveQueued([]string, int64) int64 { return 0 }
 
+func (t *directTarget) mark(string) any { return nil }
+
+func (t *directTarget) sendAfter(ctx context.Context, sink string, ev *event.Event, _ any, done func(bool)) (bool, bool) {
+	return t.send(ctx, sink, ev, done), false
+}
+
 // Backfill runs one backfill from the command line: it sends the documents
 // of req.Source matching req.Filter to req.Sink (or every matching sink)
 // with the sinks' retry policy, throttled by req.Rate, holding the sinks'
@@ -681,4 +790,22 @@ func Backfill(ctx context.Context, cfg *config.Config, client *mongo.Client, req
 			}
 		}
 	}
+}
+
+// unitSources returns the sources of src's units running in this process,
+// by unit name, and src's partition count.
+func (g *gateway) unitSources(src string) (map[string]*source.Source, int) {
+	n := 1
+	for _, d := range g.defs {
+		if d.source == src {
+			n = max(n, d.spec.Partitions)
+		}
+	}
+	out := map[string]*source.Source{}
+	for _, u := range g.units.snapshot() {
+		if u.def.source == src {
+			out[u.def.name] = u.src
+		}
+	}
+	return out, n
 }

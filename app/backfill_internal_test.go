@@ -32,6 +32,12 @@ func (f *fakeTarget) send(_ context.Context, _ string, ev *event.Event, done fun
 
 func (f *fakeTarget) liveQueued([]string, int64) int64 { return f.live.Load() }
 
+func (f *fakeTarget) mark(string) any { return nil }
+
+func (f *fakeTarget) sendAfter(ctx context.Context, sink string, ev *event.Event, _ any, done func(bool)) (bool, bool) {
+	return f.send(ctx, sink, ev, done), false
+}
+
 func (f *fakeTarget) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -378,9 +378,9 @@ func (e *Engine) DeliverNow(ctx context.Context, sink string, ev *event.Event) e
 
 // DispatchTo is Dispatch for a backfill: ev is routed by the rules as
 // Dispatch does, but handed only to the named sink's lane (to every
-// matching sink when sink is empty). ack is called once every sink it was
-// handed to finished with it, or at once when it was handed to none; the
-// result says whether it was handed to any. It does not count the
+// matching sink when sink is empty). It returns false, without calling
+// ack, when no rule routes ev there; otherwise ack is called once every
+// sink it was handed to finished with it. It does not count the
 // rule-match metrics (a backfill re-sends, it reads no change).
 func (e *Engine) DispatchTo(sink string, ev *event.Event, ack func()) bool {
 	st := e.state.Load()
@@ -396,7 +396,6 @@ func (e *Engine) DispatchTo(sink string, ev *event.Event, ack func()) bool {
 		}
 	}
 	if len(targets) == 0 {
-		ack()
 		return false
 	}
 	ev.Rules = m.Rules

@@ -585,7 +585,7 @@ func (s *Source) emitSnapshot(ctx context.Context, tr *checkpoint.Tracker, st *s
 	ev.Tenure = s.spec.Tenure
 	s.mRead.Inc()
 	s.mInFlight.Inc()
-	s.out.Dispatch(ev, func() {
+	s.dispatch(ev, func() {
 		tr.Ack(seq)
 		s.mInFlight.Dec()
 	})

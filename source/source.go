@@ -175,6 +175,9 @@ type Source struct {
 	// documents done before this process resumed it.
 	snap     *SnapshotStatus
 	snapBase int64
+
+	// order serialises dispatches with backfill events (order.go).
+	order dispatchOrder
 }
 
 // New returns a source; nothing happens until Run.
@@ -730,7 +733,7 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			s.mu.Lock()
 			s.status.LastEvent = ev.WallTime
 			s.mu.Unlock()
-			s.out.Dispatch(ev, func() {
+			s.dispatch(ev, func() {
 				tr.Ack(seq)
 				s.mInFlight.Dec()
 			})

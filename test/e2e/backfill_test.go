@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/test/receiver"
 )
@@ -222,5 +224,84 @@ func TestBackfillCLI(t *testing.T) {
 		if _, err := app.Backfill(t.Context(), cfg, e.client, req, nil, nil); !errors.Is(err, app.ErrBackfillInput) {
 			t.Errorf("Backfill(%+v) = %v, want ErrBackfillInput", req, err)
 		}
+	}
+}
+
+// TestBackfillOrderedWithLiveUpdates backfills while a writer keeps
+// updating the documents: no update made after the backfill read a
+// document is delivered before that document's backfill event (each
+// update's new counter value is at most the backfill event's), and every
+// document is backfilled.
+func TestBackfillOrderedWithLiveUpdates(t *testing.T) {
+	e := newEnv(t)
+	ra, rb := receiver.New(testSecret), receiver.New(testSecret)
+	t.Cleanup(ra.Close)
+	t.Cleanup(rb.Close)
+	const n = 2000
+	insertN(t, e.coll("items"), 0, n)
+	g := e.start(e.config(backfillConfig(ra.URL(), rb.URL())))
+
+	stop := make(chan struct{})
+	writerDone := make(chan error, 1)
+	go func() {
+		c := e.coll("items")
+		for i := 0; ; i = (i + 37) % n {
+			select {
+			case <-stop:
+				writerDone <- nil
+				return
+			default:
+			}
+			if _, err := c.UpdateOne(t.Context(), bson.D{{Key: "_id", Value: i}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "v", Value: 1}}}}); err != nil {
+				writerDone <- err
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	var st app.BackfillStatus
+	if code := postJSON(t, g.admin, "/api/v1/backfills", `{"source": "items", "sink": "b", "rate": 800}`, &st); code != http.StatusAccepted {
+		t.Fatalf("POST backfill = %d", code)
+	}
+	waitFor(t, 60*time.Second, "the backfill to finish", func() bool {
+		api(t, http.MethodGet, g.admin, "/api/v1/backfills/"+st.ID, backfillToken, &st)
+		return st.State == "done"
+	})
+	close(stop)
+	if err := <-writerDone; err != nil {
+		t.Fatal(err)
+	}
+	type envelope struct {
+		FullDocument      struct{ V int } `json:"fullDocument"`
+		UpdateDescription struct {
+			UpdatedFields struct{ V int } `json:"updatedFields"`
+		} `json:"updateDescription"`
+	}
+	maxUpdate := map[string]int{}
+	backfilled := map[string]bool{}
+	for _, d := range rb.Deliveries() {
+		var env envelope
+		if err := json.Unmarshal(d.Envelope, &env); err != nil {
+			t.Fatal(err)
+		}
+		switch d.Operation {
+		case "update":
+			maxUpdate[d.DocKey] = max(maxUpdate[d.DocKey], env.UpdateDescription.UpdatedFields.V)
+		case "snapshot":
+			if backfilled[d.DocKey] {
+				t.Fatalf("document %s backfilled twice", d.DocKey)
+			}
+			backfilled[d.DocKey] = true
+			if v := env.FullDocument.V; maxUpdate[d.DocKey] > v {
+				t.Fatalf("document %s: backfill event with v=%d delivered after the update to v=%d", d.DocKey, v, maxUpdate[d.DocKey])
+			}
+		}
+	}
+	if len(backfilled) != n {
+		t.Fatalf("%d documents backfilled, want %d", len(backfilled), n)
+	}
+	t.Logf("backfill: %d re-read, %d unordered, %d updates seen", st.Reread, st.Unordered, len(maxUpdate))
+	if st.Unordered != 0 {
+		t.Fatalf("%d documents sent unordered", st.Unordered)
 	}
 }
