@@ -238,6 +238,7 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 	mux.HandleFunc("GET /api/v1/backfills", g.reading(g.listBackfills))
 	mux.HandleFunc("GET /api/v1/backfills/{id}", g.reading(g.showBackfill))
 	mux.HandleFunc("DELETE /api/v1/backfills/{id}", g.mutating(g.cancelBackfill))
+	g.consoleRoutes(mux)
 	return mux
 }
 

@@ -22,10 +22,12 @@ import (
 	"github.com/changegate/changegate/checkpoint"
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/eventbridge"
+	"github.com/changegate/changegate/sinks/lambda"
 	"github.com/changegate/changegate/sinks/limit"
 	"github.com/changegate/changegate/sinks/sqs"
 	"github.com/changegate/changegate/sinks/webhook"
@@ -54,6 +56,10 @@ type Options struct {
 	// Started, when non-nil, is called with the admin server's address
 	// ("" when disabled) once everything is running.
 	Started func(adminAddr string)
+	// ConsoleSampleEvery is the sampling interval of the web console's
+	// sparklines (default 10s; they show the last 90 samples). For tests
+	// and demos.
+	ConsoleSampleEvery time.Duration
 }
 
 type gateway struct {
@@ -73,12 +79,24 @@ type gateway struct {
 	defs     []unitDef    // every unit of the configuration
 	units    units        // the units whose sources run here
 	cl       *clusterLoop // nil outside cluster mode
+	samples  consoleRing  // the web console's sparkline samples
 
 	wg       sync.WaitGroup    // unit goroutines
 	unitDone chan *runningUnit // a unit's Run returned
 	stopped  chan struct{}     // closed when Run no longer reads unitDone
 
 	backfills *backfiller // on-demand backfills (backfill.go)
+}
+
+// oversizePolicy returns the sink's oversize policy, counting in m (when
+// not nil).
+func oversizePolicy(sc config.Sink, m *metrics.Metrics) sinks.Oversize {
+	p := sinks.Oversize{Strip: sc.Oversize == config.OversizeStrip}
+	if m != nil {
+		p.Stripped = m.SinkOversize.WithLabelValues(sc.Name, metrics.OversizeStrip)
+		p.Refused = m.SinkOversize.WithLabelValues(sc.Name, metrics.OversizeDeadLetter)
+	}
+	return p
 }
 
 // Connect returns a MongoDB client for cfg. The driver connects lazily: an
@@ -94,9 +112,15 @@ func Connect(cfg *config.Config) (*mongo.Client, error) {
 
 // BuildSinks constructs the sinks of cfg, in config order.
 func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error) {
+	return buildSinks(cfg, log, nil)
+}
+
+// buildSinks is BuildSinks; m, when not nil, receives the sinks' own
+// counters (changegate_sink_oversize_events_total).
+func buildSinks(cfg *config.Config, log *slog.Logger, m *metrics.Metrics) ([]router.SinkSpec, error) {
 	var specs []router.SinkSpec
 	for _, sc := range cfg.Sinks {
-		sp, err := buildSink(cfg, sc, log)
+		sp, err := buildSink(cfg, sc, log, m)
 		if err != nil {
 			for _, s := range specs {
 				_ = s.Sink.Close()
@@ -108,10 +132,12 @@ func BuildSinks(cfg *config.Config, log *slog.Logger) ([]router.SinkSpec, error)
 	return specs, nil
 }
 
-// buildSink constructs one sink of cfg and how the engine drives it.
-func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.SinkSpec, error) {
+// buildSink constructs one sink of cfg and how the engine drives it; m may
+// be nil.
+func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.Metrics) (router.SinkSpec, error) {
 	var sk sinks.Sink
 	var err error
+	oversize := oversizePolicy(sc, m)
 	// Connections per destination: the fixed limit, or the adaptive
 	// limit's ceiling (fewer would show as queueing latency and hold the
 	// limit down).
@@ -139,7 +165,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			BearerToken: w.BearerToken.Value(), BasicUser: basicUser, BasicPassword: basicPassword,
 			Timeout: w.Timeout, Canonical: sc.JSON == "canonical", BatchSize: sc.BatchSize, MaxRequestBytes: w.MaxRequestBytes,
 			AllowPrivateNetworks: w.AllowPrivateNetworks, TLSCAFile: w.TLSCAFile, TLSInsecureSkipVerify: w.TLSInsecureSkipVerify,
-			MaxConns: conns,
+			MaxConns: conns, SigV4: webhookSigV4(w), Oversize: oversize,
 		}, log.With("sink", sc.Name))
 	case sc.EventBridge != nil:
 		e := sc.EventBridge
@@ -147,7 +173,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			Name: sc.Name, EventBus: e.EventBus, Region: e.Region, Endpoint: e.Endpoint, RoleARN: e.RoleARN,
 			Source: e.Source, DetailType: e.DetailType, Resources: e.Resources,
 			MaxRequestBytes: e.MaxRequestBytes, Canonical: sc.JSON == "canonical", Timeout: e.Timeout,
-			MaxConns: conns, StripOversize: sc.Oversize == config.OversizeStrip,
+			MaxConns: conns, Oversize: oversize,
 		}, log.With("sink", sc.Name))
 	case sc.SQS != nil:
 		q := sc.SQS
@@ -155,7 +181,15 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 			Name: sc.Name, QueueURL: q.QueueURL, QueueName: q.QueueName, Region: q.Region, Endpoint: q.Endpoint,
 			RoleARN: q.RoleARN, GroupBy: q.MessageGroupID, MaxRequestBytes: q.MaxRequestBytes,
 			Canonical: sc.JSON == "canonical", Timeout: q.Timeout, MaxConns: conns,
-			StripOversize: sc.Oversize == config.OversizeStrip,
+			Oversize: oversize,
+		}, log.With("sink", sc.Name))
+	case sc.Lambda != nil:
+		l := sc.Lambda
+		sk, err = lambda.New(lambda.Config{
+			Name: sc.Name, Function: l.Function, Qualifier: l.Qualifier, InvocationType: l.InvocationType,
+			ClientContext: l.ClientContext, BatchSize: sc.BatchSize, MaxPayloadBytes: l.MaxRequestBytes,
+			Oversize: oversize, Canonical: sc.JSON == "canonical",
+			Region: l.Region, Endpoint: l.Endpoint, RoleARN: l.RoleARN, Timeout: l.Timeout, MaxConns: conns,
 		}, log.With("sink", sc.Name))
 	default:
 		err = fmt.Errorf("sink type %q is not supported", sc.Type)
@@ -185,11 +219,28 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger) (router.Sin
 	}, nil
 }
 
+// webhookSigV4 returns the SigV4 signing of a webhook sink, nil without
+// auth = "aws_sigv4".
+func webhookSigV4(w *config.WebhookSink) *webhook.SigV4 {
+	if w.Auth != config.WebhookAuthSigV4 {
+		return nil
+	}
+	return &webhook.SigV4{Service: w.AWSService, Region: w.Region, RoleARN: w.RoleARN}
+}
+
 // CompileRules compiles cfg's rules against its sinks.
 func CompileRules(cfg *config.Config) (*router.Rules, error) {
 	names := make([]string, len(cfg.Sinks))
 	for i, s := range cfg.Sinks {
 		names[i] = s.Name
+	}
+	shapes := make([]*event.Shape, len(cfg.Sinks))
+	for i, s := range cfg.Sinks {
+		sh, err := event.CompileShape(s.Shape.Spec())
+		if err != nil {
+			return nil, fmt.Errorf("sink %s: %w", s.Name, err)
+		}
+		shapes[i] = sh
 	}
 	specs := make([]router.RuleSpec, 0, len(cfg.Rules))
 	for _, r := range cfg.Rules {
@@ -197,12 +248,16 @@ func CompileRules(cfg *config.Config) (*router.Rules, error) {
 		for _, ns := range r.Namespaces {
 			namespaces = append(namespaces, ns.String())
 		}
+		sh, err := event.CompileShape(r.Shape.Spec())
+		if err != nil {
+			return nil, fmt.Errorf("rule %s: %w", r.Name, err)
+		}
 		specs = append(specs, router.RuleSpec{
 			Name: r.Name, Source: r.Source, Operations: r.Operations,
-			Namespaces: namespaces, Filter: r.Filter, Sinks: r.Sinks,
+			Namespaces: namespaces, Filter: r.Filter, Sinks: r.Sinks, Shape: sh,
 		})
 	}
-	return router.CompileRules(specs, names)
+	return router.CompileRulesShaped(specs, names, shapes)
 }
 
 // Stores returns the checkpoint and dead-letter stores of cfg on client.
@@ -249,7 +304,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	for _, n := range PushdownNotes(cfg) {
 		log.Info(n) // as check prints them: why a rule is not pushed down
 	}
-	specs, err := BuildSinks(cfg, log)
+	specs, err := buildSinks(cfg, log, m)
 	if err != nil {
 		return err
 	}
@@ -292,6 +347,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		}
 		adminAddr = ln.Addr().String()
 		srv = g.newAdminServer(reg)
+		go g.sampleConsole(ctx, opts.ConsoleSampleEvery)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin server failed", "err", err)

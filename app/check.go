@@ -23,7 +23,7 @@ func Check(cfg *config.Config) error {
 	}
 	discard := slog.New(slog.DiscardHandler)
 	for i, sc := range cfg.Sinks {
-		sp, err := buildSink(cfg, sc, discard)
+		sp, err := buildSink(cfg, sc, discard, nil)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("sinks[%d]: %w (in %s)", i, err, cfg.File))
 			continue

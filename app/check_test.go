@@ -61,6 +61,25 @@ queue_url = "https://sqs.us-east-1.amazonaws.com/123456789012/audit.fifo"`, ""},
 		{"sqs by name", `type = "sqs"
 queue_name = "audit"
 region = "eu-west-1"`, ""},
+		{"lambda", `type = "lambda"
+function = "arn:aws:lambda:us-east-1:123456789012:function:step1:live"
+invocation_type = "RequestResponse"
+client_context = '{"custom": {"a": 1}}'
+batch_size = 10
+oversize = "strip"`, ""},
+		{"lambda unknown invocation type", `type = "lambda"
+function = "step1"
+invocation_type = "Async"`, `sinks[0].invocation_type: invalid value "Async"; allowed values: "Event", "RequestResponse" at check.toml:17`},
+		{"lambda bad function", `type = "lambda"
+function = "step 1"`, `sinks[0].function: invalid function "step 1": use a function name ("step1"), name:alias ("step1:live"), ARN ("arn:aws:lambda:us-east-1:123456789012:function:step1") or partial ARN ("123456789012:function:step1") at check.toml:16`},
+		{"webhook sigv4", `type = "webhook"
+url = "https://abc123.lambda-url.eu-west-1.on.aws/"
+auth = "aws_sigv4"
+secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"`, ""},
+		{"webhook sigv4 with basic_auth", `type = "webhook"
+url = "https://abc123.lambda-url.eu-west-1.on.aws/"
+auth = "aws_sigv4"
+basic_auth = { username = "u", password = "p" }`, `sinks[0].basic_auth: cannot be combined with auth = "aws_sigv4" (line 17): SigV4 sets the Authorization header at check.toml:18`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

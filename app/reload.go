@@ -61,7 +61,7 @@ func (g *gateway) reload() error {
 			updates = append(updates, router.LaneUpdate{Name: sc.Name, Keep: true})
 			continue
 		}
-		sp, err := buildSink(next, sc, g.log)
+		sp, err := buildSink(next, sc, g.log, g.metrics)
 		if err != nil {
 			for _, b := range built {
 				_ = b.Sink.Close()

@@ -17,8 +17,10 @@ const (
 	// eventbridge sink: 1 MiB, PutEvents' current limit per the SDK docs.
 	MaxEventBridgeMaxRequestBytes = 1 << 20
 	// DefaultSQSMaxRequestBytes is the default SendMessageBatch payload
-	// limit (256 KiB).
-	DefaultSQSMaxRequestBytes = 256 << 10
+	// limit: 1 MiB, SQS's current maximum message size and a queue's
+	// default MaximumMessageSize (see sqs.DefaultMaxRequestBytes for the
+	// sources).
+	DefaultSQSMaxRequestBytes = 1 << 20
 	// MaxSQSMaxRequestBytes is the SendMessageBatch payload limit of the API
 	// (1 MiB).
 	MaxSQSMaxRequestBytes = 1 << 20

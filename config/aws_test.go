@@ -58,7 +58,7 @@ max_request_bytes = 1048576
 			Resources: []string{"arn:aws:s3:::bucket"},
 		}, nil},
 		{10, nil, &SQSSink{
-			AWS:      AWS{MaxRequestBytes: 262144, Timeout: 10 * time.Second},
+			AWS:      AWS{MaxRequestBytes: 1 << 20, Timeout: 10 * time.Second},
 			QueueURL: "https://sqs.us-east-1.amazonaws.com/123456789012/audit.fifo", MessageGroupID: "fullDocument.customerId",
 		}},
 		{10, nil, &SQSSink{AWS: AWS{MaxRequestBytes: 1 << 20, Timeout: 10 * time.Second}, QueueName: "plain"}},

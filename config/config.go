@@ -111,7 +111,22 @@ type Server struct {
 	// default: localhost (and *.localhost), the host of Listen and the
 	// machine's host name; "*" accepts any name.
 	AllowedHosts []string
+	// Console serves the web console (GET / and /ui/...) on the admin
+	// listener (default true).
+	Console bool
+	// ConsoleAuth says who may read the console's pages: ConsoleAuthNone
+	// (default: anyone who can reach the listener, like public_read for
+	// the console's pages) or ConsoleAuthToken (the admin token, which the
+	// page's script sends as a bearer token). Actions always need the
+	// admin token.
+	ConsoleAuth string
 }
+
+// Values of [Server.ConsoleAuth].
+const (
+	ConsoleAuthNone  = "none"
+	ConsoleAuthToken = "token"
+)
 
 // Full-document modes of [Source.FullDocument], as the MongoDB driver spells them.
 const (
@@ -165,7 +180,8 @@ const (
 	// OversizeDeadLetter dead-letters the event (reason "oversize").
 	OversizeDeadLetter = "deadletter"
 	// OversizeStrip sends the envelope without fullDocument and
-	// fullDocumentBeforeChange, marked "truncated": true.
+	// fullDocumentBeforeChange, marked "truncated": true, and if need be
+	// with updateDescription truncated too (sinks.Oversize.Fit).
 	OversizeStrip = "strip"
 )
 
@@ -250,6 +266,8 @@ const (
 	SinkEventBridge = "eventbridge"
 	// SinkSQS sends events to an Amazon SQS queue; see [SQSSink].
 	SinkSQS = "sqs"
+	// SinkLambda invokes an AWS Lambda function; see [LambdaSink].
+	SinkLambda = "lambda"
 )
 
 // Ordering is a sink's delivery ordering guarantee.
@@ -314,9 +332,13 @@ type Sink struct {
 	ParkAfter time.Duration
 	// Retry is the retry policy, defaults filled in.
 	Retry Retry
-	// Oversize is what happens to an event whose payload exceeds the sink's
-	// limit: OversizeDeadLetter (default) or OversizeStrip.
+	// Oversize is what happens to an event whose payload alone exceeds the
+	// sink's limit (max_request_bytes of every sink type):
+	// OversizeDeadLetter (default) or OversizeStrip.
 	Oversize string
+	// Shape is the payload shaping of the sink (fields, redact,
+	// envelope, ...); see Shape.
+	Shape Shape
 
 	// Webhook holds the options of a webhook sink; nil for other types.
 	Webhook *WebhookSink
@@ -325,6 +347,8 @@ type Sink struct {
 	EventBridge *EventBridgeSink
 	// SQS holds the options of an sqs sink; nil for other types.
 	SQS *SQSSink
+	// Lambda holds the options of a lambda sink; nil for other types.
+	Lambda *LambdaSink
 }
 
 // Retry is a sink's retry policy: exponential backoff with jitter.
@@ -364,9 +388,9 @@ type WebhookSink struct {
 	// BasicAuth, when non-nil, is sent as HTTP basic authentication.
 	// Exclusive with BearerToken.
 	BasicAuth *BasicAuth
-	// MaxRequestBytes caps the body of one batch request (batch_size > 1,
-	// default 1 MiB): a batch larger than that is sent as several requests.
-	// An event larger than the cap alone is sent in a request of its own.
+	// MaxRequestBytes caps the body of one request (default 1 MiB, at most
+	// 1 GiB): a batch larger than that is sent as several requests; an
+	// event whose envelope alone is larger follows Sink.Oversize.
 	MaxRequestBytes int
 	// Timeout bounds one request, including reading the response (default
 	// 10s, > 0).
@@ -379,7 +403,47 @@ type WebhookSink struct {
 	TLSCAFile string
 	// TLSInsecureSkipVerify disables server certificate verification.
 	TLSInsecureSkipVerify bool
+	// Auth is "" or WebhookAuthSigV4: every request is then signed with
+	// AWS Signature Version 4 (after the Standard Webhooks headers), with
+	// the AWS sinks' credential chain.
+	Auth string
+	// AWSService is the SigV4 signing name (default "lambda", for function
+	// URLs; "execute-api" for API Gateway); set only with Auth.
+	AWSService string
+	// Region is the SigV4 signing region: region, or the one in a function
+	// URL's or execute-api host; set only with Auth.
+	Region string
+	// RoleARN is a role to assume with STS for signing (empty: none).
+	RoleARN string
 }
+
+// WebhookAuthSigV4 is the webhook auth value that signs requests with AWS
+// Signature Version 4.
+const WebhookAuthSigV4 = "aws_sigv4"
+
+// LambdaSink holds the options of a lambda sink. AWS.MaxRequestBytes is
+// the payload limit of one invocation (default and maximum: the Invoke
+// limit of the invocation type).
+type LambdaSink struct {
+	AWS
+	// Function is the function's name, name:qualifier, full or partial
+	// ARN, as Lambda's Invoke accepts it.
+	Function string
+	// Qualifier is a version or alias (optional).
+	Qualifier string
+	// InvocationType is LambdaInvocationEvent (default) or
+	// LambdaInvocationRequestResponse.
+	InvocationType string
+	// ClientContext is a JSON object passed (base64-encoded) to synchronous
+	// invocations (optional).
+	ClientContext string
+}
+
+// Lambda invocation types of [LambdaSink.InvocationType].
+const (
+	LambdaInvocationEvent           = "Event"
+	LambdaInvocationRequestResponse = "RequestResponse"
+)
 
 // AWS holds the options shared by the AWS sinks. Credentials come from the
 // SDK's default chain (environment, shared profile, web identity, ECS/EC2
@@ -472,6 +536,9 @@ type Rule struct {
 	// Sinks are the names of existing sinks the matching events go to;
 	// non-empty, without duplicates.
 	Sinks []string
+	// Shape is the payload shaping of the events this rule routes
+	// (fields, redact, envelope, ...); see Shape.
+	Shape Shape
 }
 
 // Namespace is a rule namespace pattern, "db.coll" or "db.*".

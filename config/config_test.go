@@ -80,7 +80,7 @@ func TestExampleConfig(t *testing.T) {
 func allKeys() []string {
 	keys := []string{
 		"uri", "state_database", "checkpoint_collection", "deadletter_collection",
-		"listen", "shutdown_grace", "admin_token", "public_read", "allowed_hosts",
+		"listen", "shutdown_grace", "admin_token", "public_read", "allowed_hosts", "console", "console_auth",
 		"enabled", "lease_ttl", "renew_every", "instance", "leases_collection", "partitions",
 		"name", "database", "collection", "full_document", "full_document_before_change", "pipeline",
 		"start_at", "on_history_lost", "split_large_events", "on_oversize_event", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval", "snapshot",
@@ -124,7 +124,7 @@ sinks = ["hook"]
 			CheckpointCollection: "checkpoints",
 			DeadLetterCollection: "deadletters",
 		},
-		Server: Server{Listen: ":9464", ShutdownGrace: 30 * time.Second, ReadyMaxLag: 30 * time.Second},
+		Server: Server{Listen: ":9464", ShutdownGrace: 30 * time.Second, ReadyMaxLag: 30 * time.Second, Console: true, ConsoleAuth: ConsoleAuthNone},
 		Cluster: Cluster{
 			LeaseTTL:         15 * time.Second,
 			RenewEvery:       5 * time.Second,
@@ -163,8 +163,9 @@ sinks = ["hook"]
 				Jitter:          0.2,
 			},
 			Webhook: &WebhookSink{URL: "http://localhost:8080/", Timeout: 10 * time.Second, MaxRequestBytes: 1 << 20},
+			Shape:   defaultShape,
 		}},
-		Rules: []Rule{{Name: "all", Source: "orders", Sinks: []string{"hook"}}},
+		Rules: []Rule{{Name: "all", Source: "orders", Sinks: []string{"hook"}, Shape: defaultShape}},
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("got\n%#v\nwant\n%#v", cfg, want)

@@ -97,6 +97,18 @@ allowed_hosts = ["changegate.example", "https://x.example", "a.example:9464", ""
 `, nil, `server.public_read: expected a boolean (true or false), got string at config.toml:5
 server.allowed_hosts[5]: expected a string, got integer at config.toml:6`},
 
+		{"bad console keys", head + `
+[server]
+console = "yes"
+console_auth = "tokens"
+`, nil, `server.console: expected a boolean (true or false), got string at config.toml:5
+server.console_auth: invalid value "tokens" (did you mean "token"?); allowed values: "none", "token" at config.toml:6`},
+
+		{"console_auth token without admin_token", head + `
+[server]
+console_auth = "token"
+`, nil, `server.console_auth: is "token" but server.admin_token is not set: set the token the console's pages then need, or console_auth = "none" at config.toml:5`},
+
 		{"bad allowed host names", head + `
 [server]
 allowed_hosts = ["changegate.example", "https://x.example", "a.example:9464", "", "two words"]
@@ -222,7 +234,7 @@ type = "webhok"
 url = "https://example.com/"
 `, nil, `sources[0].full_document: invalid value "updatelookup" (did you mean "updateLookup"?); allowed values: "default", "updateLookup", "whenAvailable", "required" at config.toml:6
 sources[0].on_history_lost: invalid value "ignore"; allowed values: "fail", "resume_from_now" at config.toml:7
-sinks[0].type: invalid value "webhok" (did you mean "webhook"?); allowed values: "webhook", "eventbridge", "sqs", "testbus" at config.toml:10`},
+sinks[0].type: invalid value "webhok" (did you mean "webhook"?); allowed values: "webhook", "eventbridge", "sqs", "lambda", "testbus" at config.toml:10`},
 
 		{"bad cluster", head + `
 [cluster]
@@ -354,9 +366,18 @@ pipeline = '[{"$changeStreamSplitLargeEvent": {}}, {"$project": {"fullDocument":
 [[sources]]
 name = "ok"
 pipeline = '[{"$match": {"operationType": "insert"}}, {"$changeStreamSplitLargeEvent": {}}]'
+[[sources]]
+name = "spec"
+pipeline = '[{"$changeStreamSplitLargeEvent": {"maxSize": 1}}]'
+[[sources]]
+name = "twice"
+pipeline = '[{"$changeStreamSplitLargeEvent": {}}, {"$changeStreamSplitLargeEvent": 1}]'
 `, nil, `sources[0].split_large_events: invalid value "on"; allowed values: "auto", "off" at config.toml:6
 sources[0].on_oversize_event: invalid value "drop"; allowed values: "fail", "skip" at config.toml:7
-sources[0].pipeline: stage 0: $changeStreamSplitLargeEvent must be the last stage of the pipeline (MongoDB refuses it anywhere else) at config.toml:8`},
+sources[0].pipeline: stage 0: $changeStreamSplitLargeEvent must be the last stage of the pipeline (MongoDB refuses it anywhere else) at config.toml:8
+sources[2].pipeline: stage 0: $changeStreamSplitLargeEvent takes an empty document, {} at config.toml:14
+sources[3].pipeline: stage 0: $changeStreamSplitLargeEvent must be the last stage of the pipeline (MongoDB refuses it anywhere else) at config.toml:17
+sources[3].pipeline: stage 1: $changeStreamSplitLargeEvent takes an empty document, {} at config.toml:17`},
 
 		{"bad snapshot", head + `
 [[sources]]

@@ -98,6 +98,7 @@ func (d *decoder) rule(o *obj, cfg *Config) (r Rule, nameVal *value) {
 			}
 		}
 	}
+	r.Shape = d.shape(o)
 	o.done()
 	return r, nameVal
 }

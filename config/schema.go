@@ -39,7 +39,8 @@ const (
 
 	DefaultWebhookTimeout = 10 * time.Second
 	// DefaultWebhookMaxRequestBytes is the default byte cap of a webhook
-	// batch request; MaxWebhookMaxRequestBytes the largest accepted.
+	// request body, batch or single event; MaxWebhookMaxRequestBytes the
+	// largest accepted.
 	DefaultWebhookMaxRequestBytes = 1 << 20
 	MaxWebhookMaxRequestBytes     = 1 << 30
 )
@@ -257,6 +258,11 @@ func (d *decoder) server(o *obj) Server {
 			}
 			s.AllowedHosts = append(s.AllowedHosts, h)
 		}
+	}
+	s.Console = o.boolean("console", true)
+	s.ConsoleAuth = o.enum("console_auth", ConsoleAuthNone, []string{ConsoleAuthNone, ConsoleAuthToken})
+	if s.ConsoleAuth == ConsoleAuthToken && s.AdminToken.Value() == "" && !o.bad["admin_token"] {
+		d.errorf(o.keyPath("console_auth"), o.lineOf("console_auth"), `is "token" but server.admin_token is not set: set the token the console's pages then need, or console_auth = "none"`)
 	}
 	o.done()
 	return s

@@ -35,6 +35,7 @@ func builtinSinkTypes() []sinkType {
 		{name: SinkWebhook, maxBatchSize: 1000, decode: decodeWebhook},
 		{name: SinkEventBridge, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeEventBridge},
 		{name: SinkSQS, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeSQS},
+		{name: SinkLambda, maxBatchSize: 1000, decode: decodeLambda},
 	}
 }
 
@@ -88,6 +89,7 @@ func (d *decoder) sink(o *obj) (s Sink, nameVal *value) {
 	s.ParkAfter, _ = o.duration("park_after", DefaultParkAfter, 0)
 	s.Oversize = o.enum("oversize", OversizeDeadLetter, []string{OversizeDeadLetter, OversizeStrip})
 	s.Retry = d.retry(o)
+	s.Shape = d.shape(o)
 
 	typeKeys := d.sinkTypeKeys()
 	if typ != nil {
@@ -209,7 +211,8 @@ func (d *decoder) retry(sink *obj) Retry {
 }
 
 // reservedHeaders are set by the webhook sink itself.
-var reservedHeaders = []string{"Content-Length", "Host", "Webhook-Id", "Webhook-Signature", "Webhook-Timestamp"}
+var reservedHeaders = []string{"Content-Length", "Host", "Webhook-Id", "Webhook-Signature", "Webhook-Timestamp",
+	"Changegate-Operation-Type", "Changegate-Namespace", "Changegate-Document-Key", "Changegate-Cluster-Time"}
 
 func decodeWebhook(d *decoder, o *obj, s *Sink) {
 	w := &WebhookSink{}
@@ -321,6 +324,7 @@ func decodeWebhook(d *decoder, o *obj, s *Sink) {
 		}
 	}
 	w.TLSInsecureSkipVerify = o.boolean("tls_insecure_skip_verify", false)
+	d.webhookAuth(o, w)
 }
 
 func checkHTTPURL(s string) string {

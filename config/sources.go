@@ -124,10 +124,19 @@ func (d *decoder) pipeline(path string, line int, s string) []bson.D {
 		stages = append(stages, stage)
 	}
 	// MongoDB requires $changeStreamSplitLargeEvent to be the last stage
-	// (error 7182802) and allows it once.
+	// (error 7182802), which allows it once, with an empty spec (7182800;
+	// document_source_change_stream_split_large_event.cpp).
+	wellFormed := ok
 	for i, st := range stages {
-		if ok && st[0].Key == splitLargeEventStage && i != len(stages)-1 {
+		if !wellFormed || st[0].Key != splitLargeEventStage {
+			continue
+		}
+		if i != len(stages)-1 {
 			d.errorf(path, line, "stage %d: %s must be the last stage of the pipeline (MongoDB refuses it anywhere else)", i, splitLargeEventStage)
+			ok = false
+		}
+		if spec, isDoc := st[0].Value.(bson.D); !isDoc || len(spec) != 0 {
+			d.errorf(path, line, "stage %d: %s takes an empty document, {}", i, splitLargeEventStage)
 			ok = false
 		}
 	}

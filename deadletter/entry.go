@@ -89,6 +89,12 @@ type Entry struct {
 	// ChangeDropped is set by Put when Change alone was too large to be
 	// stored with the entry; such an entry cannot be replayed.
 	ChangeDropped bool
+	// Shaped is set when the sink's payload is shaped (projection,
+	// redaction, envelope form): Envelope is the shaped payload, and
+	// Change, kept for replay (which re-applies the current shaping), is
+	// never shown (MarshalJSON leaves it out), since it holds what the
+	// shaping removes or redacts.
+	Shaped bool
 	// ClusterTime is the change's cluster time.
 	ClusterTime bson.Timestamp
 	// Attempts is the number of delivery attempts. Put adds the Attempts of
@@ -137,7 +143,8 @@ func GapID(source string, from time.Time) string {
 // EntryFor returns the entry of kind (failed or parked) for the delivery of e
 // to sink, with the event fields filled in: ID, Kind, EventID, Source, Sink,
 // Rules, Operation, Namespace, DocumentKey, Change, Envelope (parsed from
-// e.Envelope(false)) and ClusterTime. The caller sets Attempts, Reason, the
+// e.Record(false): for a shaped view of an event, the shaped payload; the
+// change is the raw one, and Shaped is set) and ClusterTime. The caller sets Attempts, Reason, the
 // errors, the times and, for parked entries, RetryAt. Envelope is left out
 // when it cannot be encoded or read back (a document with field names such
 // as "$oid"): the entry must still be written, and Change is what replay
@@ -146,8 +153,11 @@ func EntryFor(e *event.Event, sink string, kind Kind) (Entry, error) {
 	if kind != KindFailed && kind != KindParked {
 		return Entry{}, fmt.Errorf("dead letter for event %s: kind %q is not failed or parked", e.ID, kind)
 	}
+	// A shaped view of the event: the envelope shown is the shaped
+	// payload (as one object: Record), the change stored is the raw one.
+	raw := e.Unshaped().Raw
 	var envDoc bson.Raw
-	if env, err := e.Envelope(false); err == nil {
+	if env, err := e.Record(false); err == nil {
 		if err := bson.UnmarshalExtJSON(env, false, &envDoc); err != nil {
 			envDoc = nil
 		}
@@ -170,8 +180,9 @@ func EntryFor(e *event.Event, sink string, kind Kind) (Entry, error) {
 		Operation:   e.OperationType,
 		Namespace:   ns,
 		DocumentKey: e.DocumentKey,
-		Change:      e.Raw,
+		Change:      raw,
 		Envelope:    envDoc,
+		Shaped:      e.Shape() != nil,
 		ClusterTime: e.ClusterTime,
 	}, nil
 }
@@ -233,13 +244,15 @@ type entryJSON struct {
 	GapTo         time.Time       `json:"gapTo,omitzero"`
 	LastToken     json.RawMessage `json:"lastToken,omitempty"`
 	ChangeDropped bool            `json:"changeDropped,omitempty"`
+	Shaped        bool            `json:"shaped,omitempty"`
 	Envelope      json.RawMessage `json:"envelope,omitempty"`
 	Change        json.RawMessage `json:"change,omitempty"`
 }
 
 // MarshalJSON renders the entry for the CLI and the admin API: camelCase
 // names (as stored), times in UTC (RFC 3339), and DocumentKey, Change,
-// Envelope, LastToken and ClusterTime as relaxed Extended JSON.
+// Envelope, LastToken and ClusterTime as relaxed Extended JSON. The Change
+// of a Shaped entry is left out: the envelope is the shaped payload.
 func (e Entry) MarshalJSON() ([]byte, error) {
 	j := entryJSON{
 		ID: e.ID, Kind: e.Kind, EventID: e.EventID, Source: e.Source, Sink: e.Sink, Unit: e.Unit,
@@ -247,6 +260,11 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 		Attempts: e.Attempts, Reason: e.Reason, FirstError: e.FirstError, LastError: e.LastError,
 		FirstFailedAt: utc(e.FirstFailedAt), LastFailedAt: utc(e.LastFailedAt), CreatedAt: utc(e.CreatedAt),
 		Order: e.Order, RetryAt: utc(e.RetryAt), GapFrom: utc(e.GapFrom), GapTo: utc(e.GapTo), ChangeDropped: e.ChangeDropped,
+		Shaped: e.Shaped,
+	}
+	change := e.Change
+	if e.Shaped {
+		change = nil // what shaping removed or redacted is never shown
 	}
 	if len(e.DocumentKey) > 0 && DocumentKeyLossy(e.DocumentKey) {
 		j.DocumentKeyBSON = base64.StdEncoding.EncodeToString(e.DocumentKey)
@@ -265,7 +283,7 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 		{"documentKey", e.DocumentKey, &j.DocumentKey},
 		{"lastToken", e.LastToken, &j.LastToken},
 		{"envelope", e.Envelope, &j.Envelope},
-		{"change", e.Change, &j.Change},
+		{"change", change, &j.Change},
 	} {
 		if len(f.src) == 0 {
 			continue
@@ -305,6 +323,7 @@ func (e *Entry) UnmarshalJSON(b []byte) error {
 		Attempts: j.Attempts, Reason: j.Reason, FirstError: j.FirstError, LastError: j.LastError,
 		FirstFailedAt: utc(j.FirstFailedAt), LastFailedAt: utc(j.LastFailedAt), CreatedAt: utc(j.CreatedAt),
 		Order: j.Order, RetryAt: utc(j.RetryAt), GapFrom: utc(j.GapFrom), GapTo: utc(j.GapTo), ChangeDropped: j.ChangeDropped,
+		Shaped: j.Shaped,
 	}
 	if j.ClusterTime != nil {
 		out.ClusterTime = bson.Timestamp{T: j.ClusterTime.Timestamp.T, I: j.ClusterTime.Timestamp.I}

@@ -110,6 +110,7 @@ type record struct {
 	Change        bson.Raw       `bson:"change,omitempty"`
 	Envelope      bson.Raw       `bson:"envelope,omitempty"`
 	ChangeDropped bool           `bson:"changeDropped,omitempty"`
+	Shaped        bool           `bson:"shaped,omitempty"`
 	ClusterTime   bson.Timestamp `bson:"clusterTime,omitempty"`
 	Attempts      int64          `bson:"attempts"`
 	Reason        string         `bson:"reason,omitempty"`
@@ -130,7 +131,7 @@ func (r *record) entry() Entry {
 	return Entry{
 		ID: r.ID, Kind: r.Kind, EventID: r.EventID, Source: r.Source, Sink: r.Sink, Unit: r.Unit,
 		Rules: r.Rules, Operation: r.Operation, Namespace: r.Namespace,
-		DocumentKey: r.DocumentKey, Change: r.Change, Envelope: r.Envelope, ChangeDropped: r.ChangeDropped,
+		DocumentKey: r.DocumentKey, Change: r.Change, Envelope: r.Envelope, ChangeDropped: r.ChangeDropped, Shaped: r.Shaped,
 		ClusterTime: r.ClusterTime, Attempts: int(r.Attempts), Reason: r.Reason,
 		FirstError: r.FirstError, LastError: r.LastError,
 		FirstFailedAt: utc(r.FirstFailedAt), LastFailedAt: utc(r.LastFailedAt), CreatedAt: utc(r.CreatedAt),
@@ -192,6 +193,7 @@ func upsert(e Entry, now time.Time) (bson.D, bson.D, error) {
 		{Key: "kind", Value: e.Kind},
 		{Key: "lastFailedAt", Value: e.LastFailedAt.UTC()},
 		{Key: "changeDropped", Value: e.ChangeDropped},
+		{Key: "shaped", Value: e.Shaped},
 	}
 	var unset bson.D
 	str := func(k, v string) {
@@ -226,6 +228,10 @@ func upsert(e Entry, now time.Time) (bson.D, bson.D, error) {
 	raw("documentKey", e.DocumentKey)
 	raw("change", e.Change)
 	raw("envelope", e.Envelope)
+	if len(e.Envelope) == 0 && e.Shaped {
+		// No shaped envelope: an older one (unshaped) must not stay.
+		unset = append(unset, bson.E{Key: "envelope", Value: ""})
+	}
 	if !e.ClusterTime.IsZero() {
 		set = append(set, bson.E{Key: "clusterTime", Value: e.ClusterTime})
 	}

@@ -67,6 +67,10 @@ type Event struct {
 
 	relaxed   lazyJSON
 	canonical lazyJSON
+
+	// Shaping (shape.go): a shaped view of an event points to the event
+	// it was made from (base) and its shape; an event caches its views.
+	shaping
 }
 
 type lazyJSON struct {
@@ -343,7 +347,7 @@ func (e *Event) Envelope(canonical bool) ([]byte, error) {
 	if canonical {
 		l = &e.canonical
 	}
-	l.once.Do(func() { l.b, l.err = e.encode(canonical) })
+	l.once.Do(func() { l.b, l.err = e.encodeShaped(canonical) })
 	return l.b, l.err
 }
 
@@ -457,37 +461,4 @@ func (e *Event) encodeDriver(canonical bool) ([]byte, error) {
 		return nil, fmt.Errorf("event %s: encode envelope: %w", e.ID, err)
 	}
 	return b, nil
-}
-
-// strippedFields are left out of a stripped envelope.
-var strippedFields = map[string]bool{"fullDocument": true, "fullDocumentBeforeChange": true}
-
-// StrippedEnvelope returns the envelope without fullDocument and
-// fullDocumentBeforeChange and with "truncated": true, for a sink whose
-// payload limit the whole envelope exceeds (oversize = "strip"): the
-// receiver keeps documentKey and can fetch the document itself. The id is
-// the event's. It is encoded on every call.
-func (e *Event) StrippedEnvelope(canonical bool) ([]byte, error) {
-	elems, err := e.Raw.Elements()
-	if err != nil {
-		return nil, fmt.Errorf("event %s: strip envelope: %w", e.ID, err)
-	}
-	idx, dst := bsoncore.AppendDocumentStart(make([]byte, 0, 256))
-	for _, el := range elems {
-		if !strippedFields[el.Key()] {
-			dst = append(dst, el...)
-		}
-	}
-	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
-	s := &Event{
-		ID: e.ID, Source: e.Source, Seq: e.Seq, Token: e.Token, OperationType: e.OperationType,
-		DB: e.DB, Coll: e.Coll, DocumentKey: e.DocumentKey, ClusterTime: e.ClusterTime,
-		WallTime: e.WallTime, Raw: bson.Raw(dst), Rules: e.Rules, Tenure: e.Tenure,
-	}
-	b, err := s.encode(canonical)
-	if err != nil {
-		return nil, err
-	}
-	// b ends with the "rules" array and "}".
-	return append(b[:len(b)-1:len(b)-1], `,"truncated":true}`...), nil
 }

@@ -83,3 +83,37 @@ func BenchmarkEnvelope(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkShapedEnvelope measures shaping one event and encoding the
+// shaped payload (done once per event and distinct shape): a projection,
+// a redaction, and both with the document form.
+func BenchmarkShapedEnvelope(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		spec ShapeSpec
+	}{
+		{"exclude", ShapeSpec{Fields: []Field{{Path: "fullDocument.items"}, {Path: "fullDocument.shipping.zip"}}}},
+		{"redact", ShapeSpec{Redact: []string{"fullDocument.customer", "fullDocument.**.price"}}},
+		{"redact-hash", ShapeSpec{Redact: []string{"fullDocument.customer"}, RedactHash: true, RedactKey: []byte("0123456789abcdef")}},
+		{"include+document", ShapeSpec{Fields: []Field{{Path: "fullDocument.status", Include: true}, {Path: "fullDocument.total", Include: true}}, Envelope: FormDocument}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := CompileShape(tc.spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			raw := benchChange(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				e, err := FromChange("orders", 1, raw)
+				if err != nil {
+					b.Fatal(err)
+				}
+				v, _ := e.Shaped(s)
+				if _, err := v.Envelope(false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -181,7 +181,7 @@ func FuzzChangeEnvelope(f *testing.F) {
 func TestStrippedEnvelope(t *testing.T) {
 	e := oddChange(t, func(b *bsoncore.DocumentBuilder) *bsoncore.DocumentBuilder { return b.AppendString("v", "big") })
 	e.Rules = []string{"r"}
-	got, err := e.StrippedEnvelope(false)
+	got, err := e.StrippedEnvelope(false, StripDocuments)
 	if err != nil {
 		t.Fatal(err)
 	}

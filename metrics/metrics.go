@@ -19,6 +19,16 @@ const (
 	// OutcomeDroppedLeaseLost counts events dropped because this replica
 	// lost the lease of their unit: the next owner re-reads them.
 	OutcomeDroppedLeaseLost = "dropped_lease_lost"
+	// OutcomeSkippedEmpty counts updates not sent to a sink because its
+	// shaped changes were empty (skip_empty_updates); they are
+	// acknowledged like delivered ones.
+	OutcomeSkippedEmpty = "skipped_empty"
+)
+
+// Actions used as the "action" label of SinkOversize.
+const (
+	OversizeStrip      = "strip"
+	OversizeDeadLetter = "deadletter"
 )
 
 // Metrics holds every collector. The zero value is not usable; use New.
@@ -41,6 +51,7 @@ type Metrics struct {
 	SplitEvents       *prometheus.CounterVec   // source: events reassembled from fragments
 	OversizeEvents    *prometheus.CounterVec   // source: changes MongoDB could not return (10334)
 	StreamFailures    *prometheus.GaugeVec     // source: consecutive stream failures without progress
+	SinkOversize      *prometheus.CounterVec   // sink, action: events over the sink's payload limit, stripped or dead-lettered
 	CheckpointSaves   *prometheus.CounterVec   // source
 	CheckpointLag     *prometheus.GaugeVec     // source: seconds between newest change seen and checkpoint
 	DeadLetters       *prometheus.GaugeVec     // sink, kind: entries in the dead-letter collection
@@ -70,7 +81,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "changegate_events_unmatched_total", Help: "Change events that matched no rule and were acknowledged at once.",
 		}, []string{"source"}),
 		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "changegate_deliveries_total", Help: "Event deliveries to sinks, by outcome (delivered, retried, dead_lettered, parked, redriven, dropped_oversize).",
+			Name: "changegate_deliveries_total", Help: "Event deliveries to sinks, by outcome (delivered, retried, dead_lettered, parked, redriven, dropped_oversize, skipped_empty).",
 		}, []string{"sink", "outcome"}),
 		DeliveryFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "changegate_delivery_failures_total", Help: "Failed delivery attempts per event, by sink and reason (http_503, throttled, transport, oversize, ...).",
@@ -116,6 +127,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		StreamFailures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "changegate_stream_consecutive_failures", Help: "Change stream failures since the stream last made progress; 0 while it reads.",
 		}, []string{"source"}),
+		SinkOversize: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_sink_oversize_events_total", Help: "Events whose payload exceeded the sink's limit (max_request_bytes), by action: strip (delivered stripped, oversize = \"strip\") or deadletter (dead-lettered with reason oversize).",
+		}, []string{"sink", "action"}),
 		CheckpointSaves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "changegate_checkpoint_saves_total", Help: "Checkpoints persisted.",
 		}, []string{"source"}),
@@ -159,7 +173,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts, m.DeliveryFailures,
 			m.DeliveryDuration, m.EndToEndLag, m.InFlight, m.QueueDepth, m.SinkParked, m.SinkConcurrency,
-			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.SplitEvents, m.OversizeEvents, m.StreamFailures, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
+			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.SplitEvents, m.OversizeEvents, m.StreamFailures, m.SinkOversize, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
 			m.LeaseOwned, m.LeaseAcquisitions, m.LeaseLosses, m.ClusterMembers, m.ClusterMember,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

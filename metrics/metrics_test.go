@@ -50,6 +50,9 @@ var families = []family{
 	{"changegate_history_lost_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.HistoryLost.WithLabelValues("s").Inc() }},
 	{"changegate_split_events_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.SplitEvents.WithLabelValues("s").Inc() }},
 	{"changegate_oversize_events_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.OversizeEvents.WithLabelValues("s").Inc() }},
+	{"changegate_sink_oversize_events_total", counter, []string{"action", "sink"}, func(m *metrics.Metrics) {
+		m.SinkOversize.WithLabelValues("k", metrics.OversizeStrip).Inc()
+	}},
 	{"changegate_stream_consecutive_failures", gauge, []string{"source"}, func(m *metrics.Metrics) { m.StreamFailures.WithLabelValues("s").Set(3) }},
 	{"changegate_checkpoint_saves_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.CheckpointSaves.WithLabelValues("s").Inc() }},
 	{"changegate_checkpoint_lag_seconds", gauge, []string{"source"}, func(m *metrics.Metrics) { m.CheckpointLag.WithLabelValues("s").Set(2) }},

@@ -42,6 +42,9 @@ type finisher interface {
 	// dropLost returns items without those whose tenure is over (cluster
 	// mode), which it drops unacked.
 	dropLost(items []*item) []*item
+	// waiting is called when the delivery stage starts a timed wait (a
+	// backoff, a pause); the function it returns when the wait ends.
+	waiting() func()
 }
 
 // deliverer is the delivery stage of a lane: it waits for the sink to be
@@ -106,16 +109,24 @@ func (d *deliverer) pause(t time.Time) {
 	}
 }
 
-// waitReady waits until items may be attempted. It returns false when ctx
-// ended first.
-func (d *deliverer) waitReady(ctx context.Context, items []*item) bool {
+// waitReady waits until items may be attempted, telling fin (if any) while
+// it waits. It returns false when ctx ended first.
+func (d *deliverer) waitReady(ctx context.Context, items []*item, fin finisher) bool {
 	for {
 		at := d.readyAt(items)
 		wait := at.Sub(d.clk.Now())
 		if wait <= 0 {
 			return ctx.Err() == nil
 		}
-		if !sleep(ctx, d.clk, wait) {
+		var end func()
+		if fin != nil {
+			end = fin.waiting()
+		}
+		ok := sleep(ctx, d.clk, wait)
+		if end != nil {
+			end()
+		}
+		if !ok {
 			return false
 		}
 		// A pause may have been extended meanwhile: look again.
@@ -161,7 +172,7 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 	pending := items
 	evs := make([]*event.Event, 0, len(items))
 	for {
-		if !d.waitReady(ctx, pending) {
+		if !d.waitReady(ctx, pending, fin) {
 			return pending, ctx.Err()
 		}
 		if mode == modeLive {
@@ -209,6 +220,7 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 					if mode != modeLive {
 						return []*item{it}, de
 					}
+					d.noteLastErr(de)
 					fin.deadLetter([]*item{it}, de.Reason)
 					continue
 				}
@@ -238,6 +250,7 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 				if mode != modeLive {
 					return pending, de
 				}
+				d.noteLastErr(de)
 				fin.deadLetter(pending, de.Reason)
 				return nil, nil
 			}
@@ -280,6 +293,14 @@ func (d *deliverer) noteFailure(de *sinks.Error) {
 		d.lastErr.Store(&msg)
 		d.log.Warn("delivery failed", "err", msg, "reason", de.Reason)
 	}
+}
+
+// noteLastErr keeps a permanent failure as the sink's last error (status,
+// console) without making the sink failing: it concerns its event only,
+// which the dead-lettering logs.
+func (d *deliverer) noteLastErr(de *sinks.Error) {
+	msg := de.Error()
+	d.lastErr.Store(&msg)
 }
 
 // markHealthy clears the failure state (a parked lane going live again).

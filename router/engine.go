@@ -60,6 +60,10 @@ type SinkSpec struct {
 	// Limiter, when set, replaces the limiter stage built from Limit
 	// (tests).
 	Limiter Limiter
+
+	// reshape shapes an event rebuilt from a parked entry with the
+	// engine's current shaping for this sink (set by the engine).
+	reshape func(*event.Event) (*event.Event, bool)
 }
 
 // DeadLetters is the part of the dead-letter store the engine uses.
@@ -157,6 +161,7 @@ func NewEngine(rules *Rules, specs []SinkSpec, dl DeadLetters, m *metrics.Metric
 	e.unmatched.Store(&map[string]prometheus.Counter{})
 	st := newEngineState(rules)
 	for _, sp := range specs {
+		sp.reshape = e.reshaper(sp.Sink.Name())
 		l, err := newLane(sp, dl, m, log.With("sink", sp.Sink.Name()))
 		l.own = e.own
 		if err != nil {
@@ -238,6 +243,7 @@ func (e *Engine) Reload(rules *Rules, updates []LaneUpdate) error {
 			delete(byName, u.Name)
 			continue
 		}
+		u.Spec.reshape = e.reshaper(u.Spec.Sink.Name())
 		l, err := newLane(u.Spec, e.dl, e.metrics, e.log.With("sink", u.Spec.Sink.Name()))
 		if err != nil {
 			for _, f := range fresh {
@@ -331,7 +337,17 @@ func (e *Engine) Rules() *Rules { return e.state.Load().rules }
 // bounds memory).
 func (e *Engine) Dispatch(ev *event.Event, ack func()) {
 	st := e.state.Load()
-	m := st.rules.route(ev, func(idx int) { e.countMatch(st, idx) })
+	var ruleIdxs []int // matched rules, when payloads are shaped
+	hit := func(idx int) { e.countMatch(st, idx) }
+	if st.rules.shaped {
+		var buf [8]int
+		ruleIdxs = buf[:0]
+		hit = func(idx int) {
+			e.countMatch(st, idx)
+			ruleIdxs = append(ruleIdxs, idx)
+		}
+	}
+	m := st.rules.route(ev, hit)
 	if len(m.Sinks) == 0 {
 		e.countUnmatched(ev.Source)
 		ack()
@@ -351,8 +367,24 @@ func (e *Engine) Dispatch(ev *event.Event, ack func()) {
 		}
 	}
 	key := ev.OrderingKeyHash()
+	if !st.rules.shaped {
+		for _, s := range m.Sinks {
+			st.lanes[s].enqueue(ev, key, done)
+		}
+		return
+	}
 	for _, s := range m.Sinks {
-		st.lanes[s].enqueue(ev, key, done)
+		// Shaped after routing (the rules matched the raw change), once
+		// per distinct shape: sinks of one shape share the view.
+		v, skip := ev.Shaped(st.rules.shapeFor(ruleIdxs, s))
+		if skip {
+			// skip_empty_updates: nothing for this sink, which is done
+			// with the event (it is acknowledged with the others).
+			e.metrics.Deliveries.WithLabelValues(st.lanes[s].name, metrics.OutcomeSkippedEmpty).Inc()
+			done()
+			continue
+		}
+		st.lanes[s].enqueue(v, key, done)
 	}
 }
 
@@ -361,7 +393,10 @@ func (e *Engine) Dispatch(ev *event.Event, ack func()) {
 var ErrParked = errors.New("sink is parked")
 
 // DeliverNow delivers one event through the named sink with the sink's retry
-// policy, synchronously, bypassing the lanes. It is used to replay dead
+// policy, synchronously, bypassing the lanes. The event (rebuilt from a dead
+// letter's raw change, with its rules) is shaped with the current shaping
+// of the sink and its rules; one that the sink skips (skip_empty_updates)
+// counts as delivered. It is used to replay dead
 // letters; it returns the last error when the event could not be delivered.
 func (e *Engine) DeliverNow(ctx context.Context, sink string, ev *event.Event) error {
 	l := e.Lane(sink)
@@ -371,6 +406,10 @@ func (e *Engine) DeliverNow(ctx context.Context, sink string, ev *event.Event) e
 	if l.parked.Load() {
 		// Delivering now would overtake the parked backlog of this sink.
 		return fmt.Errorf("sink %s: %w: its parked backlog is being re-driven; replay once it is live again", sink, ErrParked)
+	}
+	ev, skip := e.state.Load().rules.Reshape(ev, sink)
+	if skip {
+		return nil // skip_empty_updates: nothing to deliver
 	}
 	_, err := l.d.deliver(ctx, []*item{{ev: ev}}, modeReplay, nil)
 	return err
@@ -384,7 +423,12 @@ func (e *Engine) DeliverNow(ctx context.Context, sink string, ev *event.Event) e
 // rule-match metrics (a backfill re-sends, it reads no change).
 func (e *Engine) DispatchTo(sink string, ev *event.Event, ack func()) bool {
 	st := e.state.Load()
-	m := st.rules.route(ev, nil)
+	var ruleIdxs []int // matched rules, when payloads are shaped
+	var hit func(int)
+	if st.rules.shaped {
+		hit = func(idx int) { ruleIdxs = append(ruleIdxs, idx) }
+	}
+	m := st.rules.route(ev, hit)
 	targets := m.Sinks
 	if sink != "" {
 		targets = nil
@@ -411,7 +455,18 @@ func (e *Engine) DispatchTo(sink string, ev *event.Event, ack func()) bool {
 	}
 	key := ev.OrderingKeyHash()
 	for _, s := range targets {
-		st.lanes[s].enqueue(ev, key, done)
+		if !st.rules.shaped {
+			st.lanes[s].enqueue(ev, key, done)
+			continue
+		}
+		// Shaped as Dispatch shapes: after routing, per sink and rules.
+		v, skip := ev.Shaped(st.rules.shapeFor(ruleIdxs, s))
+		if skip {
+			e.metrics.Deliveries.WithLabelValues(st.lanes[s].name, metrics.OutcomeSkippedEmpty).Inc()
+			done()
+			continue
+		}
+		st.lanes[s].enqueue(v, key, done)
 	}
 	return true
 }

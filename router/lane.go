@@ -40,6 +40,7 @@ type Lane struct {
 	d   *deliverer
 	own *ownership // the engine's; every unit when the lane runs alone
 
+	auto    bool // max_in_flight = "auto": the pool follows the limiter
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	started chan struct{} // closed by start
@@ -105,7 +106,7 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 		n = 1
 	}
 	l := &Lane{
-		name: name, spec: sp, dl: dl, log: log, clk: clk,
+		name: name, spec: sp, dl: dl, log: log, clk: clk, auto: auto,
 		q:            newKeyQueue(sp.Ordering, n, clk, m.QueueDepth.WithLabelValues(name)),
 		redrive:      make(chan struct{}, 1),
 		started:      make(chan struct{}),
@@ -210,13 +211,20 @@ func (l *Lane) start(ctx context.Context) {
 			}
 		}
 	}
-	for _, p := range l.q.parts {
-		wg.Add(1)
+	// The pool of workers: an auto lane keeps as many active as its
+	// limiter admits requests; a fixed one up to one per partition.
+	var target func() int
+	if a, ok := l.d.limit.(adaptive); ok && l.auto {
+		target = a.current
+	}
+	context.AfterFunc(ctx, l.q.close)
+	l.q.run(target, func() {
+		wg.Add(1) // under the queue's lock, never after close: see stop
 		go func() {
 			defer wg.Done()
-			l.work(ctx, p)
+			l.work(ctx)
 		}()
-	}
+	})
 	if l.dl != nil && l.spec.ParkAfter > 0 {
 		wg.Add(1)
 		go func() {
@@ -247,11 +255,13 @@ func (l *Lane) waitStarted(ctx context.Context) {
 }
 
 // stop cancels the lane's goroutines and waits for them. Items still queued
-// stay unacknowledged.
+// stay unacknowledged. The queue is closed before the wait, so no worker
+// is added to the wait group while it is waited on.
 func (l *Lane) stop() {
 	if l.cancel != nil {
 		l.cancel()
 	}
+	l.q.close()
 	l.wg.Wait()
 }
 
@@ -289,35 +299,50 @@ func (l *Lane) engineCtx() context.Context {
 	return l.baseCtx
 }
 
-// work is one partition's worker: take a batch, deliver it while the lane
-// is live, park it while the lane is parked (or once it became parked
-// during the delivery).
-func (l *Lane) work(ctx context.Context, p *partition) {
+// work is a worker of the lane's pool: take the next ready partition and
+// one batch from it, deliver the batch while the lane is live, park it while
+// the lane is parked (or once it became parked during the delivery), and
+// give the partition back.
+func (l *Lane) work(ctx context.Context) {
 	for {
-		batch := l.q.take(ctx, p, l.spec.BatchSize, l.spec.BatchWait)
-		if batch == nil {
+		p := l.q.next(ctx)
+		if p == nil {
 			return
 		}
-		taken := len(batch)
-		if batch = l.dropLost(batch); len(batch) == 0 {
-			l.q.release(taken)
-			continue
-		}
-		l.q.release(taken - len(batch))
-		if !l.parked.Load() {
-			pending, err := l.d.deliver(l.live(), batch, modeLive, l)
-			if err == nil || ctx.Err() != nil {
-				l.q.release(len(batch))
-				continue // delivered/dead-lettered, or shutting down unacked
-			}
-			// The lane was parked mid-delivery: park what is still pending.
-			l.q.release(len(batch) - len(pending))
-			batch = pending
-		}
-		l.park(ctx, batch)
-		l.q.release(len(batch))
+		l.serve(ctx, p)
+		l.q.done(p)
 	}
 }
+
+// serve delivers (or parks) one batch of p, which the caller has busy.
+func (l *Lane) serve(ctx context.Context, p *partition) {
+	batch := l.q.take(ctx, p, l.spec.BatchSize, l.spec.BatchWait)
+	if batch == nil {
+		return
+	}
+	taken := len(batch)
+	if batch = l.dropLost(batch); len(batch) == 0 {
+		l.q.release(taken)
+		return
+	}
+	l.q.release(taken - len(batch))
+	if !l.parked.Load() {
+		pending, err := l.d.deliver(l.live(), batch, modeLive, l)
+		if err == nil || ctx.Err() != nil {
+			l.q.release(len(batch))
+			return // delivered/dead-lettered, or shutting down unacked
+		}
+		// The lane was parked mid-delivery: park what is still pending.
+		l.q.release(len(batch) - len(pending))
+		batch = pending
+	}
+	l.park(ctx, batch)
+	l.q.release(len(batch))
+}
+
+// waiting brackets a timed wait of the delivery stage (finisher): the
+// worker does not count as active meanwhile.
+func (l *Lane) waiting() func() { return l.q.wait() }
 
 // dropLost returns items without those read under a tenure that is over
 // (cluster mode: the unit's lease was lost); those are dropped, neither

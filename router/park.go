@@ -257,8 +257,12 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		return true
 	}
 	ev.Rules = e.Rules
+	// The entry keeps the raw change: shape it with the current shaping.
+	ev, skip := l.reshape(ev)
 	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
-	_, err = l.d.deliver(ctx, []*item{it}, modeRedrive, nil)
+	if !skip { // skip_empty_updates: nothing to send, done
+		_, err = l.d.deliver(ctx, []*item{it}, modeRedrive, nil)
+	}
 	if ctx.Err() != nil {
 		return false
 	}

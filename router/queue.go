@@ -26,23 +26,56 @@ type item struct {
 	reason   string
 }
 
-// partition is a FIFO of items delivered one batch at a time, in order.
+// partition is a FIFO of items delivered one batch at a time, in order. Its
+// fields are guarded by the keyQueue's mu.
 type partition struct {
-	mu   sync.Mutex
-	q    []*item
-	wake chan struct{}
-	seen map[uint64]int // distinctKeys' scratch space, guarded by mu
+	q     []*item
+	state partState
+	seen  map[uint64]int // distinctKeys' scratch space
 }
 
+// partState is where a partition is in the keyQueue's schedule.
+type partState uint8
+
+const (
+	partIdle  partState = iota // empty, or being filled before it is scheduled
+	partReady                  // has items; in the ready list
+	partBusy                   // a worker has it (one batch in flight)
+)
+
 // keyQueue is the queue stage of a lane: it keeps per-key order by sending
-// every event of an ordering key to the same partition, and one worker per
-// partition takes batches in which no key appears twice. It counts what is
-// queued and what workers hold (taken, not finished).
+// every event of an ordering key to the same partition, and schedules
+// partitions onto a pool of workers, mailbox-style: a partition with items
+// waits in a FIFO ready list until a worker takes it, and is busy (not
+// ready) while that worker delivers one batch from it, in which no key
+// appears twice. So a partition has at most one batch in flight, which
+// keeps per-key order, and a busy worker takes the next ready partition
+// instead of sleeping.
+//
+// The pool grows on demand up to one worker per partition, but keeps the
+// workers that are not waiting (for a backoff, a Retry-After or to fill a
+// batch) at the target: the limiter's current concurrency limit for an
+// auto lane. Idle workers sleep until a partition is ready and fewer than
+// the target are active. At zero latency a handful of workers loop over
+// the ready partitions; against a slow receiver, as many run as the
+// limiter admits. It counts what is queued and what workers hold (taken,
+// not finished).
 type keyQueue struct {
 	ordering Ordering
 	parts    []*partition
 	rr       atomic.Uint64
 	clk      clock
+
+	mu      sync.Mutex
+	ready   []*partition // FIFO from readyAt
+	readyAt int
+	cond    *sync.Cond // idle workers wait on it
+	workers int        // alive
+	idle    int        // in next, waiting for a ready partition
+	waiting int        // in a timed wait (backoff, pause, batch wait)
+	closed  bool
+	target  func() int // workers wanted active; nil: one per partition
+	spawn   func()     // starts a worker; called with mu held
 
 	queued atomic.Int64 // in partitions
 	held   atomic.Int64 // taken by a worker, not released
@@ -52,10 +85,29 @@ type keyQueue struct {
 
 func newKeyQueue(ordering Ordering, n int, clk clock, mQueue prometheus.Gauge) *keyQueue {
 	q := &keyQueue{ordering: ordering, clk: clk, mQueue: mQueue}
+	q.cond = sync.NewCond(&q.mu)
 	for range n {
-		q.parts = append(q.parts, &partition{wake: make(chan struct{}, 1)})
+		q.parts = append(q.parts, &partition{})
 	}
 	return q
+}
+
+// run sets the pool's target and how to start a worker; the pool starts
+// workers only once run was called, and none after close.
+func (q *keyQueue) run(target func() int, spawn func()) {
+	q.mu.Lock()
+	q.target, q.spawn = target, spawn
+	q.schedule()
+	q.mu.Unlock()
+}
+
+// close stops the pool: idle workers exit, busy ones after their batch, and
+// no new one starts.
+func (q *keyQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
 }
 
 func (q *keyQueue) partitionFor(key uint64) *partition {
@@ -72,24 +124,106 @@ func (q *keyQueue) partitionFor(key uint64) *partition {
 // push queues it behind the earlier items of its key.
 func (q *keyQueue) push(it *item) {
 	p := q.partitionFor(it.key)
-	p.mu.Lock()
+	q.mu.Lock()
 	p.q = append(p.q, it)
 	q.queued.Add(1)
-	p.mu.Unlock()
+	if p.state == partIdle {
+		q.makeReady(p)
+	}
+	q.mu.Unlock()
 	q.mQueue.Inc()
-	select {
-	case p.wake <- struct{}{}:
-	default:
+}
+
+// makeReady appends p to the ready list and finds it a worker. Must be
+// called with mu held.
+func (q *keyQueue) makeReady(p *partition) {
+	p.state = partReady
+	q.ready = append(q.ready, p)
+	q.schedule()
+}
+
+// schedule wakes an idle worker, or starts one, when a partition is ready
+// and fewer workers than the target are active. Must be called with mu
+// held.
+func (q *keyQueue) schedule() {
+	if len(q.ready) == q.readyAt || q.closed || q.spawn == nil {
+		return
+	}
+	target := len(q.parts)
+	if q.target != nil {
+		target = min(target, max(q.target(), 1))
+	}
+	if q.workers-q.idle-q.waiting >= target {
+		return // an active worker takes it when it is done
+	}
+	if q.idle > 0 {
+		q.cond.Signal()
+		return
+	}
+	if q.workers < len(q.parts) {
+		q.workers++
+		q.spawn()
 	}
 }
 
-// wakeAll wakes every partition's worker.
-func (q *keyQueue) wakeAll() {
-	for _, p := range q.parts {
-		select {
-		case p.wake <- struct{}{}:
-		default:
+// wakeAll wakes every idle worker.
+func (q *keyQueue) wakeAll() { q.cond.Broadcast() }
+
+// next returns the next ready partition, now busy for the caller, waiting
+// while none is ready. It returns nil when the queue is closed or ctx is
+// done; the worker must then exit.
+func (q *keyQueue) next(ctx context.Context) *partition {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for {
+		if q.closed || ctx.Err() != nil {
+			q.workers--
+			return nil
 		}
+		if q.readyAt < len(q.ready) {
+			p := q.ready[q.readyAt]
+			q.ready[q.readyAt] = nil
+			q.readyAt++
+			if q.readyAt == len(q.ready) {
+				q.ready, q.readyAt = q.ready[:0], 0
+			} else if q.readyAt >= 1024 && q.readyAt*2 >= len(q.ready) {
+				n := copy(q.ready, q.ready[q.readyAt:])
+				clear(q.ready[n:])
+				q.ready, q.readyAt = q.ready[:n], 0
+			}
+			p.state = partBusy
+			// More ready than this worker: maybe another one should run.
+			q.schedule()
+			return p
+		}
+		q.idle++
+		q.cond.Wait()
+		q.idle--
+	}
+}
+
+// done returns p, whose batch the caller finished, to the schedule.
+func (q *keyQueue) done(p *partition) {
+	q.mu.Lock()
+	p.state = partIdle
+	if len(p.q) > 0 {
+		q.makeReady(p)
+	}
+	q.mu.Unlock()
+}
+
+// wait brackets a timed wait of a worker (backoff, pause, batch wait): it
+// does not count as active meanwhile, so another worker may run. The
+// returned function ends the wait.
+func (q *keyQueue) wait() func() {
+	q.mu.Lock()
+	q.waiting++
+	q.schedule()
+	q.mu.Unlock()
+	return func() {
+		q.mu.Lock()
+		q.waiting--
+		q.mu.Unlock()
 	}
 }
 
@@ -104,55 +238,45 @@ func (q *keyQueue) backlog() int64 { return q.queued.Load() + q.held.Load() }
 // cannot miss an item moving between the two.
 func (q *keyQueue) empty() bool { return q.queued.Load() == 0 && q.held.Load() == 0 }
 
-// take removes up to max items from p, waiting up to wait to fill a batch.
-// It returns nil when ctx is done. The items are held until released.
+// take removes up to max items from p, which the caller has busy, waiting
+// up to wait to fill a batch. It returns nil when ctx is done first. The
+// items are held until released.
 func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Duration) []*item {
-	waited := false
-	for {
-		p.mu.Lock()
-		if n := len(p.q); n > 0 {
-			if n < max && wait > 0 && !waited {
-				p.mu.Unlock()
-				waited = true
-				if !sleep(ctx, q.clk, wait) {
-					return nil
-				}
-				continue
-			}
-			if n > max {
-				n = max
-			}
-			if n > 1 && q.ordering != OrderNone {
-				// A batch API may fail one entry and accept the next:
-				// a document appears at most once per batch, so its
-				// later events cannot overtake a failed one.
-				n = p.distinctKeys(p.q[:n])
-			}
-			batch := make([]*item, n)
-			copy(batch, p.q)
-			clear(p.q[:n])
-			p.q = p.q[n:]
-			if len(p.q) == 0 {
-				p.q = nil
-			}
-			q.held.Add(int64(n))
-			q.queued.Add(-int64(n))
-			p.mu.Unlock()
-			q.mQueue.Sub(float64(n))
-			return batch
-		}
-		p.mu.Unlock()
-		select {
-		case <-p.wake:
-		case <-ctx.Done():
+	q.mu.Lock()
+	if n := len(p.q); n < max && wait > 0 {
+		q.mu.Unlock()
+		end := q.wait()
+		ok := sleep(ctx, q.clk, wait)
+		end()
+		if !ok {
 			return nil
 		}
+		q.mu.Lock()
 	}
+	n := min(len(p.q), max)
+	if n > 1 && q.ordering != OrderNone {
+		// A batch API may fail one entry and accept the next: a
+		// document appears at most once per batch, so its later events
+		// cannot overtake a failed one.
+		n = p.distinctKeys(p.q[:n])
+	}
+	batch := make([]*item, n)
+	copy(batch, p.q)
+	clear(p.q[:n])
+	p.q = p.q[n:]
+	if len(p.q) == 0 {
+		p.q = nil
+	}
+	q.held.Add(int64(n))
+	q.queued.Add(-int64(n))
+	q.mu.Unlock()
+	q.mQueue.Sub(float64(n))
+	return batch
 }
 
 // distinctKeys returns the length of the longest prefix of q in which no two
-// events have the same ordering key (at least 1). Must be called with p.mu
-// held.
+// events have the same ordering key (at least 1). Must be called with the
+// keyQueue's mu held.
 func (p *partition) distinctKeys(q []*item) int {
 	if len(q) <= 16 {
 		for i := 1; i < len(q); i++ {

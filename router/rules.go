@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -24,6 +25,10 @@ type RuleSpec struct {
 	Namespaces []string // "db.coll" or "db.*"; empty: every namespace
 	Filter     bson.D   // MongoDB query over the change event; nil: everything
 	Sinks      []string
+	// Shape is the payload shaping of the rule (nil: none); see
+	// event.Shape. It applies after routing: the filter sees the raw
+	// change.
+	Shape *event.Shape
 }
 
 type rule struct {
@@ -36,11 +41,18 @@ type rule struct {
 	filter *query.Filter
 	sinks  []int
 	match  bson.D // the rule as a $match condition; nil when it matches everything
+	local  bool   // the filter is evaluated in changegate only (not in match)
 
 	// The Match of an event that matches this rule only, shared by those
 	// events: read-only, and with len == cap so that appending copies.
 	onlyRules []string
 	onlySinks []int // sinks, sorted
+
+	shape *event.Shape
+	// sinkShapes is, per sink index of r.sinks, the shape of an event
+	// routed to that sink by this rule alone: event.Stricter of the rule's
+	// and the sink's shapes.
+	sinkShapes map[int]*event.Shape
 }
 
 // Rules is the immutable, compiled routing table. It is safe for concurrent
@@ -48,6 +60,13 @@ type rule struct {
 type Rules struct {
 	bySource map[string][]*rule
 	rules    []*rule // every rule, in config order (rule.idx)
+
+	// Shaping (shape.go); shaped is false when no rule or sink shapes
+	// payloads, and Dispatch then takes its path without shapes.
+	shaped     bool
+	sinkNames  []string
+	sinkShapes []*event.Shape // by sink index; nil entries: no shape
+	combos     sync.Map       // comboKey -> *event.Shape, for events matched by several rules
 }
 
 // Match is the outcome of routing one event: the names of the rules that
@@ -66,13 +85,29 @@ var lifecycleOps = bson.A{"invalidate", "drop", "rename", "dropDatabase"}
 // error for an unknown sink, an invalid namespace pattern or an invalid
 // filter; config validation normally reports these first with file:line.
 func CompileRules(specs []RuleSpec, sinkNames []string) (*Rules, error) {
+	return CompileRulesShaped(specs, sinkNames, nil)
+}
+
+// CompileRulesShaped is CompileRules with the sinks' payload shapes
+// (sinkShapes[i] is sinkNames[i]'s, nil for none; a nil slice: no sink
+// shapes). An event routed to a sink is shaped with event.Stricter of the
+// sink's shape and the shapes of every matching rule that routes to it.
+func CompileRulesShaped(specs []RuleSpec, sinkNames []string, sinkShapes []*event.Shape) (*Rules, error) {
 	idx := make(map[string]int, len(sinkNames))
 	for i, n := range sinkNames {
 		idx[n] = i
 	}
-	rs := &Rules{bySource: map[string][]*rule{}}
+	if sinkShapes != nil && len(sinkShapes) != len(sinkNames) {
+		return nil, fmt.Errorf("compile rules: %d sink shapes for %d sinks", len(sinkShapes), len(sinkNames))
+	}
+	rs := &Rules{bySource: map[string][]*rule{}, sinkNames: slices.Clone(sinkNames), sinkShapes: make([]*event.Shape, len(sinkNames))}
+	copy(rs.sinkShapes, sinkShapes)
+	for _, s := range sinkShapes {
+		rs.shaped = rs.shaped || s != nil
+	}
 	for _, sp := range specs {
-		r := &rule{name: sp.Name, source: sp.Source, idx: len(rs.rules)}
+		r := &rule{name: sp.Name, source: sp.Source, idx: len(rs.rules), shape: sp.Shape}
+		rs.shaped = rs.shaped || sp.Shape != nil
 		var conds bson.A
 		if len(sp.Operations) > 0 {
 			r.ops = map[string]bool{}
@@ -115,6 +150,8 @@ func CompileRules(specs []RuleSpec, sinkNames []string) (*Rules, error) {
 			// query.BacktrackRisk): the pushed-down $match is then wider.
 			if query.BacktrackRisk(raw) == "" {
 				conds = append(conds, sp.Filter)
+			} else {
+				r.local = true
 			}
 		}
 		switch len(conds) {
@@ -134,6 +171,10 @@ func CompileRules(specs []RuleSpec, sinkNames []string) (*Rules, error) {
 				seen[i] = true
 				r.sinks = append(r.sinks, i)
 			}
+		}
+		r.sinkShapes = make(map[int]*event.Shape, len(r.sinks))
+		for _, i := range r.sinks {
+			r.sinkShapes[i] = event.Stricter(rs.sinkShapes[i], r.shape)
 		}
 		r.onlyRules = []string{r.name}
 		r.onlySinks = slices.Clip(slices.Sorted(slices.Values(r.sinks)))
@@ -227,4 +268,29 @@ func (rs *Rules) Pushdown(source string) (bson.D, bool) {
 		ors = append(ors, r.match)
 	}
 	return bson.D{{Key: "$match", Value: bson.D{{Key: "$or", Value: ors}}}}, true
+}
+
+// RuleHit is one rule that matched an event, with the sinks it routes the
+// event to (indexes into the sink list given to CompileRules, in the rule's
+// order).
+type RuleHit struct {
+	Rule  string
+	Sinks []int
+	// FilterLocal: the rule's filter is evaluated in changegate only, not
+	// pushed down into the change stream (query.BacktrackRisk); the
+	// pushed-down $match then holds only its operations and namespaces.
+	FilterLocal bool
+}
+
+// Explain routes e exactly as Route does (the same compiled rules and
+// matchers) and also returns every matching rule with its sinks, in config
+// order. It is for dry runs (changegate rules test, tail): the returned
+// slices are the caller's.
+func (rs *Rules) Explain(e *event.Event) (Match, []RuleHit) {
+	var hits []RuleHit
+	m := rs.route(e, func(idx int) {
+		r := rs.rules[idx]
+		hits = append(hits, RuleHit{Rule: r.name, Sinks: slices.Clone(r.sinks), FilterLocal: r.local})
+	})
+	return Match{Rules: slices.Clone(m.Rules), Sinks: slices.Clone(m.Sinks)}, hits
 }

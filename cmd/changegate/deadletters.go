@@ -21,9 +21,12 @@ Commands:
   list     list dead letters (newest first), one JSON object per line, without
            their change and envelope (show prints those); -limit is 1 to 1000,
            default 100: page with -after the id of the last entry listed
-  show     print one dead letter in full: -id ID
-  replay   re-deliver matching dead letters through their sinks; an entry is
-           removed only once its sink accepted it
+  show     print one dead letter in full: -id ID (for a sink that shapes its
+           payload, "shaped": true, the envelope is the shaped payload and
+           the raw change, kept for replay, is not printed)
+  replay   re-deliver matching dead letters through their sinks, shaped as
+           the config says now; an entry is removed only once its sink
+           accepted it
   purge    delete matching dead letters (requires -yes)
 
 Filters: -sink NAME -source NAME -kind failed|parked|gap -since TIME (RFC 3339 or

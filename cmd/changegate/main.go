@@ -1,5 +1,5 @@
 // Command changegate tails MongoDB change streams and delivers every change
-// to webhooks, EventBridge and SQS according to the rules of a TOML file.
+// to webhooks, EventBridge, SQS and Lambda according to the rules of a TOML file.
 package main
 
 import (
@@ -23,9 +23,10 @@ import (
 var version = "dev"
 
 const usage = `changegate tails MongoDB change streams and delivers every change to
-webhooks, AWS EventBridge buses and AWS SQS queues, routed by rules in a TOML
-file. Deliveries are at-least-once with stable event ids; what
-cannot be delivered goes to a dead-letter collection in MongoDB.
+webhooks, AWS EventBridge buses, AWS SQS queues and AWS Lambda functions,
+routed by rules in a TOML file. Deliveries are at-least-once with stable
+event ids; what cannot be delivered goes to a dead-letter collection in
+MongoDB.
 
 Usage:
   changegate run -config FILE           run the gateway (also: changegate -config FILE)
@@ -34,6 +35,10 @@ Usage:
   changegate checkpoints show|reset -config FILE [-source NAME]
   changegate backfill -config FILE -source S [-sink K] [-filter JSON] [-rate N]
                                         send existing documents again
+  changegate rules test -config FILE -events FILE.jsonl [-json]
+                                        dry-run the rules on recorded change events
+  changegate tail -config FILE -source NAME [-rule NAME] [-n N]
+                                        print live matched changes (read-only)
   changegate version                    print the version
 
 Run 'changegate COMMAND -help' for a command's flags.
@@ -67,6 +72,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCheckpoints(rest, stdout, stderr)
 	case "backfill":
 		return cmdBackfill(rest, stdout, stderr)
+	case "rules":
+		return cmdRules(rest, stdout, stderr)
+	case "tail":
+		return cmdTail(rest, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "changegate %s\n", version)
 		return 0
@@ -111,7 +120,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 		"persists checkpoints and exits 0; a second signal exits at once (events in\n"+
 		"flight are re-delivered after the next start). SIGHUP re-reads the config\n"+
 		"and applies rules and sinks in place; an invalid file is rejected and the\n"+
-		"running configuration stays.", stderr)
+		"running configuration stays. The [server] listener serves /metrics,\n"+
+		"/healthz, /readyz, /api/v1/... and the web console at / (server.console,\n"+
+		"server.console_auth).", stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	format := fs.String("log-format", "auto", "log format: auto (text on a terminal, JSON otherwise), text or json")

@@ -18,8 +18,9 @@
 // documents it (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-putevent-size.html):
 // 14 bytes for Time, plus the UTF-8 bytes of Source, DetailType, Detail and
 // each Resources element. An event whose entry alone exceeds the limit can
-// never be sent: it fails permanently with reason "oversize" (and goes to
-// the dead-letter collection) while the rest of the batch is sent. When a
+// never be sent whole: it fails permanently with reason "oversize" (and goes
+// to the dead-letter collection) while the rest of the batch is sent, or,
+// with Config.Oversize.Strip, goes stripped (sinks.Oversize.Fit). When a
 // call fails as a whole, the calls after it are not made: their entries
 // fail with the same error when it is retryable, otherwise with a retryable
 // "not_sent" error (a permanent failure of one call says nothing about the
@@ -131,11 +132,10 @@ type Config struct {
 	// MaxRequestBytes caps the size of one PutEvents request (default 256
 	// KiB, at most 1 MiB).
 	MaxRequestBytes int
-	// StripOversize sends an event whose entry would exceed
-	// MaxRequestBytes without fullDocument and fullDocumentBeforeChange,
-	// marked "truncated": true (event.StrippedEnvelope), instead of failing
-	// it with reason "oversize"; one still too large fails as before.
-	StripOversize bool
+	// Oversize is the policy for an event whose entry alone exceeds
+	// MaxRequestBytes (sinks.Oversize.Fit): failed with reason "oversize"
+	// (the zero value), or sent stripped.
+	Oversize sinks.Oversize
 	// Canonical selects canonical instead of relaxed Extended JSON.
 	Canonical bool
 	// Timeout bounds one Send, all its PutEvents calls together (default
@@ -159,7 +159,7 @@ type EventBridge struct {
 	resources  []string
 	resBytes   int
 	maxBytes   int
-	strip      bool
+	oversize   sinks.Oversize
 	canonical  bool
 	timeout    time.Duration
 	client     *eventbridge.Client
@@ -225,7 +225,7 @@ func New(cfg Config, logger *slog.Logger) (*EventBridge, error) {
 	})
 	b := &EventBridge{
 		name: cfg.Name, bus: cfg.EventBus, source: src, detailType: dt,
-		resources: cfg.Resources, maxBytes: cfg.MaxRequestBytes, strip: cfg.StripOversize,
+		resources: cfg.Resources, maxBytes: cfg.MaxRequestBytes, oversize: cfg.Oversize,
 		canonical: cfg.Canonical, timeout: cfg.Timeout, client: client, log: logger,
 	}
 	for _, r := range cfg.Resources {
@@ -285,8 +285,11 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 
 	entries := make([]types.PutEventsRequestEntry, len(batch))
 	sizes := make([]int, len(batch))
+	stripped := make([]bool, len(batch))
 	for i, e := range batch {
-		env, err := e.Envelope(b.canonical)
+		// The detail is self-contained (event.Event.Record): with envelope
+		// = "document" the metadata goes beside fullDocument.
+		env, err := sinks.EncodeRecord(e, b.canonical)
 		if err != nil {
 			fail(i, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err)))
 			continue
@@ -309,36 +312,36 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 			EventBusName: aws.String(b.bus),
 			Source:       aws.String(src),
 			DetailType:   aws.String(dt),
-			// The envelope is cached and never modified (event.Envelope's
-			// contract): share its bytes instead of copying up to 256 KiB.
-			Detail:    aws.String(unsafe.String(unsafe.SliceData(env), len(env))),
+			// Detail is set by Fit: the envelope is cached and never modified
+			// (event.Envelope's contract), a stripped one is not modified
+			// either; their bytes are shared instead of copying up to 1 MiB.
 			Resources: b.resources,
 		}
 		if !e.WallTime.IsZero() {
 			ent.Time = aws.Time(e.WallTime)
 		}
-		size := EntrySize(ent)
-		if size > b.maxBytes && b.strip {
-			if env, err := e.StrippedEnvelope(b.canonical); err == nil {
-				ent.Detail = aws.String(string(env))
-				size = EntrySize(ent)
-			}
-		}
-		if size > b.maxBytes {
-			fail(i, sinks.Permanent("oversize", fmt.Errorf("%s: event %s: entry is %d bytes, more than the request limit of %d bytes (max_request_bytes)",
-				prefix, e.ID, size, b.maxBytes)))
+		p, err := b.oversize.Fit(e, b.canonical, env, b.maxBytes, func(d []byte) int {
+			ent.Detail = aws.String(unsafe.String(unsafe.SliceData(d), len(d)))
+			return EntrySize(ent)
+		}, prefix, "entry")
+		if err != nil {
+			fail(i, err)
 			continue
 		}
-		entries[i], sizes[i] = ent, size
+		ent.Detail = aws.String(unsafe.String(unsafe.SliceData(p.Body), len(p.Body)))
+		stripped[i] = p.Stripped
+		entries[i], sizes[i] = ent, p.Size
 	}
 
 	ctx, cancel := awsutil.WithTimeout(ctx, b.timeout)
 	defer cancel()
 
-	return awsutil.SendInChunks(ctx, prefix+": PutEvents", len(batch), sizes, MaxEntries, b.maxBytes, failed,
+	err := awsutil.SendInChunks(ctx, prefix+": PutEvents", len(batch), sizes, MaxEntries, b.maxBytes, failed,
 		func(ctx context.Context, idx []int, fail func(int, error)) error {
 			return b.put(ctx, batch, entries, idx, fail)
 		})
+	b.oversize.Delivered(stripped, err)
+	return err
 }
 
 // put makes one PutEvents call with the entries at idx and reports the

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -519,11 +520,16 @@ func TestClockSkew(t *testing.T) {
 	}
 }
 
-// With StripOversize an entry over the limit goes without its document,
-// marked truncated; one small enough is sent whole.
+// With oversize = "strip" an entry over the limit goes without its
+// document, marked truncated, and is counted; one small enough is sent
+// whole.
 func TestOversizeStrip(t *testing.T) {
 	f := &fakeBus{}
-	b := newTestSink(t, f, func(c *Config) { c.MaxRequestBytes = 1000; c.StripOversize = true })
+	var stripped, refused atomic.Int64
+	b := newTestSink(t, f, func(c *Config) {
+		c.MaxRequestBytes = 1000
+		c.Oversize = sinks.Oversize{Strip: true, Stripped: incFunc(stripped.Add), Refused: incFunc(refused.Add)}
+	})
 	evs := []*event.Event{testEvent(t, 0, 10), testEvent(t, 1, 2000)}
 	if err := b.Send(context.Background(), evs); err != nil {
 		t.Fatal(err)
@@ -541,4 +547,12 @@ func TestOversizeStrip(t *testing.T) {
 		!strings.Contains(d, `"documentKey":{"_id":1}`) || !strings.Contains(d, `"id":"`+evs[1].ID+`"`) {
 		t.Errorf("stripped entry: %s", d)
 	}
+	if stripped.Load() != 1 || refused.Load() != 0 {
+		t.Errorf("counted %d stripped, %d refused; want 1, 0", stripped.Load(), refused.Load())
+	}
 }
+
+// incFunc adapts an atomic Add to sinks.Counter.
+type incFunc func(int64) int64
+
+func (f incFunc) Inc() { f(1) }

@@ -42,11 +42,12 @@
 // # Batching and the request size
 //
 // MaxBatch is 10, the SendMessageBatch maximum. Send sends the batch in as
-// few calls as Config.MaxRequestBytes (default 256 KiB, at most 1 MiB, the
-// API limit documented by the SDK) allows, one after the other, in order. A message's
+// few calls as Config.MaxRequestBytes (default and at most 1 MiB, the API
+// limit documented by the SDK) allows, one after the other, in order. A message's
 // size is its body plus, per attribute, the bytes of its name, its type
 // ("String") and its value, as SQS counts it. A message that alone exceeds
-// the limit fails permanently with reason "oversize". When a call fails as
+// the limit fails permanently with reason "oversize" or, with
+// Config.Oversize.Strip, goes stripped (sinks.Oversize.Fit). When a call fails as
 // a whole, the calls after it are not made (FIFO order).
 //
 // # Failures
@@ -92,12 +93,19 @@ const (
 	// MaxEntries is the most messages one SendMessageBatch call accepts.
 	MaxEntries = 10
 	// DefaultMaxRequestBytes is the default limit on the payload of one
-	// SendMessageBatch call (256 KiB, the former API limit: safe for queues
-	// whose MaximumMessageSize was never raised and for LocalStack; raise
-	// it for queues that accept more).
-	DefaultMaxRequestBytes = 256 << 10
+	// SendMessageBatch call, and so on one message: 1 MiB, the current
+	// quota. AWS raised SQS's maximum message size from 256 KiB to 1 MiB
+	// (1,048,576 bytes) in 2025; it is the default MaximumMessageSize of a
+	// queue, and SendMessageBatch allows 1 MiB per message and per batch
+	// (aws-sdk-go-v2/service/sqs v1.52.10, api_op_SendMessageBatch.go and
+	// api_op_CreateQueue.go; "More room to build: serverless services now
+	// support payloads up to 1 MB", AWS Compute Blog,
+	// https://aws.amazon.com/blogs/compute/more-room-to-build-serverless-services-now-support-payloads-up-to-1-mb).
+	// A queue created with a lower MaximumMessageSize (or LocalStack)
+	// refuses larger messages: set Config.MaxRequestBytes to it.
+	DefaultMaxRequestBytes = 1 << 20
 	// MaxRequestBytesLimit is the SendMessageBatch payload limit of the API
-	// (1 MiB).
+	// (1 MiB, see above).
 	MaxRequestBytesLimit = 1 << 20
 	// DefaultTimeout bounds one Send when Config.Timeout is 0.
 	DefaultTimeout = 10 * time.Second
@@ -113,6 +121,12 @@ const (
 	AttrOperationType = "operationType"
 	AttrDB            = "db"
 	AttrColl          = "coll"
+	// With envelope = "document" (the body is the post-image alone), the
+	// rest of the event's metadata: its id, the documentKey as relaxed
+	// Extended JSON and the cluster time (RFC 3339).
+	AttrID          = "id"
+	AttrDocumentKey = "documentKey"
+	AttrClusterTime = "clusterTime"
 )
 
 // Config configures an SQS sink.
@@ -136,13 +150,12 @@ type Config struct {
 	// MessageGroupId (default: namespace and document key).
 	GroupBy string
 	// MaxRequestBytes caps the payload of one SendMessageBatch call
-	// (default 256 KiB, at most 1 MiB).
+	// (default and at most 1 MiB).
 	MaxRequestBytes int
-	// StripOversize sends an event whose message would exceed
-	// MaxRequestBytes without fullDocument and fullDocumentBeforeChange,
-	// marked "truncated": true (event.StrippedEnvelope), instead of failing
-	// it with reason "oversize"; one still too large fails as before.
-	StripOversize bool
+	// Oversize is the policy for an event whose message alone exceeds
+	// MaxRequestBytes (sinks.Oversize.Fit): failed with reason "oversize"
+	// (the zero value), or sent stripped.
+	Oversize sinks.Oversize
 	// Canonical selects canonical instead of relaxed Extended JSON.
 	Canonical bool
 	// Timeout bounds one Send, queue resolution and calls together
@@ -163,7 +176,7 @@ type SQS struct {
 	fifo      bool
 	groupBy   []string
 	maxBytes  int
-	strip     bool
+	oversize  sinks.Oversize
 	canonical bool
 	timeout   time.Duration
 	client    *sqs.Client
@@ -229,7 +242,7 @@ func New(cfg Config, logger *slog.Logger) (*SQS, error) {
 	})
 	s := &SQS{
 		name: cfg.Name, queueName: cfg.QueueName, groupBy: groupBy,
-		maxBytes: cfg.MaxRequestBytes, strip: cfg.StripOversize, canonical: cfg.Canonical, timeout: cfg.Timeout,
+		maxBytes: cfg.MaxRequestBytes, oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: cfg.Timeout,
 		client: client, log: logger,
 		fifo: strings.HasSuffix(cfg.QueueURL, ".fifo") || strings.HasSuffix(cfg.QueueName, ".fifo"),
 	}
@@ -361,6 +374,18 @@ func (s *SQS) entry(id int, e *event.Event, env []byte) (types.SendMessageBatchR
 	add(AttrOperationType, e.OperationType)
 	add(AttrDB, e.DB)
 	add(AttrColl, e.Coll)
+	if e.Form() == event.FormDocument {
+		for _, m := range e.Metadata() {
+			switch m.Name {
+			case "id":
+				add(AttrID, m.Value)
+			case "documentKey":
+				add(AttrDocumentKey, m.Value)
+			case "clusterTime":
+				add(AttrClusterTime, m.Value)
+			}
+		}
+	}
 	m := types.SendMessageBatchRequestEntry{
 		Id: aws.String(strconv.Itoa(id)),
 		// The envelope is cached and never modified (event.Envelope's
@@ -402,30 +427,35 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 	}
 	entries := make([]types.SendMessageBatchRequestEntry, len(batch))
 	sizes := make([]int, len(batch))
+	stripped := make([]bool, len(batch))
 	for i, e := range batch {
 		env, err := e.Envelope(s.canonical)
 		if err != nil {
 			fail(i, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err)))
 			continue
 		}
-		ent, size := s.entry(i, e, env)
-		if size > s.maxBytes && s.strip {
-			if env, err := e.StrippedEnvelope(s.canonical); err == nil {
-				ent, size = s.entry(i, e, env)
-			}
-		}
-		if size > s.maxBytes {
-			fail(i, sinks.Permanent("oversize", fmt.Errorf("%s: event %s: message is %d bytes, more than the request limit of %d bytes (max_request_bytes)",
-				prefix, e.ID, size, s.maxBytes)))
+		var ent types.SendMessageBatchRequestEntry
+		p, err := s.oversize.Fit(e, s.canonical, env, s.maxBytes, func(body []byte) (size int) {
+			ent, size = s.entry(i, e, body)
+			return size
+		}, prefix, "message")
+		if err != nil {
+			fail(i, err)
 			continue
 		}
-		entries[i], sizes[i] = ent, size
+		if p.Stripped {
+			ent, _ = s.entry(i, e, p.Body)
+		}
+		stripped[i] = p.Stripped
+		entries[i], sizes[i] = ent, p.Size
 	}
 
-	return awsutil.SendInChunks(ctx, prefix+": SendMessageBatch", len(batch), sizes, MaxEntries, s.maxBytes, failed,
+	err = awsutil.SendInChunks(ctx, prefix+": SendMessageBatch", len(batch), sizes, MaxEntries, s.maxBytes, failed,
 		func(ctx context.Context, idx []int, fail func(int, error)) error {
 			return s.sendBatch(ctx, url, batch, entries, idx, fail)
 		})
+	s.oversize.Delivered(stripped, err)
+	return err
 }
 
 // sendBatch makes one SendMessageBatch call with the entries at idx and

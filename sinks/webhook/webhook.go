@@ -27,8 +27,16 @@
 //   - "forbidden_target": the address is refused by the private-network
 //     guard; permanent, the message names the address.
 //   - "encode": the envelope cannot be encoded; permanent.
+//   - "oversize": the envelope alone makes a request body larger than
+//     Config.MaxRequestBytes (even stripped, with Config.Oversize.Strip);
+//     permanent, no request is made.
 //
 // When ctx ends, Send returns ctx's error (wrapped), not a *sinks.Error.
+//
+// With Config.SigV4 every request is also signed with AWS Signature Version
+// 4 (sigv4.go), after the Standard Webhooks headers, for a Lambda function
+// URL with AuthType AWS_IAM or an IAM-protected API Gateway API; failing to
+// get credentials is retryable, reason "credentials".
 //
 // Security defaults: TLS certificates are verified; redirects are not
 // followed; proxies from the environment (HTTP_PROXY, HTTPS_PROXY) are not
@@ -124,13 +132,17 @@ type Config struct {
 	// sends each envelope as a JSON object; > 1 sends a JSON array of
 	// envelopes, also for a batch of one.
 	BatchSize int
-	// MaxRequestBytes caps the body of one batch request (default
+	// MaxRequestBytes caps the body of one request (default
 	// DefaultMaxRequestBytes): Send splits a larger batch into several
-	// requests, in order. An envelope larger than the cap on its own is
-	// sent in a request of its own (the receiver judges it). A batch
-	// request answered 413 is split in halves and the parts are sent again,
-	// down to single events, before any event is given up.
+	// requests, in order. An event whose envelope alone makes a larger body
+	// follows Oversize. A batch request answered 413 is split in halves and
+	// the parts are sent again, down to single events, before any event is
+	// given up.
 	MaxRequestBytes int
+	// Oversize is the policy for an event whose envelope alone exceeds
+	// MaxRequestBytes (sinks.Oversize.Fit): failed with reason "oversize"
+	// (the zero value), or sent stripped.
+	Oversize sinks.Oversize
 	// AllowPrivateNetworks permits targets that resolve to cloud metadata
 	// addresses or to the IANA special-purpose ranges (see the package
 	// doc), loopback and private networks included.
@@ -147,6 +159,10 @@ type Config struct {
 	MaxConns int
 	// UserAgent is the User-Agent header (default "changegate-webhook").
 	UserAgent string
+	// SigV4, when non-nil, signs every request with AWS Signature Version
+	// 4 (see sigv4.go); exclusive with BearerToken, BasicUser and an
+	// Authorization header.
+	SigV4 *SigV4
 }
 
 // Webhook is a sinks.Sink that POSTs envelopes to one URL. It is safe for
@@ -157,11 +173,13 @@ type Webhook struct {
 	maxBatch  int
 	batching  bool
 	maxBytes  int
+	oversize  sinks.Oversize
 
 	reqTemplate *http.Request // Method, URL, Host; shallow-copied per request
 	target      string        // DisplayURL of the URL, for messages
 	static      http.Header   // precomputed headers, copied into each request
 	signer      *signer       // nil: unsigned
+	aws         *awsSigner    // nil: no SigV4
 
 	transport *http.Transport
 	timeout   time.Duration
@@ -227,6 +245,10 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 	if err != nil {
 		bad("%v", err)
 	}
+	as, err := newAWSSigner(cfg)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	static, err := staticHeaders(cfg)
 	if err != nil {
 		errs = append(errs, err)
@@ -279,9 +301,11 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 		maxBatch:  batch,
 		batching:  batch > 1,
 		maxBytes:  cmp.Or(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
+		oversize:  cfg.Oversize,
 		target:    DisplayURL(u),
 		static:    static,
 		signer:    sg,
+		aws:       as,
 		transport: tr,
 		timeout:   timeout,
 		log:       logger,
@@ -342,8 +366,45 @@ type poolKeeper struct{ tr *http.Transport }
 
 func (p poolKeeper) RoundTrip(r *http.Request) (*http.Response, error) { return p.tr.RoundTrip(r) }
 
+// Headers of a document-form payload (envelope = "document"): the body is
+// the post-image alone and the event's metadata travels in these (the id
+// is HeaderID). A value that is not printable ASCII (a document key with
+// other characters) is sent as "base64:" and the standard base64 of its
+// UTF-8 bytes.
+const (
+	HeaderOperationType = "Changegate-Operation-Type"
+	HeaderNamespace     = "Changegate-Namespace"
+	HeaderDocumentKey   = "Changegate-Document-Key"
+	HeaderClusterTime   = "Changegate-Cluster-Time"
+)
+
+// metaHeaders maps event.Event.Metadata names to headers.
+var metaHeaders = map[string]string{
+	"operationType": HeaderOperationType, "ns": HeaderNamespace,
+	"documentKey": HeaderDocumentKey, "clusterTime": HeaderClusterTime,
+}
+
+// setMetaHeaders sets the metadata headers of a document-form payload.
+func setMetaHeaders(h http.Header, e *event.Event) {
+	for _, m := range e.Metadata() {
+		name, ok := metaHeaders[m.Name]
+		if !ok {
+			continue
+		}
+		v := m.Value
+		for i := 0; i < len(v); i++ {
+			if v[i] < 0x20 || v[i] > 0x7e {
+				v = "base64:" + base64.StdEncoding.EncodeToString([]byte(m.Value))
+				break
+			}
+		}
+		h[name] = []string{v}
+	}
+}
+
 // reservedHeaders cannot be set through Config.Headers.
 var reservedHeaders = map[string]bool{
+	HeaderOperationType: true, HeaderNamespace: true, HeaderDocumentKey: true, HeaderClusterTime: true,
 	HeaderID: true, HeaderTimestamp: true, HeaderSignature: true,
 	"Content-Type": true, "Content-Length": true, "Transfer-Encoding": true,
 	"Host": true, "Connection": true, "Te": true, "Upgrade": true, "Trailer": true,
@@ -472,12 +533,24 @@ func (w *Webhook) Send(ctx context.Context, batch []*event.Event) error {
 }
 
 func (w *Webhook) sendOne(ctx context.Context, e *event.Event) error {
-	body, err := e.Envelope(w.canonical)
+	env, err := sinks.EncodeEnvelope(e, w.canonical)
 	if err != nil {
 		return sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 	}
-	return w.post(ctx, e.ID, body)
+	p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes, bodyLen, "webhook "+w.name, "request body")
+	if err != nil {
+		return err
+	}
+	err = w.post(ctx, e.ID, p.Body, e)
+	w.oversize.Delivered([]bool{p.Stripped}, err)
+	return err
 }
+
+// bodyLen is the size of the request body of a single envelope.
+func bodyLen(env []byte) int { return len(env) }
+
+// arrayBodyLen is the size of the request body of a batch of one envelope.
+func arrayBodyLen(env []byte) int { return len(env) + 2 }
 
 func (w *Webhook) sendEach(ctx context.Context, batch []*event.Event) error {
 	var failed map[int]error
@@ -498,22 +571,32 @@ func (w *Webhook) sendEach(ctx context.Context, batch []*event.Event) error {
 	return nil
 }
 
-// sendBatch sends batch as JSON arrays of at most maxBytes each (an
-// envelope larger than that alone in a request of its own), in order; a
-// request answered 413 is split and its parts sent again (postParts).
-func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) error {
+// sendBatch sends batch as JSON arrays of at most maxBytes each, in order
+// (an event whose envelope alone makes a larger array follows the oversize
+// policy); a request answered 413 is split and its parts sent again
+// (postParts).
+func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err error) {
 	failed := map[int]error{}
 	envs := make([][]byte, len(batch))
+	stripped := make([]bool, len(batch))
+	defer func() { w.oversize.Delivered(stripped, err) }()
 	var chunks [][]int
 	var cur []int
 	size := 2 // []
 	for i, e := range batch {
-		env, err := e.Envelope(w.canonical)
+		// An array element has no headers of its own: a document-form
+		// payload goes as its record (the metadata beside fullDocument).
+		env, err := sinks.EncodeRecord(e, w.canonical)
 		if err != nil {
 			failed[i] = sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 			continue
 		}
-		envs[i] = env
+		p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes, arrayBodyLen, "webhook "+w.name, "request body")
+		if err != nil {
+			failed[i] = err
+			continue
+		}
+		env, envs[i], stripped[i] = p.Body, p.Body, p.Stripped
 		if len(cur) > 0 && size+len(env)+1 > w.maxBytes {
 			chunks, cur, size = append(chunks, cur), nil, 2
 		}
@@ -554,22 +637,14 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) error {
 // so only an event that is refused on its own is given up. It returns an
 // error only when ctx ended.
 func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]byte, idx []int, failed map[int]error) error {
-	size := 1
-	for _, i := range idx {
-		size += len(envs[i]) + 1
-	}
-	body := make([]byte, 0, size)
-	body = append(body, '[')
-	ids := make([]string, 0, len(idx))
+	parts := make([][]byte, len(idx))
+	sizes := make([]int, len(idx))
+	ids := make([]string, len(idx))
 	for j, i := range idx {
-		if j > 0 {
-			body = append(body, ',')
-		}
-		body = append(body, envs[i]...)
-		ids = append(ids, batch[i].ID)
+		parts[j], sizes[j], ids[j] = envs[i], len(envs[i]), batch[i].ID
 	}
-	body = append(body, ']')
-	err := w.post(ctx, BatchID(ids), body)
+	body := sinks.AppendJSONArray(make([]byte, 0, sinks.JSONArraySize(sizes...)), parts...)
+	err := w.post(ctx, BatchID(ids), body, nil)
 	if err == nil {
 		return nil
 	}
@@ -608,7 +683,7 @@ func BatchID(ids []string) string {
 }
 
 // post makes one delivery attempt of body under message id.
-func (w *Webhook) post(parent context.Context, id string, body []byte) error {
+func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.Event) error {
 	// The timeout is a context rather than http.Client.Timeout: same
 	// coverage (dial to end of body), a third of the allocations. It bounds
 	// the attempt including go-retryablehttp's quick connection retries.
@@ -620,8 +695,20 @@ func (w *Webhook) post(parent context.Context, id string, body []byte) error {
 		h[k] = v // shared read-only slices; prepareRetry clones before changing
 	}
 	h[HeaderID] = []string{id}
+	if e != nil && e.Form() == event.FormDocument {
+		setMetaHeaders(h, e)
+	}
 	w.sign(h, id, body)
 	hr.Header = h
+	if w.aws != nil {
+		hr.ContentLength = int64(len(body))
+		if err := w.aws.sign(ctx, hr, payloadHash(body)); err != nil {
+			if parent.Err() != nil {
+				return fmt.Errorf("webhook %s: POST %s: %w", w.name, w.target, parent.Err())
+			}
+			return sinks.Retryable("credentials", 0, fmt.Errorf("webhook %s: sigv4: %w", w.name, err))
+		}
+	}
 	req, err := retryablehttp.FromRequest(hr)
 	if err == nil {
 		err = req.SetBody(body)
@@ -678,6 +765,11 @@ func (w *Webhook) prepareRetry(r *http.Request) error {
 		}
 	}
 	w.sign(h, h.Get(HeaderID), body)
+	if w.aws != nil {
+		// A new date and signature over the new webhook-timestamp; the
+		// body, and so its hash, is the same.
+		return w.aws.sign(r.Context(), r, h.Get("X-Amz-Content-Sha256"))
+	}
 	return nil
 }
 

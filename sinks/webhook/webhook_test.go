@@ -1132,30 +1132,55 @@ func TestBatchBytesAnd413(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	t.Cleanup(srv.Close)
 
-	// Bytes cap: 30 small events and a 600 KiB one under a 256 KiB cap.
-	w := newSink(t, Config{URL: srv.URL, BatchSize: 31, MaxRequestBytes: 256 << 10, AllowPrivateNetworks: true})
-	batch := []*event.Event{}
-	for i := range 30 {
-		batch = append(batch, testEvent(t, i))
-	}
-	batch = append(batch[:15], append([]*event.Event{bigEvent(t, 100, 600<<10)}, batch[15:]...)...)
-	if err := w.Send(context.Background(), batch); err != nil {
-		t.Fatalf("Send: %v", err)
-	}
-	if len(rcv.accepted) != 31 {
-		t.Errorf("%d events accepted, want 31", len(rcv.accepted))
-	}
-	for _, n := range rcv.sizes {
-		if n > 256<<10 && n < 600<<10 {
-			t.Errorf("a request of %d bytes: over the cap and not the big event alone", n)
+	// Bytes cap: 30 small events and a 600 KiB one under a 256 KiB cap. The
+	// big one alone is over the cap: dead-lettered (oversize =
+	// "deadletter"), or sent stripped ("strip"); the others in requests
+	// within the cap.
+	for _, strip := range []bool{false, true} {
+		rcv.accepted, rcv.sizes = map[string]int{}, nil
+		var stripped, refused atomic.Int64
+		w := newSink(t, Config{URL: srv.URL, BatchSize: 31, MaxRequestBytes: 256 << 10, AllowPrivateNetworks: true,
+			Oversize: sinks.Oversize{Strip: strip, Stripped: incFunc(stripped.Add), Refused: incFunc(refused.Add)}})
+		batch := []*event.Event{}
+		for i := range 30 {
+			batch = append(batch, testEvent(t, i))
+		}
+		batch = append(batch[:15], append([]*event.Event{bigEvent(t, 100, 600<<10)}, batch[15:]...)...)
+		err := w.Send(context.Background(), batch)
+		want, wantStripped, wantRefused := 31, int64(1), int64(0)
+		if strip {
+			if err != nil {
+				t.Fatalf("strip: Send: %v", err)
+			}
+		} else {
+			var be *sinks.BatchError
+			if !errors.As(err, &be) || len(be.Failed) != 1 || be.Failed[15] == nil {
+				t.Fatalf("deadletter: Send = %v, want a BatchError naming only the big event", err)
+			}
+			if de := asSinkError(t, be.Failed[15]); !de.Permanent || de.Reason != "oversize" ||
+				!strings.Contains(de.Error(), "more than the request limit of 262144 bytes (max_request_bytes)") {
+				t.Errorf("big event: %+v, want a permanent oversize", de)
+			}
+			want, wantStripped, wantRefused = 30, 0, 1
+		}
+		if len(rcv.accepted) != want {
+			t.Errorf("strip %v: %d events accepted, want %d", strip, len(rcv.accepted), want)
+		}
+		if stripped.Load() != wantStripped || refused.Load() != wantRefused {
+			t.Errorf("strip %v: counted %d stripped, %d refused; want %d, %d", strip, stripped.Load(), refused.Load(), wantStripped, wantRefused)
+		}
+		for _, n := range rcv.sizes {
+			if n > 256<<10 {
+				t.Errorf("strip %v: a request of %d bytes, over the cap", strip, n)
+			}
 		}
 	}
 
 	// 413: the receiver takes at most 64 KiB; a 2 MB event is refused on
 	// its own, every small one is delivered.
 	rcv.limit, rcv.accepted, rcv.sizes = 64<<10, map[string]int{}, nil
-	w = newSink(t, Config{URL: srv.URL, BatchSize: 500, AllowPrivateNetworks: true})
-	batch = nil
+	w := newSink(t, Config{URL: srv.URL, BatchSize: 500, MaxRequestBytes: 4 << 20, AllowPrivateNetworks: true})
+	var batch []*event.Event
 	for i := range 300 {
 		batch = append(batch, testEvent(t, i))
 	}
@@ -1176,5 +1201,52 @@ func TestBatchBytesAnd413(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%s accepted %d times", id, n)
 		}
+	}
+}
+
+// incFunc adapts an atomic Add to sinks.Counter.
+type incFunc func(int64) int64
+
+func (f incFunc) Inc() { f(1) }
+
+// A webhook that does not batch applies max_request_bytes to each request:
+// an event over it is refused without a request (deadletter) or sent
+// stripped; an event within it is sent whole.
+func TestOversizeSingle(t *testing.T) {
+	var mu sync.Mutex
+	var bodies [][]byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, b)
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	small, big := testEvent(t, 1), bigEvent(t, 2, 64<<10)
+
+	w := newSink(t, Config{URL: srv.URL, MaxRequestBytes: 4096, AllowPrivateNetworks: true})
+	if err := w.Send(context.Background(), []*event.Event{small}); err != nil {
+		t.Fatalf("small event: %v", err)
+	}
+	err := w.Send(context.Background(), []*event.Event{big})
+	if de := asSinkError(t, err); !de.Permanent || de.Reason != "oversize" || !strings.Contains(de.Error(), big.ID) {
+		t.Fatalf("big event: %v, want a permanent oversize naming it", err)
+	}
+	if len(bodies) != 1 {
+		t.Fatalf("%d requests, want 1 (none for the oversize event)", len(bodies))
+	}
+
+	var stripped atomic.Int64
+	w = newSink(t, Config{URL: srv.URL, MaxRequestBytes: 4096, AllowPrivateNetworks: true,
+		Oversize: sinks.Oversize{Strip: true, Stripped: incFunc(stripped.Add)}})
+	if err := w.Send(context.Background(), []*event.Event{big}); err != nil {
+		t.Fatalf("big event, strip: %v", err)
+	}
+	got := string(bodies[len(bodies)-1])
+	if strings.Contains(got, "fullDocument") || !strings.HasSuffix(got, `,"truncated":true}`) || !strings.Contains(got, `"documentKey":{"_id":2}`) {
+		t.Errorf("stripped body: %s", got)
+	}
+	if stripped.Load() != 1 {
+		t.Errorf("counted %d stripped, want 1", stripped.Load())
 	}
 }

@@ -1,11 +1,14 @@
 // Package awstest provides local HTTP servers that speak the AWS wire
 // protocols the aws-sdk-go-v2 clients use, for tests: an EventBridge server
-// (AWS JSON 1.1, AWSEvents.PutEvents) and an SQS server (AWS JSON 1.0 with
+// (AWS JSON 1.1, AWSEvents.PutEvents), an SQS server (AWS JSON 1.0 with
 // awsQueryCompatible errors, AmazonSQS.SendMessageBatch and
-// AmazonSQS.GetQueueUrl).
+// AmazonSQS.GetQueueUrl) and a Lambda server (REST-JSON, Invoke; see
+// lambda.go).
 //
-// Each service is a separate server ([NewEventBridge], [NewSQS]) because each
-// has its own SigV4 signing name ("events", "sqs") and its own error shapes.
+// Each service is a separate server ([NewEventBridge], [NewSQS],
+// [NewLambda]) because each has its own SigV4 signing name ("events",
+// "sqs", "lambda") and its own error shapes. [VerifySigV4] checks the
+// signature of any request, for receivers of SigV4-signed webhooks.
 // Both listen on 127.0.0.1 only. Point a real SDK client at URL() through
 // BaseEndpoint (or use the server's Config helper):
 //
@@ -119,6 +122,11 @@ type apiError struct {
 	message   string
 	queryCode string
 	fault     string
+	// retryAfter, when set, is sent as the Retry-After header (Lambda's
+	// TooManyRequestsException).
+	retryAfter string
+	// reason is Lambda's TooManyRequestsException Reason.
+	reason string
 }
 
 // service is what a concrete server plugs into core.
@@ -132,6 +140,22 @@ type service interface {
 	// X-Amz-Target after the dot); it returns the response body or an error.
 	handle(op string, body []byte) (any, *apiError)
 	targetPrefix() string
+}
+
+// restService is a service of the REST-JSON protocol (Lambda): operations
+// are routed by method and path, not X-Amz-Target, and answered by the
+// service itself, after core's signature check and fault injection.
+type restService interface {
+	// route returns the operation of r, or "" when none matches.
+	route(r *http.Request) string
+	// serveREST answers one authenticated request for operation op.
+	serveREST(w http.ResponseWriter, r *http.Request, op string, body []byte)
+}
+
+// errorShaper is a service that writes its error answers itself (headers
+// and body shape of its protocol).
+type errorShaper interface {
+	writeError(w http.ResponseWriter, e apiError)
 }
 
 // core is the HTTP plumbing, SigV4 check, counters and fault injection shared
@@ -279,6 +303,11 @@ func (c *core) serve(w http.ResponseWriter, r *http.Request) {
 
 	target := r.Header.Get("X-Amz-Target")
 	op, hasPrefix := strings.CutPrefix(target, c.svc.targetPrefix()+".")
+	rest, isREST := c.svc.(restService)
+	if isREST {
+		op = rest.route(r)
+		hasPrefix = op != ""
+	}
 	c.mu.Lock()
 	if hasPrefix {
 		c.calls[op]++
@@ -320,6 +349,14 @@ func (c *core) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if isREST {
+		if op == "" {
+			c.writeError(w, apiError{status: http.StatusNotFound, typ: "UnknownOperationException", message: "Unknown operation " + r.Method + " " + r.URL.Path})
+			return
+		}
+		rest.serveREST(w, r, op, body)
+		return
+	}
 	if r.Method != http.MethodPost {
 		c.writeError(w, apiError{status: http.StatusMethodNotAllowed, typ: "UnknownOperationException", message: "Only POST is supported."})
 		return
@@ -349,6 +386,10 @@ func (c *core) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *core) writeError(w http.ResponseWriter, e apiError) {
+	if es, ok := c.svc.(errorShaper); ok {
+		es.writeError(w, e)
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Type", c.svc.contentType())
 	h.Set("X-Amzn-Requestid", newUUID())

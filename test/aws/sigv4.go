@@ -232,3 +232,18 @@ func hmacSHA256(key []byte, data string) []byte {
 	h.Write([]byte(data))
 	return h.Sum(nil)
 }
+
+// VerifySigV4 checks the AWS Signature Version 4 of r, whose body has been
+// read into body, as the test servers do: the signature is recomputed with
+// o's credentials (defaults filled in) for the given signing name (for
+// example "lambda" for a function URL, "execute-api" for API Gateway) and
+// region, and X-Amz-Date must be within o.MaxClockSkew of o.Now(). It
+// returns nil when the signature is valid, otherwise an error saying why,
+// worded as AWS words it. Receivers of SigV4-signed webhooks use it.
+func VerifySigV4(r *http.Request, body []byte, o Options, service string) error {
+	o = o.withDefaults()
+	if ae := verifySigV4(r, body, o, service, o.Now()); ae != nil {
+		return fmt.Errorf("sigv4: %s", ae.msg)
+	}
+	return nil
+}

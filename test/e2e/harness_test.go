@@ -99,8 +99,8 @@ func (e *env) start(cfg *config.Config) *gateway {
 	return e.startWith(cfg, app.Options{})
 }
 
-// startWith starts the gateway with extra options (Logger, Hard and Started
-// are the harness's).
+// startWith starts the gateway with extra options (Hard and Started are the
+// harness's; Logger too unless set).
 func (e *env) startWith(cfg *config.Config, opts app.Options) *gateway {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -108,7 +108,10 @@ func (e *env) startWith(cfg *config.Config, opts app.Options) *gateway {
 	started := make(chan string, 1)
 	log := slog.New(slog.NewTextHandler(testWriter{e.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
-		opts.Logger, opts.Hard, opts.Started = log, g.hard, func(a string) { started <- a }
+		if opts.Logger == nil {
+			opts.Logger = log
+		}
+		opts.Hard, opts.Started = g.hard, func(a string) { started <- a }
 		g.done <- app.Run(ctx, cfg, opts)
 	}()
 	select {

@@ -4,24 +4,33 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/test/mongowire"
+	"github.com/changegate/changegate/test/receiver"
 )
 
 const tenMiB = 10 * 1024 * 1024
 
 // TestLargeEventSplitAndStripped: a 10 MiB document updated to another
 // 10 MiB value, with updateLookup and pre-images (about 30 MiB of change
-// event), reaches a webhook whole and byte-identical (reassembled from the
-// server's fragments), reaches EventBridge per its policy (oversize =
-// "strip": the 10 MiB insert goes without its document; the update still
-// carries 10 MiB in updateDescription, so even stripped it is too large and
-// is dead-lettered with reason "oversize"), and later small changes keep
-// flowing; a crash right after the update and a restart lose nothing.
+// event), reaches a webhook that accepts 64 MiB bodies whole and
+// byte-identical (reassembled from the server's fragments); reaches
+// EventBridge per its policy (oversize = "strip": the insert goes without
+// its document; the update still carries 10 MiB in updatedFields, so it goes
+// with updatedFields replaced by {"truncated": true} too); is dead-lettered
+// for SQS (oversize = "deadletter", the default); and later small changes
+// keep flowing to every sink. A crash between fragments is
+// TestProcessKillBetweenFragments.
 func TestLargeEventSplitAndStripped(t *testing.T) {
 	w := newAWSWorld(t)
 	ctx := context.Background()
@@ -54,6 +63,7 @@ url = %q
 secret = "${TEST_SECRET}"
 allow_private_networks = true
 timeout = "60s"
+max_request_bytes = 67108864
 
 [[sinks]]
 name = "bus"
@@ -61,6 +71,12 @@ type = "eventbridge"
 event_bus = "orders"
 endpoint = %q
 oversize = "strip"
+
+[[sinks]]
+name = "audit"
+type = "sqs"
+queue_url = %q
+endpoint = %q
 
 [[rules]]
 name = "hooks"
@@ -70,8 +86,8 @@ sinks = ["hook"]
 [[rules]]
 name = "aws"
 source = "items"
-sinks = ["bus"]
-`, w.rcv.URL(), w.eb.URL()))
+sinks = ["bus", "audit"]
+`, w.rcv.URL(), w.eb.URL(), w.url, w.sqs.URL()))
 	g := w.e.start(cfg)
 	c := w.e.coll("items")
 	oldV, newV := strings.Repeat("x", tenMiB), strings.Repeat("y", tenMiB)
@@ -81,11 +97,6 @@ sinks = ["bus"]
 	if _, err := c.UpdateOne(ctx, bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: newV}}}}); err != nil {
 		t.Fatal(err)
 	}
-	// Crash (no drain) while the large event is being read or delivered,
-	// then restart: at-least-once, nothing lost.
-	time.Sleep(50 * time.Millisecond)
-	_ = g.stop(t, true)
-	w.e.start(cfg)
 	insertN(t, c, 2, 5) // later small changes
 
 	waitFor(t, 60*time.Second, "the update and the small inserts at the webhook", func() bool {
@@ -128,19 +139,17 @@ sinks = ["bus"]
 				n++
 			}
 		}
-		return n >= 2
-	})
-	dls := w.e.client.Database(w.e.state).Collection("deadletters")
-	waitFor(t, 30*time.Second, "the update dead-lettered for EventBridge", func() bool {
-		n, err := dls.CountDocuments(ctx, bson.D{{Key: "sink", Value: "bus"}, {Key: "operation", Value: "update"}, {Key: "reason", Value: "oversize"}})
-		return err == nil && n == 1
+		return n >= 3
 	})
 	for _, ev := range w.eb.Events() {
 		var v struct {
-			OperationType string          `json:"operationType"`
-			DocumentKey   json.RawMessage `json:"documentKey"`
-			FullDocument  json.RawMessage `json:"fullDocument"`
-			Truncated     bool            `json:"truncated"`
+			OperationType     string          `json:"operationType"`
+			DocumentKey       json.RawMessage `json:"documentKey"`
+			FullDocument      json.RawMessage `json:"fullDocument"`
+			UpdateDescription *struct {
+				UpdatedFields json.RawMessage `json:"updatedFields"`
+			} `json:"updateDescription"`
+			Truncated bool `json:"truncated"`
 		}
 		if err := json.Unmarshal([]byte(ev.Detail), &v); err != nil {
 			t.Fatal(err)
@@ -149,8 +158,220 @@ sinks = ["bus"]
 		if big && (!v.Truncated || v.FullDocument != nil) {
 			t.Fatalf("eventbridge got the large %s event unstripped", v.OperationType)
 		}
+		if big && v.OperationType == "update" && (v.UpdateDescription == nil || string(v.UpdateDescription.UpdatedFields) != `{"truncated":true}`) {
+			t.Fatalf("eventbridge got the large update without its updatedFields truncated: %.300s", ev.Detail)
+		}
 		if !big && (v.Truncated || v.FullDocument == nil) {
 			t.Fatalf("eventbridge stripped a small event: %s", ev.Detail)
+		}
+	}
+
+	waitFor(t, 30*time.Second, "the small events at SQS", func() bool {
+		for _, m := range w.sqs.Messages("audit.fifo") {
+			if strings.Contains(m.Body, `"documentKey":{"_id":6}`) {
+				return true
+			}
+		}
+		return false
+	})
+	dls := w.e.client.Database(w.e.state).Collection("deadletters")
+	waitFor(t, 30*time.Second, "the large events dead-lettered for SQS, and only those", func() bool {
+		n, err := dls.CountDocuments(ctx, bson.D{{Key: "sink", Value: "audit"}, {Key: "reason", Value: "oversize"}})
+		all, err2 := dls.CountDocuments(ctx, bson.D{})
+		return err == nil && err2 == nil && n == 2 && all == 2
+	})
+	for _, m := range w.sqs.Messages("audit.fifo") {
+		if strings.Contains(m.Body, `"documentKey":{"_id":1}`) {
+			t.Fatalf("sqs got a large event: %.300s", m.Body)
+		}
+	}
+	fams := scrape(t, g.admin)
+	for _, c := range []struct {
+		sink, action string
+	}{{"bus", "strip"}, {"audit", "deadletter"}} {
+		m := find(fams, "changegate_sink_oversize_events_total", map[string]string{"sink": c.sink, "action": c.action})
+		if m == nil || m.GetCounter().GetValue() != 2 {
+			t.Errorf("changegate_sink_oversize_events_total{sink=%q,action=%q} = %v, want 2", c.sink, c.action, m)
+		}
+	}
+}
+
+// TestProcessKillBetweenFragments runs the real binary, SIGKILLs it after it
+// has read the first fragments of a split 30 MiB update and before the last
+// one, restarts it, and checks that nothing is lost: the update reaches the
+// webhook reassembled and byte-identical, and every change before and after
+// it arrives. With test/mongowire the kill point is deterministic: the
+// server holds the getMore that would return the last fragment
+// (mongowire.Server.HoldFragment) until the process is dead. Against a real
+// MongoDB (CHANGEGATE_TEST_MONGODB_URI) there is no such hold: the process
+// is killed once the 10 MiB insert before the update is delivered, which is
+// not necessarily between fragments.
+func TestProcessKillBetweenFragments(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := changegateBinary(t)
+	e := newEnv(t)
+	ctx := context.Background()
+	err := e.client.Database(e.db).CreateCollection(ctx, "items",
+		options.CreateCollection().SetChangeStreamPreAndPostImages(bson.M{"enabled": true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv := receiver.New(testSecret)
+	t.Cleanup(rcv.Close)
+	tmpl := fmt.Sprintf(`
+[mongo]
+uri = "%%URI%%"
+state_database = "%%STATE%%"
+
+[server]
+listen = "127.0.0.1:0"
+
+[[sources]]
+name = "items"
+database = "%%DB%%"
+collection = "items"
+full_document = "updateLookup"
+full_document_before_change = "required"
+checkpoint_interval = "50ms"
+max_await = "200ms"
+
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = %q
+secret = "${TEST_SECRET}"
+allow_private_networks = true
+timeout = "60s"
+max_request_bytes = 67108864
+
+[[rules]]
+name = "all"
+source = "items"
+sinks = ["hook"]
+`, rcv.URL())
+	cfgPath := filepath.Join(t.TempDir(), "config.toml")
+	text := strings.NewReplacer("%URI%", e.uri, "%DB%", e.db, "%STATE%", e.state).Replace(tmpl)
+	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var hold *mongowire.FragmentHold
+	if e.srv != nil {
+		hold = e.srv.HoldFragment(0)
+		defer hold.Release()
+	} else {
+		t.Log("CHANGEGATE_TEST_MONGODB_URI is set: a real MongoDB cannot hold a getMore between fragments, " +
+			"so the deterministic kill between fragments is skipped; the process is killed after the insert before the update instead")
+	}
+
+	p := startProcess(t, bin, cfgPath)
+	cps, _ := e.stores(e.config(tmpl))
+	waitFor(t, 20*time.Second, "the process to open its stream", func() bool {
+		_, ok, _ := cps.Load(ctx, "items")
+		return ok
+	})
+	c := e.coll("items")
+	oldV, newV := strings.Repeat("x", tenMiB), strings.Repeat("y", tenMiB)
+	insertN(t, c, 0, 3)
+	if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: "big"}, {Key: "v", Value: oldV}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpdateOne(ctx, bson.D{{Key: "_id", Value: "big"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: newV}}}}); err != nil {
+		t.Fatal(err)
+	}
+	insertN(t, c, 3, 3)
+
+	var insertTok string // the 10 MiB insert's token data, once delivered
+	delivered := func(op, key string) int {
+		n := 0
+		for _, d := range rcv.Deliveries() {
+			if d.Operation == op && d.DocKey == key {
+				n++
+			}
+		}
+		return n
+	}
+	if hold != nil {
+		select {
+		case <-hold.Reached():
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the process never asked for the last fragment\n%s", p.out)
+		}
+		// The process has read every fragment but the last: the update
+		// cannot have been delivered. Let the insert before it be
+		// delivered and checkpointed, so that a checkpoint taken between
+		// fragments (a bug) would be persisted before the kill.
+		waitFor(t, 60*time.Second, "the 10 MiB insert checkpointed", func() bool {
+			for _, d := range rcv.Deliveries() {
+				if d.Operation == "insert" && d.DocKey == `{"_id":"big"}` {
+					insertTok = strings.TrimPrefix(d.ID, "items:")
+				}
+			}
+			cp, ok, _ := cps.Load(ctx, "items")
+			return ok && insertTok != "" && event.TokenData(cp.Token) >= insertTok
+		})
+		if n := delivered("update", `{"_id":"big"}`); n != 0 {
+			t.Fatalf("the update was delivered %d times before its last fragment was read", n)
+		}
+	} else {
+		waitFor(t, 60*time.Second, "the 10 MiB insert at the webhook", func() bool { return delivered("insert", `{"_id":"big"}`) > 0 })
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Wait()
+	if hold != nil {
+		// Nothing between fragments was persisted: the checkpoint is the
+		// insert before the update (tokens sort in stream order).
+		cp, _, err := cps.Load(ctx, "items")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := event.TokenData(cp.Token); got != insertTok {
+			t.Fatalf("checkpoint at the kill is %s, want the insert before the update, %s", got, insertTok)
+		}
+		hold.Release()
+	}
+
+	startProcess(t, bin, cfgPath)
+	waitFor(t, 90*time.Second, "every change after the restart", func() bool {
+		if delivered("update", `{"_id":"big"}`) == 0 || delivered("insert", `{"_id":"big"}`) == 0 {
+			return false
+		}
+		for i := range 6 {
+			if delivered("insert", fmt.Sprintf(`{"_id":%d}`, i)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	ids := map[string]string{} // webhook-id by change
+	for _, d := range rcv.Deliveries() {
+		if strings.Contains(string(d.Envelope), `"splitEvent"`) {
+			t.Fatal("a fragment reached the webhook")
+		}
+		k := d.Operation + d.DocKey
+		if id, ok := ids[k]; ok && id != d.WebhookID {
+			t.Fatalf("%s re-delivered with webhook-id %s, first %s", k, d.WebhookID, id)
+		}
+		ids[k] = d.WebhookID
+		if d.Operation != "update" {
+			continue
+		}
+		var env struct {
+			FullDocument             json.RawMessage `json:"fullDocument"`
+			FullDocumentBeforeChange json.RawMessage `json:"fullDocumentBeforeChange"`
+			Truncated                bool            `json:"truncated"`
+		}
+		if err := json.Unmarshal(d.Envelope, &env); err != nil {
+			t.Fatal(err)
+		}
+		if want := `{"_id":"big","v":"` + newV + `"}`; string(env.FullDocument) != want || env.Truncated {
+			t.Fatalf("update fullDocument is %d bytes (truncated %v), not the updated document", len(env.FullDocument), env.Truncated)
+		}
+		if want := `{"_id":"big","v":"` + oldV + `"}`; string(env.FullDocumentBeforeChange) != want {
+			t.Fatalf("update pre-image is %d bytes, not the old document", len(env.FullDocumentBeforeChange))
 		}
 	}
 }

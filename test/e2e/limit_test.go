@@ -96,16 +96,16 @@ func steadyRate(t *testing.T, mif string, latency time.Duration, n int) (rate fl
 }
 
 // TestAdaptiveConcurrencyBeatsFixed16 is issue 11's end-to-end check:
-// against a receiver that takes 400 ms per request, the defaults
+// against a receiver that takes 1 s per request, the defaults
 // (max_in_flight = "auto") deliver at least 10× as fast as max_in_flight =
-// 16, both measured in this test. 16 fixed is bounded at 16 / 0.4 s = 40
-// events/s; auto's ceiling (1024 / 0.4 s) is 64× that. Under -race on a
-// loaded 2-core machine the CPU caps auto at a few hundred events/s (at
-// 300 ms, with signatures verified, it measured 8.7–13.4× over 4 runs):
-// the long latency keeps 10× well below that cap.
+// 16, both measured in this test. 16 fixed is bounded at 16 events/s;
+// auto's ceiling (1024 / 1 s) is 64× that. Under -race on a loaded 2-core
+// machine the CPU caps auto at a few hundred events/s (with 400 ms and
+// seven other test processes on the machine it measured 5–10×, alone
+// 31–34×): at 1 s, 10× needs only 160 events/s.
 func TestAdaptiveConcurrencyBeatsFixed16(t *testing.T) {
-	const latency = 400 * time.Millisecond
-	fixed, fixedLimit := steadyRate(t, "max_in_flight = 16", latency, 160)
+	const latency = time.Second
+	fixed, fixedLimit := steadyRate(t, "max_in_flight = 16", latency, 80)
 	auto, autoLimit := steadyRate(t, "", latency, 4000)
 	t.Logf("max_in_flight = 16: %.0f events/s (limit %d); defaults: %.0f events/s (limit up to %d); ratio %.1f×",
 		fixed, fixedLimit, auto, autoLimit, auto/fixed)

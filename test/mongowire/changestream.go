@@ -318,6 +318,9 @@ func (s *Server) streamGetMore(cmd *command, dst []byte, id int64, c *streamCurs
 	if c.closed {
 		return nil, cmdErr(codeCursorNotFound, "cursor id %d not found", id)
 	}
+	if err := s.waitFragmentHold(cmd, id, c); err != nil {
+		return nil, err
+	}
 	deadline := time.Now().Add(maxWait)
 	var timer *time.Timer
 	defer func() {

@@ -124,6 +124,7 @@ type Server struct {
 
 	fpMu       sync.Mutex
 	failPoints []*failPoint
+	fragHold   atomic.Pointer[FragmentHold] // hold.go
 
 	logMu  sync.Mutex
 	cmdLog []CommandRecord

@@ -363,3 +363,57 @@ func TestSplitStageValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldFragment: a hold on the last fragment stalls the getMore that
+// would return it, after the client read the fragments before it, until
+// Release.
+func TestHoldFragment(t *testing.T) {
+	srv, client, ctx := setup(t)
+	coll := prePostColl(t, ctx, client)
+	h := srv.HoldFragment(0)
+	cs, err := coll.Watch(ctx, mongo.Pipeline{{{Key: "$changeStreamSplitLargeEvent", Value: bson.D{}}}},
+		options.ChangeStream().SetFullDocument(options.Required).SetFullDocumentBeforeChange(options.Required))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(ctx)
+	bigUpdate(t, ctx, coll)
+	// small-1, the 10 MiB insert, then fragments 1 and 2 of 3 of the
+	// update pass; the getMore for fragment 3 waits.
+	for i := range 4 {
+		if !cs.Next(ctx) {
+			t.Fatal(cs.Err())
+		}
+		var got struct {
+			SplitEvent *splitInfo `bson:"splitEvent"`
+		}
+		if err := cs.Decode(&got); err != nil {
+			t.Fatal(err)
+		}
+		if i >= 2 && (got.SplitEvent == nil || *got.SplitEvent != splitInfo{Fragment: int32(i - 1), Of: 3}) {
+			t.Fatalf("change %d: %+v, want fragment %d of 3", i, got.SplitEvent, i-1)
+		}
+	}
+	next := make(chan bool, 1)
+	go func() { next <- cs.Next(ctx) }()
+	select {
+	case <-h.Reached():
+	case <-time.After(20 * time.Second):
+		t.Fatal("no getMore reached the hold")
+	}
+	select {
+	case <-next:
+		t.Fatal("the last fragment came through the hold")
+	case <-time.After(100 * time.Millisecond): // a negative check: can only pass wrongly, never fail wrongly
+	}
+	h.Release()
+	if !<-next {
+		t.Fatal(cs.Err())
+	}
+	var got struct {
+		SplitEvent splitInfo `bson:"splitEvent"`
+	}
+	if err := cs.Decode(&got); err != nil || got.SplitEvent != (splitInfo{Fragment: 3, Of: 3}) {
+		t.Fatalf("after release: %+v %v", got.SplitEvent, err)
+	}
+}

@@ -1,6 +1,8 @@
-// Package awsutil is what the AWS sinks (EventBridge, SQS) share: the SDK
-// client setup (credential chain, assumed role, transport-only retries) and
-// the classification of whole-call errors into retry decisions.
+// Package awsutil is what the AWS sinks (EventBridge, SQS, Lambda) share:
+// the SDK client setup (credential chain, assumed role, transport-only
+// retries) and the classification of whole-call errors into retry
+// decisions. The webhook sink's SigV4 signing uses its credential chain
+// too.
 package awsutil
 
 import (

@@ -42,7 +42,7 @@ const (
 type limitRow struct {
 	id       int
 	receiver string
-	fixed    int // 0: the defaults
+	fixed    int // 0: the defaults; < 0: auto with max_in_flight_max = -fixed
 	n        int // backlog
 	// delivered is the number of distinct changes received.
 	delivered int
@@ -65,14 +65,35 @@ type limitRow struct {
 }
 
 func (r *limitRow) setting() string {
-	if r.fixed == 0 {
+	switch {
+	case r.fixed == 0:
 		return "auto (default)"
+	case r.fixed < 0:
+		return fmt.Sprintf("auto, max %d", -r.fixed)
 	}
 	return strconv.Itoa(r.fixed)
 }
 
-// settings returns the defaults then the swept fixed values.
-func (b *bench) settings() []int { return append([]int{0}, b.o.sweep...) }
+// settings returns the defaults, auto with -auto-max, then the swept fixed
+// values.
+func (b *bench) settings() []int {
+	s := []int{0}
+	if b.o.autoMax > 0 {
+		s = append(s, -b.o.autoMax)
+	}
+	return append(s, b.o.sweep...)
+}
+
+// ceiling is the most requests a setting may have in flight.
+func ceiling(setting int) int {
+	switch {
+	case setting == 0:
+		return 1024 // the default max_in_flight_max
+	case setting < 0:
+		return -setting
+	}
+	return setting
+}
 
 // sizeBacklog returns the backlog for a setting that can reach perSecond
 // events/s: -run-time's worth at that rate, capped at -rate-cap.
@@ -86,11 +107,7 @@ func (b *bench) scenarioAdaptiveLatency() []*limitRow {
 	for _, lat := range b.o.latencies {
 		name := fmt.Sprintf("latency %s", lat)
 		for _, fixed := range b.settings() {
-			conc := fixed
-			if conc == 0 {
-				conc = 1024
-			}
-			n := b.sizeBacklog(float64(conc) / lat.Seconds())
+			n := b.sizeBacklog(float64(ceiling(fixed)) / lat.Seconds())
 			r := b.runLimit(10, name, receiverLoad{latency: lat}, fixed, n)
 			rows = append(rows, r)
 		}
@@ -210,8 +227,13 @@ func (b *bench) runLimit(id int, name string, load receiverLoad, fixed, n int) *
 		return r
 	}
 	tag := fmt.Sprintf("limit-%d-%s-%d", id, strings.ReplaceAll(load.latency.String(), ".", "_"), fixed)
-	c, err := b.startGateway(tag, gwConf{uri: e.srv.URI(), url: rcv.url, sinks: 1, batch: 1, startAt: start,
-		maxInFlight: fixed, listen: addr, grace: 2 * time.Second}, false)
+	gc := gwConf{uri: e.srv.URI(), url: rcv.url, sinks: 1, batch: 1, startAt: start, listen: addr, grace: 2 * time.Second}
+	if fixed > 0 {
+		gc.maxInFlight = fixed
+	} else {
+		gc.maxInFlightMax = -fixed
+	}
+	c, err := b.startGateway(tag, gc, false)
 	if err != nil {
 		r.err = err
 		return r
@@ -266,7 +288,7 @@ func (b *bench) runLimit(id int, name string, load receiverLoad, fixed, n int) *
 		from, to = first, cut
 	}
 	all := samples()
-	if fixed == 0 && len(all) > 0 {
+	if fixed <= 0 && len(all) > 0 {
 		// The trajectory of the adaptive limit, one sample a second.
 		var tr []string
 		for i := 0; i < len(all); i += 5 {

@@ -105,9 +105,11 @@ type benchOpts struct {
 	quick       bool
 	latencies   []time.Duration // scenario 10
 	sweep       []int           // fixed max_in_flight values of 10 and 11
+	autoMax     int             // 10 and 11: an extra auto row with this max_in_flight_max
 	runTime     time.Duration   // target run time of one setting in 10 and 11
 	rateCap     int             // events/s assumed at most when sizing 10 and 11
 	maxInFlight int             // sinks' max_in_flight in 4-9 (0: the default)
+	sinkTOML    string          // extra TOML lines for every sink in 4-9 (e.g. payload shaping)
 	replicas    []int           // scenario 12: replica counts
 	replN       int             // scenario 12: backlog
 	replMIF     int             // scenario 12: each replica's max_in_flight
@@ -175,6 +177,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.out, "o", "", "also write the report to this file")
 	fs.DurationVar(&o.runTime, "run-time", 0, "scenarios 10 and 11: size each setting's backlog to run about this long (default 8s; -quick 2s)")
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 0, "scenarios 4-9: the sinks' max_in_flight (default: changegate's default)")
+	fs.StringVar(&o.sinkTOML, "sink-toml", "", `scenarios 4-9: TOML added to every sink, e.g. 'redact = ["fullDocument.customer"]' (payload shaping); keep fullDocument.seq and wts, which the receiver reads`)
+	fs.IntVar(&o.autoMax, "auto-max", 0, "scenarios 10 and 11: also run auto with this max_in_flight_max (0: not)")
 	fs.IntVar(&o.rateCap, "rate-cap", 12000, "scenarios 10 and 11: the events/s a setting is assumed to reach at most, when sizing its backlog")
 	fs.IntVar(&o.replN, "replicas-n", 0, "scenario 12: backlog per replica count (default 16000; -quick 4000)")
 	fs.IntVar(&o.replMIF, "replica-max-in-flight", 16, "scenario 12: each replica's fixed max_in_flight")
@@ -593,6 +597,8 @@ type gwConf struct {
 	filter  bool
 	// maxInFlight is the sinks' max_in_flight (0: the default).
 	maxInFlight int
+	// maxInFlightMax is the sinks' max_in_flight_max (0: the default).
+	maxInFlightMax int
 	// listen is the admin server's address ("": none).
 	listen string
 	// grace is shutdown_grace (0: 10s).
@@ -606,6 +612,8 @@ type gwConf struct {
 	stateDB string
 	// snapshot sets snapshot = "initial" on the source.
 	snapshot bool
+	// sinkTOML is added to every sink's table.
+	sinkTOML string
 }
 
 func (c gwConf) toml() string {
@@ -641,6 +649,12 @@ func (c gwConf) toml() string {
 			name, c.url, name, benchSecret, max(c.batch, 1))
 		if c.maxInFlight > 0 {
 			fmt.Fprintf(&s, "max_in_flight = %d\n", c.maxInFlight)
+		}
+		if c.maxInFlightMax > 0 {
+			fmt.Fprintf(&s, "max_in_flight_max = %d\n", c.maxInFlightMax)
+		}
+		if c.sinkTOML != "" {
+			s.WriteString(c.sinkTOML + "\n")
 		}
 	}
 	fmt.Fprintf(&s, "\n[[rules]]\nname = \"all\"\nsource = \"orders\"\nsinks = [%s]\n", strings.Join(names, ", "))
@@ -816,7 +830,7 @@ func (b *bench) gatewayBacklog(id, sinks, batch int, filter, noPushdown bool) []
 	} else if filter {
 		tag += "-pushdown"
 	}
-	c, err := b.startGateway(tag, gwConf{uri: e.srv.URI(), url: rcv.url, sinks: sinks, batch: batch, startAt: start, filter: filter, maxInFlight: b.o.maxInFlight}, filter, extra...)
+	c, err := b.startGateway(tag, gwConf{uri: e.srv.URI(), url: rcv.url, sinks: sinks, batch: batch, startAt: start, filter: filter, maxInFlight: b.o.maxInFlight, sinkTOML: b.o.sinkTOML}, filter, extra...)
 	if err != nil {
 		r.err = err
 		return []*result{r}

@@ -1,0 +1,181 @@
+// changegate console: live refresh, the admin token, and actions.
+//
+// The pages are rendered by the server (html/template escapes every value).
+// This script never turns data into markup: a refresh parses the server's
+// page with DOMParser (an inert document: its scripts never run) and moves
+// its #content nodes into this page; messages are written with textContent.
+// The admin token lives in sessionStorage (this tab only) and is sent as
+// "Authorization: Bearer"; no cookie is ever used.
+'use strict';
+
+(function () {
+  var KEY = 'changegate.adminToken';
+  var body = document.body;
+
+  function token() {
+    try { return sessionStorage.getItem(KEY) || ''; } catch (e) { return ''; }
+  }
+
+  function flash(msg, bad) {
+    var el = document.getElementById('flash');
+    el.textContent = msg;
+    el.className = bad ? 'bad' : 'ok';
+  }
+
+  function showTokenState() {
+    var el = document.getElementById('token-state');
+    if (el) { el.textContent = token() ? 'token set for this tab' : 'no token'; }
+  }
+
+  function authHeaders(h) {
+    var t = token();
+    if (t) { h.Authorization = 'Bearer ' + t; }
+    return h;
+  }
+
+  // refresh fetches this page again (with the token, if any) and swaps its
+  // content in. It resolves to true when data was shown.
+  var refreshing = false;
+  function refresh() {
+    if (refreshing) { return Promise.resolve(false); }
+    refreshing = true;
+    return fetch(location.pathname + location.search, {
+      headers: authHeaders({ 'Accept': 'text/html' }), cache: 'no-store', credentials: 'omit'
+    }).then(function (resp) {
+      return resp.text();
+    }).then(function (html) {
+      var doc = new DOMParser().parseFromString(html, 'text/html');
+      var next = doc.getElementById('content');
+      if (!next) { return false; }
+      if (doc.body.hasAttribute('data-locked')) {
+        flash(token() ? 'The admin token was refused.' : 'Enter the admin token to see data.', !!token());
+        return false;
+      }
+      var nodes = Array.prototype.slice.call(next.childNodes).map(function (n) { return document.adoptNode(n); });
+      document.getElementById('content').replaceChildren.apply(document.getElementById('content'), nodes);
+      body.removeAttribute('data-locked');
+      body.setAttribute('data-refresh', doc.body.getAttribute('data-refresh') || '0');
+      document.title = doc.title;
+      schedule();
+      return true;
+    }).catch(function (err) {
+      flash('Refresh failed: ' + err, true);
+      return false;
+    }).finally(function () { refreshing = false; });
+  }
+
+  // act sends an action: method, path, JSON body, the token.
+  function act(method, path, payload, describe) {
+    if (!token()) {
+      flash('Actions need the admin token: enter it above.', true);
+      document.getElementById('token').focus();
+      return Promise.resolve();
+    }
+    flash('Working…', false);
+    return fetch(path, {
+      method: method, credentials: 'omit', cache: 'no-store',
+      headers: authHeaders({ 'Content-Type': 'application/json', 'Accept': 'application/json' }),
+      body: JSON.stringify(payload)
+    }).then(function (resp) {
+      return resp.json().catch(function () { return {}; }).then(function (out) {
+        if (!resp.ok) {
+          var msg = (out && (out.error || (out.errors || []).join('; '))) || resp.statusText;
+          if (out && out.problems) { msg += ': ' + out.problems.join('; '); }
+          flash('Refused (' + resp.status + '): ' + msg, true);
+          return;
+        }
+        flash(describe(out), false);
+        return refresh();
+      });
+    }).catch(function (err) { flash('Request failed: ' + err, true); });
+  }
+
+  // filterPayload is the filter of the listing shown (the page's query),
+  // not what may have been typed in the form since.
+  function filterPayload() {
+    var q = new URLSearchParams(location.search);
+    var out = {};
+    ['sink', 'source', 'kind', 'since', 'document_key'].forEach(function (k) {
+      if (q.get(k)) { out[k] = q.get(k); }
+    });
+    return out;
+  }
+
+  function replayed(out) {
+    var msg = 'Replayed ' + (out.replayed || 0) + ', failed ' + (out.failed || 0) + ', skipped ' + (out.skipped || 0) + '.';
+    if (out.errors && out.errors.length) { msg += ' ' + out.errors.join('; '); }
+    return msg;
+  }
+  function purged(out) { return 'Purged ' + (out.purged || 0) + '.'; }
+
+  document.addEventListener('click', function (ev) {
+    var btn = ev.target.closest('button[data-action]');
+    if (!btn) { return; }
+    ev.preventDefault();
+    var id = btn.getAttribute('data-id');
+    switch (btn.getAttribute('data-action')) {
+      case 'replay':
+        act('POST', '/ui/api/replay', { ids: [id] }, replayed);
+        break;
+      case 'purge':
+        if (window.confirm('Purge this dead letter? It cannot be replayed afterwards.')) {
+          act('DELETE', '/ui/api/deadletters', { ids: [id] }, purged);
+        }
+        break;
+      case 'replay-filter':
+        if (window.confirm('Replay every failed dead letter the listing\'s filter matches?')) {
+          act('POST', '/ui/api/replay', filterPayload(), replayed);
+        }
+        break;
+      case 'purge-filter': {
+        var p = filterPayload();
+        var all = Object.keys(p).length === 0;
+        if (window.confirm(all ? 'Purge EVERY dead letter?' : 'Purge every dead letter matching the filter?')) {
+          if (all) { p.all = true; }
+          act('DELETE', '/ui/api/deadletters', p, purged);
+        }
+        break;
+      }
+      case 'reload':
+        act('POST', '/ui/api/reload', {}, function () { return 'Configuration reloaded.'; });
+        break;
+    }
+  });
+
+  var form = document.getElementById('token-form');
+  form.addEventListener('submit', function (ev) {
+    ev.preventDefault();
+    var input = document.getElementById('token');
+    var t = input.value.trim();
+    input.value = '';
+    if (!t) { return; }
+    try { sessionStorage.setItem(KEY, t); } catch (e) { flash('Cannot keep the token: ' + e, true); return; }
+    showTokenState();
+    flash('Token kept for this tab.', false);
+    if (body.getAttribute('data-auth') === 'token') { refresh(); }
+  });
+  document.getElementById('token-forget').addEventListener('click', function () {
+    try { sessionStorage.removeItem(KEY); } catch (e) { /* nothing kept */ }
+    showTokenState();
+    flash('Token forgotten.', false);
+  });
+  showTokenState();
+
+  // schedule (re)arms the self-refresh the page asks for (data-refresh).
+  var timer = null;
+  var armed = 0;
+  function schedule() {
+    var every = parseInt(body.getAttribute('data-refresh'), 10) || 0;
+    if (every === armed) { return; }
+    if (timer) { clearInterval(timer); timer = null; }
+    armed = every;
+    if (every > 0) {
+      timer = setInterval(function () {
+        if (!document.hidden && !body.hasAttribute('data-locked')) { refresh(); }
+      }, every * 1000);
+    }
+  }
+
+  if (body.hasAttribute('data-locked') && token()) { refresh(); }
+  schedule();
+})();

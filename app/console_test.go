@@ -1,0 +1,234 @@
+package app_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/test/mongotest"
+)
+
+// callBody is call with a request body and its Content-Type.
+func callBody(t *testing.T, method, addr, path, token, ctype, body string, hdr ...string) (int, string) {
+	t.Helper()
+	return callWith(t, method, addr, path, token, strings.NewReader(body), append([]string{"Content-Type", ctype}, hdr...)...)
+}
+
+func callWith(t *testing.T, method, addr, path, token string, body *strings.Reader, hdr ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+addr+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" {
+			req.Host = hdr[i+1]
+		} else {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
+			t.Errorf("%s %s: Content-Security-Policy %q", method, path, csp)
+		}
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("Referrer-Policy") != "no-referrer" {
+			t.Errorf("%s %s: security headers missing: %v", method, path, resp.Header)
+		}
+	}
+	return resp.StatusCode, string(b)
+}
+
+const token = "s3cret-admin-token"
+
+// TestConsoleHandlers drives the console of a running gateway: pages, the
+// static files, the Host check, and the actions' token and Content-Type
+// checks; a dead letter with a hostile error renders as text and is purged
+// by id.
+func TestConsoleHandlers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(hook.Close)
+	cfg := e.config(hook.URL, "5s")
+	g := start(t, cfg, app.Options{LoadConfig: func() (*config.Config, error) { return cfg, nil }})
+
+	hostileErr := `webhook hook: POST: HTTP 400: <script>alert(1)</script>`
+	dls := deadletter.NewStore(mongotest.Client(t, e.uri).Database(e.state), "deadletters")
+	key, _ := bson.Marshal(bson.D{{Key: "_id", Value: `<img src=x onerror=alert(2)>`}})
+	ent := deadletter.Entry{
+		ID: deadletter.EntryID("items:00", "hook"), Kind: deadletter.KindFailed, EventID: "items:00", Source: "items", Sink: "hook",
+		Operation: "insert", DocumentKey: key, Reason: "http_400", FirstError: hostileErr, LastError: hostileErr, Attempts: 1,
+		FirstFailedAt: time.Now(), LastFailedAt: time.Now(),
+	}
+	ent2 := ent
+	ent2.ID, ent2.EventID, ent2.DocumentKey, ent2.LastError, ent2.FirstError = deadletter.EntryID("items:01", "hook"), "items:01", nil, "plain error", "plain error"
+	for _, en := range []deadletter.Entry{ent, ent2} {
+		if err := dls.Put(context.Background(), en); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Paging: the next link carries the filter and after.
+	_, page1 := callWith(t, "GET", g.admin, "/ui/deadletters?sink=hook&limit=1", "", strings.NewReader(""))
+	i := strings.Index(page1, `<a id="next" href="`)
+	if i < 0 || strings.Count(page1, `class="deadletter"`) != 1 {
+		t.Fatalf("first page of 1: no next link:\n%s", page1)
+	}
+	next := page1[i+len(`<a id="next" href="`):]
+	next = strings.ReplaceAll(next[:strings.Index(next, `"`)], "&amp;", "&")
+	code, page2 := callWith(t, "GET", g.admin, next, "", strings.NewReader(""))
+	if code != 200 || strings.Count(page2, `class="deadletter"`) != 1 {
+		t.Fatalf("second page %s: %d\n%s", next, code, page2)
+	}
+	if (strings.Contains(page1, "plain error")) == (strings.Contains(page2, "plain error")) {
+		t.Fatalf("the two pages do not split the two entries")
+	}
+
+	for _, r := range []struct {
+		method, path string
+		hdr          []string
+		want         int
+		has          string
+	}{
+		{"GET", "/", nil, 200, `data-name="items"`},
+		{"GET", "/", nil, 200, `data-name="hook"`},
+		{"GET", "/ui/", nil, 200, `id="sources"`},
+		{"GET", "/ui/rules", nil, 200, `data-rule="all"`},
+		{"GET", "/ui/deadletters", nil, 200, `&lt;script&gt;alert(1)&lt;/script&gt;`},
+		{"GET", "/ui/deadletters?sink=hook&kind=failed", nil, 200, `data-action="replay"`},
+		{"GET", "/ui/deadletters?since=yesterday", nil, 400, `since: &#34;yesterday&#34;`},
+		{"GET", "/ui/deadletters/" + ent.ID, nil, 200, `&lt;script&gt;alert(1)&lt;/script&gt;`},
+		{"GET", "/ui/deadletters/nope", nil, 404, `no dead letter`},
+		{"GET", "/ui/static/console.js", nil, 200, "sessionStorage"},
+		{"GET", "/ui/static/console.css", nil, 200, ".health-red"},
+		{"GET", "/ui/static/missing.js", nil, 404, ""},
+		{"GET", "/ui/static/", nil, 404, ""},
+		{"GET", "/nothing-here", nil, 404, ""},
+		{"GET", "/", []string{"Host", "evil.example"}, 421, "allowed_hosts"},
+	} {
+		code, body := callWith(t, r.method, g.admin, r.path, "", strings.NewReader(""), r.hdr...)
+		if code != r.want || !strings.Contains(body, r.has) {
+			t.Errorf("%s %s %q: %d, want %d containing %q:\n%.2000s", r.method, r.path, r.hdr, code, r.want, r.has, body)
+		}
+		if strings.Contains(body, "<script>alert") || strings.Contains(body, "<img src=x") {
+			t.Errorf("%s %s: hostile text rendered as markup", r.method, r.path)
+		}
+	}
+	if code, _ := callWith(t, "GET", g.admin, "/ui/static/console.js", "", strings.NewReader("")); code == 200 {
+		resp, err := http.Get("http://" + g.admin + "/ui/static/console.js")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/javascript") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("console.js: Content-Type %q, nosniff %q", ct, resp.Header.Get("X-Content-Type-Options"))
+		}
+	}
+
+	// Actions: the token, then a JSON Content-Type, then a valid body.
+	for _, r := range []struct {
+		method, path, token, ctype, body string
+		hdr                              []string
+		want                             int
+		has                              string
+	}{
+		{"POST", "/ui/api/replay", "", "application/json", `{}`, nil, 401, "bearer token"},
+		{"POST", "/ui/api/replay", "wrong-token-wrong-token", "application/json", `{}`, nil, 401, "bearer token"},
+		{"DELETE", "/ui/api/deadletters", "", "application/json", `{"all":true}`, nil, 401, "bearer token"},
+		{"POST", "/ui/api/reload", "", "application/json", `{}`, nil, 401, "bearer token"},
+		{"POST", "/ui/api/replay", token, "text/plain", `{}`, nil, 415, "Content-Type: application/json"},
+		{"POST", "/ui/api/replay", token, "application/x-www-form-urlencoded", `ids=x`, nil, 415, "Content-Type: application/json"},
+		{"POST", "/ui/api/replay", token, "", `{}`, nil, 415, "Content-Type"},
+		{"POST", "/ui/api/replay", token, "application/json", `ids=x`, nil, 400, "not JSON"},
+		{"POST", "/ui/api/replay", token, "application/json", `{"sinks":"x"}`, nil, 400, "unknown field"},
+		{"POST", "/ui/api/replay", token, "application/json", `{"ids":[]}`, nil, 400, "ids"},
+		{"POST", "/ui/api/replay", token, "application/json", `{"kind":"parked"}`, nil, 400, "re-driven automatically"},
+		{"POST", "/ui/api/replay", token, "application/json", `{"document_key":"{\"_id\":{\"$ne\":1}}"}`, nil, 400, "document key"},
+		{"POST", "/ui/api/replay", token, "application/json", `{}`, []string{"Host", "evil.example"}, 421, "allowed_hosts"},
+		{"GET", "/ui/api/replay", token, "application/json", `{}`, nil, 405, ""},
+		{"DELETE", "/ui/api/deadletters", token, "application/json", `{}`, nil, 400, "all"},
+		{"DELETE", "/ui/api/deadletters", token, "application/json", `{"ids":["other"]}`, nil, 200, `"purged": 0`},
+		{"DELETE", "/ui/api/deadletters", token, "application/json; charset=utf-8", `{"ids":[` + jsonString(ent.ID) + `,` + jsonString(ent2.ID) + `]}`, nil, 200, `"purged": 2`},
+		{"POST", "/ui/api/reload", token, "application/json", `{}`, nil, 200, "reloaded"},
+	} {
+		code, body := callBody(t, r.method, g.admin, r.path, r.token, r.ctype, r.body, r.hdr...)
+		if code != r.want || !strings.Contains(body, r.has) {
+			t.Errorf("%s %s (token %q, %q, %s): %d %s, want %d containing %q", r.method, r.path, r.token, r.ctype, r.body, code, body, r.want, r.has)
+		}
+	}
+	if n, err := dls.Count(context.Background(), deadletter.Filter{}); err != nil || n != 0 {
+		t.Errorf("%d dead letters left after the purge (%v)", n, err)
+	}
+}
+
+func jsonString(s string) string {
+	b, _ := bson.MarshalExtJSON(bson.D{{Key: "s", Value: s}}, false, false)
+	return strings.TrimSuffix(strings.TrimPrefix(string(b), `{"s":`), "}")
+}
+
+// TestConsoleAuthToken: with console_auth = "token" a page without the
+// token is the empty shell (401, no data); with it, the data. With
+// console = false nothing of the console is served.
+func TestConsoleAuthToken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(hook.Close)
+	cfg := e.config(hook.URL, "5s")
+	cfg.Server.ConsoleAuth = config.ConsoleAuthToken
+	cfg.Server.PublicRead = true // governs /api/v1 only
+	g := start(t, cfg, app.Options{})
+	for _, path := range []string{"/", "/ui/rules", "/ui/deadletters", "/ui/deadletters/x"} {
+		code, body := callWith(t, "GET", g.admin, path, "", strings.NewReader(""))
+		if code != http.StatusUnauthorized || !strings.Contains(body, "data-locked") || strings.Contains(body, `data-name="items"`) || strings.Contains(body, `data-rule="all"`) {
+			t.Errorf("GET %s without token: %d, want 401 and the shell without data:\n%.1500s", path, code, body)
+		}
+		code, body = callWith(t, "GET", g.admin, path, "wrong-token-wrong-token", strings.NewReader(""))
+		if code != http.StatusUnauthorized || strings.Contains(body, `data-name="items"`) {
+			t.Errorf("GET %s with a wrong token: %d", path, code)
+		}
+	}
+	code, body := callWith(t, "GET", g.admin, "/", token, strings.NewReader(""))
+	if code != 200 || !strings.Contains(body, `data-name="items"`) || strings.Contains(body, "data-locked") {
+		t.Errorf("GET / with the token: %d\n%.1500s", code, body)
+	}
+	if code, _ := callWith(t, "GET", g.admin, "/ui/static/console.js", "", strings.NewReader("")); code != 200 {
+		t.Errorf("the script is public (no data): %d", code)
+	}
+	if code, _ := callWith(t, "GET", g.admin, "/api/v1/status", "", strings.NewReader("")); code != 200 {
+		t.Errorf("public_read still serves /api/v1/status: %d", code)
+	}
+	g.stop(t, 10*time.Second)
+
+	cfg = e.config(hook.URL, "5s")
+	cfg.Server.Console = false
+	g = start(t, cfg, app.Options{})
+	for _, path := range []string{"/", "/ui/", "/ui/rules", "/ui/static/console.js"} {
+		if code, _ := callWith(t, "GET", g.admin, path, "", strings.NewReader("")); code != 404 {
+			t.Errorf("console = false: GET %s: %d, want 404", path, code)
+		}
+	}
+	if code, _ := callBody(t, "POST", g.admin, "/ui/api/replay", token, "application/json", "{}"); code != 404 {
+		t.Errorf("console = false: POST /ui/api/replay: %d, want 404", code)
+	}
+}
