@@ -1,8 +1,13 @@
 package router
 
 import (
+	"strings"
 	"sync/atomic"
 	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/event"
 )
 
 // DispatchTo hands an event to the named sink only (when a rule routes it
@@ -39,5 +44,32 @@ func TestDispatchToOneSink(t *testing.T) {
 		if n := acks[i].Load(); n != want {
 			t.Fatalf("event %d acked %d times, want %d", i, n, want)
 		}
+	}
+}
+
+// A backfill's event is shaped for its sink as Dispatch shapes it: a
+// redacted field never leaves unredacted, and the id is the event's.
+func TestDispatchToShapes(t *testing.T) {
+	plain, masked := &fakeSink{name: "plain"}, &fakeSink{name: "masked"}
+	e, _ := shapedEngine(t,
+		[]RuleSpec{{Name: "all", Source: "users", Sinks: []string{"plain", "masked"}}},
+		[]SinkSpec{{Sink: plain, Retry: fastRetry(1)}, {Sink: masked, Retry: fastRetry(1)}},
+		[]*event.Shape{nil, shapeOf(t, event.ShapeSpec{Redact: []string{"fullDocument.email"}})})
+	var acks atomic.Int32
+	ev := userEvent(t, 1, "ann@x.org", bson.D{{Key: "email", Value: "ann@x.org"}})
+	if !e.DispatchTo("masked", ev, func() { acks.Add(1) }) {
+		t.Fatal("not routed")
+	}
+	waitUntil(t, "the delivery", func() bool { return acks.Load() == 1 && len(masked.received()) == 1 })
+	got := masked.received()[0]
+	b, err := got.Envelope(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != ev.ID || strings.Contains(string(b), "ann@x.org") || !strings.Contains(string(b), "[REDACTED]") {
+		t.Fatalf("masked sink got %s: %s", got.ID, b)
+	}
+	if len(plain.received()) != 0 {
+		t.Fatal("the other sink got the event")
 	}
 }
