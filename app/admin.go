@@ -47,8 +47,42 @@ type sourceReport struct {
 	CheckpointToken  string    `json:"checkpointToken,omitempty"`
 	LastEvent        time.Time `json:"lastEventTime,omitzero"`
 	CheckpointLagSec float64   `json:"checkpointLagSeconds"`
+	// Snapshot is the progress of the unit's initial snapshot
+	// (snapshot = "initial"), when one ran in this process.
+	Snapshot *snapshotReport `json:"snapshot,omitempty"`
 	// brief is Reason without the error text, for the open /readyz.
 	brief string
+}
+
+// snapshotReport is the progress of an initial snapshot in /api/v1/status.
+type snapshotReport struct {
+	ID        string `json:"id"`
+	State     string `json:"state"` // scanning, draining, done
+	Namespace string `json:"namespace,omitempty"`
+	// Scanned documents read (earlier runs of the same snapshot included),
+	// Acked those covered by the saved progress, Estimated the collections'
+	// estimatedDocumentCount.
+	Scanned    int64   `json:"scanned"`
+	Acked      int64   `json:"acked"`
+	Estimated  int64   `json:"estimated"`
+	Percent    float64 `json:"percent"`
+	Rate       float64 `json:"docsPerSecond"`
+	ETASeconds float64 `json:"etaSeconds"`
+}
+
+func newSnapshotReport(sn *source.SnapshotStatus) *snapshotReport {
+	if sn == nil {
+		return nil
+	}
+	r := &snapshotReport{ID: sn.ID, State: sn.State, Namespace: sn.Namespace, Scanned: sn.Scanned, Acked: sn.Acked,
+		Estimated: sn.Estimated, Rate: sn.Rate, ETASeconds: sn.ETA.Seconds()}
+	switch {
+	case sn.State == "done":
+		r.Percent = 100
+	case sn.Estimated > 0:
+		r.Percent = min(100, float64(sn.Scanned)*100/float64(sn.Estimated))
+	}
+	return r
 }
 
 type sinkReport struct {
@@ -104,6 +138,7 @@ func (g *gateway) report() statusReport {
 			Name: st.Name, Source: st.Source, State: string(st.State), LastError: st.LastError, InFlight: st.InFlight,
 			CheckpointTime: st.Checkpoint.WallTime, CheckpointSaved: st.CheckpointSave,
 			CheckpointCT: st.Checkpoint.ClusterTime.T, LastEvent: st.LastEvent,
+			Snapshot: newSnapshotReport(st.Snapshot),
 		}
 		if st.Checkpoint.Token != nil {
 			sr.CheckpointToken = st.Checkpoint.Token.String()
@@ -112,6 +147,11 @@ func (g *gateway) report() statusReport {
 			sr.CheckpointLagSec = max(0, st.LastEvent.Sub(st.Checkpoint.WallTime).Seconds())
 		}
 		switch {
+		case st.State == source.StateSnapshot:
+			// Scanning is progress: ready unless the progress stalls.
+			if st.InFlight > 0 && !st.CheckpointSave.IsZero() && time.Since(st.CheckpointSave) > staleAfter {
+				sr.Reason = "snapshot progress has not advanced for " + time.Since(st.CheckpointSave).Round(time.Second).String()
+			}
 		case st.State != source.StateOpen:
 			sr.Reason = "change stream is " + string(st.State)
 			sr.brief = sr.Reason
@@ -194,6 +234,10 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 	mux.HandleFunc("POST /api/v1/deadletters/replay", g.mutating(g.replayDeadLetters))
 	mux.HandleFunc("DELETE /api/v1/deadletters", g.mutating(g.purgeDeadLetters))
 	mux.HandleFunc("POST /api/v1/reload", g.mutating(g.reloadHandler))
+	mux.HandleFunc("POST /api/v1/backfills", g.mutating(g.startBackfill))
+	mux.HandleFunc("GET /api/v1/backfills", g.reading(g.listBackfills))
+	mux.HandleFunc("GET /api/v1/backfills/{id}", g.reading(g.showBackfill))
+	mux.HandleFunc("DELETE /api/v1/backfills/{id}", g.mutating(g.cancelBackfill))
 	g.consoleRoutes(mux)
 	return mux
 }

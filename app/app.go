@@ -84,6 +84,8 @@ type gateway struct {
 	wg       sync.WaitGroup    // unit goroutines
 	unitDone chan *runningUnit // a unit's Run returned
 	stopped  chan struct{}     // closed when Run no longer reads unitDone
+
+	backfills *backfiller // on-demand backfills (backfill.go)
 }
 
 // oversizePolicy returns the sink's oversize policy, counting in m (when
@@ -324,6 +326,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	defer stopEngine()
 	engine.Start(engineCtx)
 	defer engine.Stop()
+	g.backfills = newBackfiller(client, client.Database(cfg.Mongo.StateDatabase), cfg.Cluster.Instance, laneTarget{engine: engine, units: g.unitSources}, engine.SinksOf, m, log)
+	defer g.backfills.stopAll()
 
 	for _, sc := range cfg.Sources {
 		g.stuckAfter = max(g.stuckAfter, sc.MaxAwait+5*time.Second)

@@ -92,6 +92,10 @@ func Tail(ctx context.Context, cfg *config.Config, opts TailOptions) error {
 	spec.Unit, spec.Partition, spec.Partitions = sc.Name, 0, 1
 	spec.StartAt = opts.StartAt
 	spec.Pushdown, _ = rules.Pushdown(sc.Name)
+	// tail prints changes only: never an initial snapshot (its checkpoint
+	// store holds nothing, so a source with snapshot = "initial" would
+	// otherwise scan every document first).
+	spec.Snapshot = source.SnapshotNever
 
 	client, err := Connect(cfg)
 	if err != nil {

@@ -39,6 +39,7 @@ func unitDefs(cfg *config.Config) []unitDef {
 				SplitLargeEvents: sc.SplitLargeEvents, OnOversizeEvent: sc.OnOversizeEvent,
 				BatchSize: sc.BatchSize, MaxAwait: sc.MaxAwait, MaxInFlight: sc.MaxInFlightEvents,
 				CheckpointInterval: sc.CheckpointInterval,
+				Snapshot:           sc.Snapshot,
 			}})
 		}
 	}

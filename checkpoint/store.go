@@ -45,6 +45,29 @@ type Checkpoint struct {
 	// default, and always outside cluster mode) means an unfenced write.
 	// See Store.Save and Store.Fence.
 	Epoch int64
+	// Snapshot is the progress of an initial snapshot that has not finished
+	// (nil when none runs): Token is then the change stream position taken
+	// before the scan, where the stream starts once the scan is done.
+	Snapshot *Snapshot
+}
+
+// Snapshot is the persisted progress of a source's initial snapshot: every
+// document of the namespaces before Namespace (in sorted order), and of
+// Namespace up to and including the _id After, has been delivered (or
+// dead-lettered).
+type Snapshot struct {
+	// ID names the snapshot in its events' ids; it stays the same across
+	// restarts.
+	ID string `bson:"id"`
+	// Namespace is "<db>.<coll>" of the collection being scanned; empty
+	// before the first document was acknowledged.
+	Namespace string `bson:"ns,omitempty"`
+	// After is a document {_id: <value>} holding the last _id below which
+	// every document of Namespace was acknowledged; nil when none yet.
+	After bson.Raw `bson:"after,omitempty"`
+	// Scanned counts the documents covered so far (all partitions' shares
+	// of them, as the scan reads them).
+	Scanned int64 `bson:"scanned"`
 }
 
 // record is the stored form of a Checkpoint.
@@ -62,6 +85,8 @@ type record struct {
 	// refuse writes from older epochs and writes that go backwards.
 	Epoch int64  `bson:"epoch,omitempty"`
 	Pos   string `bson:"pos,omitempty"`
+	// Snapshot is set while an initial snapshot runs.
+	Snapshot *Snapshot `bson:"snapshot,omitempty"`
 }
 
 func (r record) checkpoint() Checkpoint {
@@ -71,6 +96,7 @@ func (r record) checkpoint() Checkpoint {
 		ClusterTime: r.ClusterTime,
 		UpdatedAt:   r.UpdatedAt.UTC(),
 		Epoch:       r.Epoch,
+		Snapshot:    r.Snapshot,
 	}
 	if !r.WallTime.IsZero() {
 		cp.WallTime = r.WallTime.UTC()
@@ -145,6 +171,7 @@ func (s *Store) Save(ctx context.Context, cp Checkpoint) error {
 		ClusterTime: cp.ClusterTime,
 		WallTime:    cp.WallTime.UTC(),
 		UpdatedAt:   cp.UpdatedAt.UTC(),
+		Snapshot:    cp.Snapshot,
 	}
 	if cp.Epoch > 0 {
 		return s.saveFenced(ctx, cp, r)

@@ -205,3 +205,32 @@ func TestStoreFencedSave(t *testing.T) {
 		t.Fatalf("after unfenced save: %s epoch %d", d, e)
 	}
 }
+
+// A snapshot's progress survives Save/Load, and a later Save without it
+// (the scan finished) removes it.
+func TestStoreSnapshotProgress(t *testing.T) {
+	ctx := testCtx(t)
+	s := checkpoint.NewStore(testDB(t), "checkpoints")
+	after, _ := bson.Marshal(bson.D{{Key: "_id", Value: int64(42)}})
+	cp := checkpoint.Checkpoint{
+		Source: "orders", Token: token(t, "8264F1A2B3000000012B022C0100296E5A1004"),
+		Snapshot: &checkpoint.Snapshot{ID: "s1", Namespace: "shop.orders", After: after, Scanned: 43},
+	}
+	if err := s.Save(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := s.Load(ctx, "orders")
+	if err != nil || !ok || got.Snapshot == nil {
+		t.Fatalf("Load = %+v, %v, %v", got, ok, err)
+	}
+	if sn := got.Snapshot; sn.ID != "s1" || sn.Namespace != "shop.orders" || !bytes.Equal(sn.After, after) || sn.Scanned != 43 {
+		t.Fatalf("snapshot = %+v", sn)
+	}
+	cp.Snapshot = nil
+	if err := s.Save(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := s.Load(ctx, "orders"); got.Snapshot != nil {
+		t.Fatalf("snapshot still there after the scan finished: %+v", got.Snapshot)
+	}
+}

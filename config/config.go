@@ -233,7 +233,17 @@ type Source struct {
 	// change stream over a hash of documentKey, checkpoint and lease
 	// (default 1, at most 256).
 	Partitions int
+	// Snapshot is SnapshotNever (default) or SnapshotInitial: on a first
+	// start (no checkpoint) deliver every existing document as a
+	// "snapshot" event before the change stream.
+	Snapshot string
 }
+
+// Snapshot modes of [Source.Snapshot].
+const (
+	SnapshotNever   = "never"
+	SnapshotInitial = "initial"
+)
 
 // Level says what the source watches: "collection", "database" or "cluster".
 func (s *Source) Level() string {
@@ -504,7 +514,7 @@ type BasicAuth struct {
 }
 
 // Operation types a rule may select in [Rule.Operations].
-var operationTypes = []string{"insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate"}
+var operationTypes = []string{"insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate", "snapshot"}
 
 // Rule is one [[rules]] entry: which events of a source go to which sinks.
 type Rule struct {

@@ -83,7 +83,7 @@ func allKeys() []string {
 		"listen", "shutdown_grace", "admin_token", "public_read", "allowed_hosts", "console", "console_auth",
 		"enabled", "lease_ttl", "renew_every", "instance", "leases_collection", "partitions",
 		"name", "database", "collection", "full_document", "full_document_before_change", "pipeline",
-		"start_at", "on_history_lost", "split_large_events", "on_oversize_event", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval",
+		"start_at", "on_history_lost", "split_large_events", "on_oversize_event", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval", "snapshot",
 		"type", "max_in_flight", "max_in_flight_min", "max_in_flight_max", "rate_limit", "rate_limit_burst", "ordering", "batch_wait", "json", "park_after", "oversize",
 		"max_attempts", "initial_interval", "max_interval", "max_elapsed", "multiplier", "jitter",
 		"source", "operations", "namespaces", "filter", "sinks",
@@ -142,6 +142,7 @@ sinks = ["hook"]
 			MaxInFlightEvents:        10000,
 			CheckpointInterval:       time.Second,
 			Partitions:               1,
+			Snapshot:                 "never",
 		}},
 		Sinks: []Sink{{
 			Name:           "hook",

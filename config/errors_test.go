@@ -379,6 +379,20 @@ sources[2].pipeline: stage 0: $changeStreamSplitLargeEvent takes an empty docume
 sources[3].pipeline: stage 0: $changeStreamSplitLargeEvent must be the last stage of the pipeline (MongoDB refuses it anywhere else) at config.toml:17
 sources[3].pipeline: stage 1: $changeStreamSplitLargeEvent takes an empty document, {} at config.toml:17`},
 
+		{"bad snapshot", head + `
+[[sources]]
+name = "orders"
+snapshot = "always"
+[[sources]]
+name = "ok"
+snapshot = "initial"
+[[sources]]
+name = "both"
+start_at = "2026-11-22T10:00:00Z"
+snapshot = "initial"
+`, nil, `sources[0].snapshot: invalid value "always"; allowed values: "never", "initial" at config.toml:6
+sources[2].snapshot: "initial" cannot be combined with start_at: a snapshot continues with the stream from the position it takes before the scan at config.toml:13`},
+
 		{"bad oversize", head + `
 [[sinks]]
 name = "bus"
@@ -593,7 +607,7 @@ source = "shop"
 namespaces = ["shop", "other.things", "shop.*", "shop.a*"]
 operations = []
 sinks = []
-`, nil, `rules[0].operations: invalid value "inserts" (did you mean "insert"?); allowed values: "insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate" at config.toml:18
+`, nil, `rules[0].operations: invalid value "inserts" (did you mean "insert"?); allowed values: "insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate", "snapshot" at config.toml:18
 rules[0].operations: operation "insert" is listed twice at config.toml:18
 rules[0].namespaces: source "orders" watches the single collection shop.orders; namespaces apply only to database and cluster sources at config.toml:19
 rules[0].sinks: sink "hook" is listed twice at config.toml:20

@@ -15,6 +15,7 @@ var (
 	historyLostModes              = []string{string(HistoryLostFail), string(HistoryLostResumeFromNow)}
 	splitLargeEventsModes         = []string{SplitLargeEventsAuto, SplitLargeEventsOff}
 	oversizeEventModes            = []string{OversizeEventFail, OversizeEventSkip}
+	snapshotModes                 = []string{SnapshotNever, SnapshotInitial}
 	// changeStreamStages are the aggregation stages MongoDB allows in a
 	// change stream pipeline.
 	changeStreamStages = []string{"$addFields", "$match", "$project", "$replaceRoot", "$replaceWith", "$redact", "$set", "$unset", "$changeStreamSplitLargeEvent"}
@@ -56,6 +57,10 @@ func (d *decoder) source(o *obj) (s Source, nameVal *value) {
 	s.MaxInFlightEvents = int(o.integer("max_in_flight_events", DefaultMaxInFlightEvents, 1, math.MaxInt32))
 	s.CheckpointInterval, _ = o.duration("checkpoint_interval", DefaultCheckpointInterval, time.Millisecond)
 	s.Partitions = int(o.integer("partitions", 1, 1, MaxPartitions))
+	s.Snapshot = o.enum("snapshot", SnapshotNever, snapshotModes)
+	if v := o.lookup("snapshot"); v != nil && s.Snapshot == SnapshotInitial && !s.StartAt.IsZero() {
+		d.errorf(o.keyPath("snapshot"), v.line, `"initial" cannot be combined with start_at: a snapshot continues with the stream from the position it takes before the scan`)
+	}
 	o.done()
 	return s, nameVal
 }

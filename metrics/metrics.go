@@ -60,6 +60,11 @@ type Metrics struct {
 	LeaseLosses       *prometheus.CounterVec   // unit: leases lost (not renewed in time, refused, fenced)
 	ClusterMembers    prometheus.Gauge         // live members seen in the last round
 	ClusterMember     *prometheus.GaugeVec     // member: 1, names this replica (its [cluster] instance)
+
+	SnapshotDocuments *prometheus.CounterVec // source: documents read by initial snapshots
+	SnapshotEstimated *prometheus.GaugeVec   // source: estimated documents of the running snapshot
+	SnapshotRunning   *prometheus.GaugeVec   // source: 1 while an initial snapshot scans
+	BackfillDocuments *prometheus.CounterVec // source, sink: documents sent by backfills ("" sink: every matching sink)
 }
 
 // New creates the collectors and registers them, with the Go runtime and
@@ -149,6 +154,21 @@ func New(reg prometheus.Registerer) *Metrics {
 		ClusterMember: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "changegate_cluster_member_info", Help: "Always 1; the member label is this replica's [cluster] instance name.",
 		}, []string{"member"}),
+	}
+	m.SnapshotDocuments = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "changegate_snapshot_documents_total", Help: "Documents read by a source's initial snapshot (snapshot = \"initial\") and handed to the router.",
+	}, []string{"source"})
+	m.SnapshotEstimated = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "changegate_snapshot_documents_estimated", Help: "Estimated number of documents the running initial snapshot scans (estimatedDocumentCount of its collections).",
+	}, []string{"source"})
+	m.SnapshotRunning = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "changegate_snapshot_running", Help: "1 while the source's initial snapshot scans its collections, else 0.",
+	}, []string{"source"})
+	m.BackfillDocuments = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "changegate_backfill_documents_total", Help: "Documents sent by on-demand backfills, by source and target sink (empty: every matching sink).",
+	}, []string{"source", "sink"})
+	if reg != nil {
+		reg.MustRegister(m.SnapshotDocuments, m.SnapshotEstimated, m.SnapshotRunning, m.BackfillDocuments)
 	}
 	if reg != nil {
 		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts, m.DeliveryFailures,

@@ -414,3 +414,80 @@ func (e *Engine) DeliverNow(ctx context.Context, sink string, ev *event.Event) e
 	_, err := l.d.deliver(ctx, []*item{{ev: ev}}, modeReplay, nil)
 	return err
 }
+
+// DispatchTo is Dispatch for a backfill: ev is routed by the rules as
+// Dispatch does, but handed only to the named sink's lane (to every
+// matching sink when sink is empty). It returns false, without calling
+// ack, when no rule routes ev there; otherwise ack is called once every
+// sink it was handed to finished with it. It does not count the
+// rule-match metrics (a backfill re-sends, it reads no change).
+func (e *Engine) DispatchTo(sink string, ev *event.Event, ack func()) bool {
+	st := e.state.Load()
+	var ruleIdxs []int // matched rules, when payloads are shaped
+	var hit func(int)
+	if st.rules.shaped {
+		hit = func(idx int) { ruleIdxs = append(ruleIdxs, idx) }
+	}
+	m := st.rules.route(ev, hit)
+	targets := m.Sinks
+	if sink != "" {
+		targets = nil
+		for _, s := range m.Sinks {
+			if st.lanes[s].name == sink {
+				targets = []int{s}
+				break
+			}
+		}
+	}
+	if len(targets) == 0 {
+		return false
+	}
+	ev.Rules = m.Rules
+	done := ack
+	if len(targets) > 1 {
+		var remaining atomic.Int32
+		remaining.Store(int32(len(targets)))
+		done = func() {
+			if remaining.Add(-1) == 0 {
+				ack()
+			}
+		}
+	}
+	key := ev.OrderingKeyHash()
+	for _, s := range targets {
+		if !st.rules.shaped {
+			st.lanes[s].enqueue(ev, key, done)
+			continue
+		}
+		// Shaped as Dispatch shapes: after routing, per sink and rules.
+		v, skip := ev.Shaped(st.rules.shapeFor(ruleIdxs, s))
+		if skip {
+			e.metrics.Deliveries.WithLabelValues(st.lanes[s].name, metrics.OutcomeSkippedEmpty).Inc()
+			done()
+			continue
+		}
+		st.lanes[s].enqueue(v, key, done)
+	}
+	return true
+}
+
+// SinksOf returns the names of the sinks that the rules of source route
+// to, in sink order, each once.
+func (e *Engine) SinksOf(source string) []string {
+	st := e.state.Load()
+	seen := make([]bool, len(st.lanes))
+	for _, r := range st.rules.bySource[source] {
+		for _, s := range r.sinks {
+			if s < len(seen) {
+				seen[s] = true
+			}
+		}
+	}
+	var out []string
+	for i, ok := range seen {
+		if ok {
+			out = append(out, st.lanes[i].name)
+		}
+	}
+	return out
+}

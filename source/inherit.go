@@ -27,6 +27,11 @@ func (s *Source) loadOrInherit(ctx context.Context) (checkpoint.Checkpoint, bool
 		"from_unit", from.Source, "cluster_time", from.ClusterTime, "saved_at", from.UpdatedAt)
 	from.Source = s.spec.Unit
 	from.Epoch = 0
+	if from.Snapshot != nil {
+		// The previous partitioning's unit delivered only its own share of
+		// the documents up to its progress: this unit scans from the start.
+		from.Snapshot = &checkpoint.Snapshot{ID: from.Snapshot.ID}
+	}
 	return from, true, nil
 }
 

@@ -69,6 +69,10 @@ type Spec struct {
 	MaxAwait                 time.Duration
 	MaxInFlight              int
 	CheckpointInterval       time.Duration
+	// Snapshot is SnapshotNever (default) or SnapshotInitial: on a start
+	// without a checkpoint, deliver every existing document first (see
+	// snapshot.go).
+	Snapshot string
 }
 
 // Dispatcher receives every change read; ack must be called exactly once
@@ -111,6 +115,9 @@ const (
 	// = "fail"); acknowledged events are still checkpointed.
 	StateFailed  State = "failed"
 	StateStopped State = "stopped"
+	// StateSnapshot: the initial snapshot scans the collections; the
+	// change stream opens after it.
+	StateSnapshot State = "snapshot"
 )
 
 // Status is a snapshot of a source.
@@ -127,6 +134,9 @@ type Status struct {
 	LastEvent      time.Time // wall time of the newest change read
 	LastPoll       time.Time // when the stream last answered a getMore
 	OpenedAt       time.Time
+	// Snapshot is the progress of the initial snapshot run by this
+	// process, nil when none ran.
+	Snapshot *SnapshotStatus
 }
 
 // Source reads one change stream. Create it with New; Run it once.
@@ -141,6 +151,8 @@ type Source struct {
 	mRead, mReconnect, mInvalidate, mHistoryLost, mSaves prometheus.Counter
 	mInFlight, mLag, mFailures                           prometheus.Gauge
 	mSplit, mOversize                                    prometheus.Counter
+	mSnapDocs                                            prometheus.Counter
+	mSnapEstimated, mSnapRunning                         prometheus.Gauge
 
 	stopReading chan struct{}
 	stopOnce    sync.Once
@@ -159,6 +171,13 @@ type Source struct {
 	// splitKnown: the server version was asked; splitOK: it has
 	// $changeStreamSplitLargeEvent (split.go).
 	splitKnown, splitOK bool
+	// snap is the initial snapshot's progress (nil: none); snapBase the
+	// documents done before this process resumed it.
+	snap     *SnapshotStatus
+	snapBase int64
+
+	// order serialises dispatches with backfill events (order.go).
+	order dispatchOrder
 }
 
 // New returns a source; nothing happens until Run.
@@ -202,21 +221,24 @@ func New(spec Spec, client *mongo.Client, cps CheckpointStore, gaps GapRecorder,
 	u := spec.Unit
 	return &Source{
 		spec: spec, client: client, cps: cps, gaps: gaps, out: out,
-		log:          log,
-		mRead:        m.EventsRead.WithLabelValues(u),
-		mReconnect:   m.StreamReconnects.WithLabelValues(u),
-		mInvalidate:  m.StreamInvalidates.WithLabelValues(u),
-		mHistoryLost: m.HistoryLost.WithLabelValues(u),
-		mSaves:       m.CheckpointSaves.WithLabelValues(u),
-		mInFlight:    m.InFlight.WithLabelValues(u),
-		mLag:         m.CheckpointLag.WithLabelValues(u),
-		mFailures:    m.StreamFailures.WithLabelValues(u),
-		mSplit:       m.SplitEvents.WithLabelValues(u),
-		mOversize:    m.OversizeEvents.WithLabelValues(u),
-		stopReading:  make(chan struct{}),
-		reopen:       make(chan struct{}, 1),
-		abandon:      make(chan struct{}),
-		status:       Status{Name: spec.Unit, Source: spec.Name, State: StateStarting},
+		log:            log,
+		mRead:          m.EventsRead.WithLabelValues(u),
+		mReconnect:     m.StreamReconnects.WithLabelValues(u),
+		mInvalidate:    m.StreamInvalidates.WithLabelValues(u),
+		mHistoryLost:   m.HistoryLost.WithLabelValues(u),
+		mSaves:         m.CheckpointSaves.WithLabelValues(u),
+		mInFlight:      m.InFlight.WithLabelValues(u),
+		mLag:           m.CheckpointLag.WithLabelValues(u),
+		mFailures:      m.StreamFailures.WithLabelValues(u),
+		mSplit:         m.SplitEvents.WithLabelValues(u),
+		mOversize:      m.OversizeEvents.WithLabelValues(u),
+		mSnapDocs:      m.SnapshotDocuments.WithLabelValues(u),
+		mSnapEstimated: m.SnapshotEstimated.WithLabelValues(u),
+		mSnapRunning:   m.SnapshotRunning.WithLabelValues(u),
+		stopReading:    make(chan struct{}),
+		reopen:         make(chan struct{}, 1),
+		abandon:        make(chan struct{}),
+		status:         Status{Name: spec.Unit, Source: spec.Name, State: StateStarting},
 	}
 }
 
@@ -287,6 +309,7 @@ func (s *Source) Status() Status {
 	if s.tracker != nil {
 		st.InFlight = s.tracker.InFlight()
 	}
+	st.Snapshot = s.snapshotStatusLocked()
 	return st
 }
 
@@ -315,6 +338,23 @@ func (s *Source) Run(ctx context.Context) error {
 			return nil // stopped before the checkpoint could be read: a clean stop
 		}
 		return err
+	}
+	switch {
+	case s.spec.Snapshot == SnapshotInitial && (!found || cp.Snapshot != nil):
+		next, done, err := s.runSnapshot(ctx, cp, found)
+		if !done {
+			s.setState(StateStopped, nil)
+			if err != nil {
+				return err
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.lostErr
+		}
+		cp, found = next, true
+	case found && cp.Snapshot != nil:
+		s.log.Warn("the checkpoint holds an unfinished initial snapshot but the source has snapshot = \"never\": continuing with the change stream only",
+			"snapshot", cp.Snapshot.ID, "documents_done", cp.Snapshot.Scanned)
 	}
 	start := checkpoint.Position{}
 	if found {
@@ -693,7 +733,7 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			s.mu.Lock()
 			s.status.LastEvent = ev.WallTime
 			s.mu.Unlock()
-			s.out.Dispatch(ev, func() {
+			s.dispatch(ev, func() {
 				tr.Ack(seq)
 				s.mInFlight.Dec()
 			})

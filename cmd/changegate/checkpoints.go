@@ -30,6 +30,16 @@ type checkpointJSON struct {
 	ClusterTime uint32    `json:"clusterTime,omitempty"`
 	WallTime    time.Time `json:"wallTime,omitzero"`
 	UpdatedAt   time.Time `json:"updatedAt,omitzero"`
+	// Snapshot is the progress of an unfinished initial snapshot: the
+	// stream starts at Token once it is done.
+	Snapshot *snapshotJSON `json:"snapshot,omitempty"`
+}
+
+type snapshotJSON struct {
+	ID        string `json:"id"`
+	Namespace string `json:"namespace,omitempty"`
+	After     string `json:"after,omitempty"` // the last _id done, as Extended JSON
+	Scanned   int64  `json:"scanned"`
 }
 
 func cmdCheckpoints(args []string, stdout, stderr io.Writer) int {
@@ -88,7 +98,14 @@ func cmdCheckpoints(args []string, stdout, stderr io.Writer) int {
 			if *src != "" && cp.Source != *src {
 				continue
 			}
-			_ = enc.Encode(checkpointJSON{Source: cp.Source, Token: cp.Token.String(), ClusterTime: cp.ClusterTime.T, WallTime: cp.WallTime, UpdatedAt: cp.UpdatedAt})
+			out := checkpointJSON{Source: cp.Source, Token: cp.Token.String(), ClusterTime: cp.ClusterTime.T, WallTime: cp.WallTime, UpdatedAt: cp.UpdatedAt}
+			if sn := cp.Snapshot; sn != nil {
+				out.Snapshot = &snapshotJSON{ID: sn.ID, Namespace: sn.Namespace, Scanned: sn.Scanned}
+				if sn.After != nil {
+					out.Snapshot.After = sn.After.Lookup("_id").String()
+				}
+			}
+			_ = enc.Encode(out)
 		}
 		return 0
 	case "reset":

@@ -33,6 +33,8 @@ Usage:
   changegate check -config FILE         validate the config; connects to nothing
   changegate deadletters list|show|replay|purge -config FILE [filters]
   changegate checkpoints show|reset -config FILE [-source NAME]
+  changegate backfill -config FILE -source S [-sink K] [-filter JSON] [-rate N]
+                                        send existing documents again
   changegate rules test -config FILE -events FILE.jsonl [-json]
                                         dry-run the rules on recorded change events
   changegate tail -config FILE -source NAME [-rule NAME] [-n N]
@@ -68,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDeadletters(rest, stdout, stderr)
 	case "checkpoints":
 		return cmdCheckpoints(rest, stdout, stderr)
+	case "backfill":
+		return cmdBackfill(rest, stdout, stderr)
 	case "rules":
 		return cmdRules(rest, stdout, stderr)
 	case "tail":

@@ -34,9 +34,13 @@
 //     max_in_flight, to a receiver with 20 ms latency; with the
 //     ceilings of mongowire and the receiver measured in the same run
 //     (see replicas.go).
+//  13. snapshot: -snapshot-n documents exist before changegate's first
+//     start with snapshot = "initial"; a webhook sink with batch_size =
+//     100 receives them all as snapshot events: documents/s and peak RSS
+//     (see snapshot.go).
 //
 // "all" runs 1-9; 10 and 11 (about 6 minutes) run when named, or with
-// "limits" (see adaptive.go); 12 (about 70 s) runs when named.
+// "limits" (see adaptive.go); 12 (about 70 s) and 13 run when named.
 //
 // Scenarios 1-6 and 9 drain a backlog written before the consumer starts
 // (events/s is measured from the first to the last event received), so
@@ -79,7 +83,7 @@ func main() {
 	os.Exit(benchMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-var scenarioNames = []string{"", "drain", "http", "naive", "single", "batch", "fanout", "latency", "backlog", "filter", "limit", "slots", "replicas"}
+var scenarioNames = []string{"", "drain", "http", "naive", "single", "batch", "fanout", "latency", "backlog", "filter", "limit", "slots", "replicas", "snapshot"}
 
 // allScenarios is how many scenarios "all" runs: 10 and 11 (issue 11's
 // max_in_flight sweeps, about 6 minutes) only run when named, or with
@@ -111,6 +115,7 @@ type benchOpts struct {
 	replMIF     int             // scenario 12: each replica's max_in_flight
 	partitions  int             // scenario 12: partitions of the source
 	replLatency time.Duration   // scenario 12: receiver latency
+	snapN       int             // scenario 13: pre-existing documents
 }
 
 type bench struct {
@@ -154,7 +159,7 @@ func (r *result) rate() float64 {
 func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scen := fs.String("scenarios", "all", "comma-separated scenario numbers or names: 1 drain, 2 http, 3 naive, 4 single, 5 batch, 6 fanout, 7 latency, 8 backlog, 9 filter, 10 limit, 11 slots, 12 replicas; all (1-9), limits (10-11)")
+	scen := fs.String("scenarios", "all", "comma-separated scenario numbers or names: 1 drain, 2 http, 3 naive, 4 single, 5 batch, 6 fanout, 7 latency, 8 backlog, 9 filter, 10 limit, 11 slots, 12 replicas, 13 snapshot; all (1-9), limits (10-11)")
 	repls := fs.String("replicas", "1,2,3", "scenario 12: replica counts")
 	lats := fs.String("latencies", "20ms,50ms,200ms", "receiver latencies of scenario 10")
 	sweep := fs.String("sweep", "16,64,256,1024,4096", "fixed max_in_flight values run next to the defaults in scenarios 10 and 11")
@@ -179,6 +184,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.replMIF, "replica-max-in-flight", 16, "scenario 12: each replica's fixed max_in_flight")
 	fs.IntVar(&o.partitions, "partitions", 4, "scenario 12: partitions of the source")
 	fs.DurationVar(&o.replLatency, "replica-latency", 20*time.Millisecond, "scenario 12: receiver latency")
+	fs.IntVar(&o.snapN, "snapshot-n", 0, "scenario 13: documents of the initial snapshot (default 1000000; -quick 100000)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -186,6 +192,12 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		o.replN = 16000
 		if o.quick {
 			o.replN = 4000
+		}
+	}
+	if o.snapN == 0 {
+		o.snapN = 1000000
+		if o.quick {
+			o.snapN = 100000
 		}
 	}
 	if o.n == 0 {
@@ -374,6 +386,18 @@ func (b *bench) run(args []string) string {
 	if b.o.scenarios[12] {
 		b.logf("scenario 12 (replicas)")
 		b.repl = b.scenarioReplicas()
+	}
+	if b.o.scenarios[13] {
+		b.logf("scenario 13 (snapshot)")
+		rs := b.scenarioSnapshot()
+		for _, r := range rs {
+			if r.err != nil {
+				b.logf("scenario 13 (snapshot): %v", r.err)
+			} else {
+				b.logf("scenario 13 (snapshot): %.0f documents/s", r.rate())
+			}
+		}
+		b.result = append(b.result, rs...)
 	}
 	return b.report(args, started, loadBefore, loadAvg())
 }
@@ -586,6 +610,8 @@ type gwConf struct {
 	instance string
 	// stateDB is the state database ("": the default).
 	stateDB string
+	// snapshot sets snapshot = "initial" on the source.
+	snapshot bool
 	// sinkTOML is added to every sink's table.
 	sinkTOML string
 }
@@ -608,6 +634,9 @@ func (c gwConf) toml() string {
 	fmt.Fprintf(&s, "[[sources]]\nname = \"orders\"\ndatabase = %q\ncollection = %q\n", benchDB, benchColl)
 	if c.partitions > 0 {
 		fmt.Fprintf(&s, "partitions = %d\n", c.partitions)
+	}
+	if c.snapshot {
+		s.WriteString("snapshot = \"initial\"\n")
 	}
 	if c.startAt != 0 {
 		fmt.Fprintf(&s, "start_at = %q\n", time.Unix(c.startAt, 0).UTC().Format(time.RFC3339))

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/config"
+)
+
+const backfillUsage = `Usage: changegate backfill -config FILE -source S [-sink K] [-filter JSON] [-rate N]
+
+Sends the documents of source S that exist now (those matching -filter, a
+MongoDB query filter as JSON, e.g. '{"status": "paid"}') again, as events
+with operationType "snapshot" and ids "<source>:backfill:<backfill
+id>:<hash of ns and _id>", routed by the source's rules: to sink K only
+(a new subscriber; a rule of S must route to K), or to every matching
+sink. It reads in _id order at most -rate documents per second and shows
+its progress on stderr. Deliveries use the sinks' retry policy; what fails
+for good is counted and reported (exit status 1). A running gateway goes
+on streaming meanwhile; one backfill at a time per sink, across processes
+(a lock in the state database). SIGINT stops reading; what was sent is
+delivered first. The running gateway offers the same as POST
+/api/v1/backfills, where the backfill also yields to live changes queued
+for its sinks.
+`
+
+func cmdBackfill(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("backfill", backfillUsage, stderr)
+	path := fs.String("config", "", "path of the TOML config file (required)")
+	var req app.BackfillRequest
+	fs.StringVar(&req.Source, "source", "", "the source whose documents to send (required)")
+	fs.StringVar(&req.Sink, "sink", "", "send to this sink only (default: every sink the rules match)")
+	fs.StringVar(&req.Filter, "filter", "", `only the documents matching this MongoDB query filter, as JSON, e.g. '{"status": "paid"}'`)
+	fs.Float64Var(&req.Rate, "rate", app.DefaultBackfillRate, "at most this many documents per second")
+	if ok, code := parseFlags(fs, args); !ok {
+		return code
+	}
+	if *path == "" || req.Source == "" {
+		fmt.Fprintln(stderr, "changegate backfill: -config and -source are required")
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "changegate: invalid config:\n%v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	client, err := app.Connect(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "changegate: %v\n", err)
+		return 1
+	}
+	defer client.Disconnect(context.Background())
+	bar := progressBar{w: stderr, tty: isTerminal(stderr)}
+	st, err := app.Backfill(ctx, cfg, client, req, nil, bar.show)
+	bar.end()
+	switch {
+	case errors.Is(err, app.ErrBackfillInput):
+		fmt.Fprintf(stderr, "changegate backfill: %v\n", err)
+		return 2
+	case err != nil:
+		fmt.Fprintf(stderr, "changegate backfill: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "backfill %s %s: scanned %d, sent %d, finished %d, failed %d\n", st.ID, st.State, st.Scanned, st.Sent, st.Finished, st.Failed)
+	if st.Failed > 0 || st.State != "done" {
+		return 1
+	}
+	return 0
+}
+
+// progressBar draws a backfill's progress: one line redrawn in place on a
+// terminal, a line every 5 seconds otherwise.
+type progressBar struct {
+	w    io.Writer
+	tty  bool
+	last time.Time
+	drew bool
+}
+
+func (p *progressBar) show(st app.BackfillStatus) {
+	if !p.tty && time.Since(p.last) < 5*time.Second && st.State == "running" {
+		return
+	}
+	p.last = time.Now()
+	const width = 30
+	filled := int(st.Percent / 100 * width)
+	total := "?"
+	if st.Estimated > 0 {
+		total = fmt.Sprint(st.Estimated)
+	}
+	line := fmt.Sprintf("[%s%s] %5.1f%% %d/%s docs, %.0f/s", strings.Repeat("#", filled), strings.Repeat(" ", width-filled),
+		st.Percent, st.Scanned, total, st.DocsPerSec)
+	if st.ETASeconds > 0 {
+		line += fmt.Sprintf(", ETA %s", (time.Duration(st.ETASeconds) * time.Second).String())
+	}
+	if p.tty {
+		fmt.Fprintf(p.w, "\r%-80s", line)
+		p.drew = true
+		return
+	}
+	fmt.Fprintln(p.w, line)
+}
+
+func (p *progressBar) end() {
+	if p.drew {
+		fmt.Fprintln(p.w)
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
