@@ -212,10 +212,19 @@ func (l *Lane) start(ctx context.Context) {
 		}
 	}
 	// The pool of workers: an auto lane keeps as many active as its
-	// limiter admits requests; a fixed one up to one per partition.
+	// limiter admits requests; a fixed one up to one per partition. A
+	// parked lane writes its backlog to the store, which the limiter does
+	// not pace: one worker per partition then, so that what is re-read
+	// after a restart is parked before the re-drive lists the entries
+	// parked earlier (and the replay stays in order and in full).
 	var target func() int
 	if a, ok := l.d.limit.(adaptive); ok && l.auto {
-		target = a.current
+		target = func() int {
+			if l.parked.Load() {
+				return 0
+			}
+			return a.current()
+		}
 	}
 	context.AfterFunc(ctx, l.q.close)
 	l.q.run(target, func() {

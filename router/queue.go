@@ -74,7 +74,7 @@ type keyQueue struct {
 	idle    int        // in next, waiting for a ready partition
 	waiting int        // in a timed wait (backoff, pause, batch wait)
 	closed  bool
-	target  func() int // workers wanted active; nil: one per partition
+	target  func() int // workers wanted active; nil or <= 0: one per partition
 	spawn   func()     // starts a worker; called with mu held
 
 	queued atomic.Int64 // in partitions
@@ -151,7 +151,9 @@ func (q *keyQueue) schedule() {
 	}
 	target := len(q.parts)
 	if q.target != nil {
-		target = min(target, max(q.target(), 1))
+		if t := q.target(); t > 0 {
+			target = min(target, t)
+		}
 	}
 	if q.workers-q.idle-q.waiting >= target {
 		return // an active worker takes it when it is done
@@ -166,8 +168,14 @@ func (q *keyQueue) schedule() {
 	}
 }
 
-// wakeAll wakes every idle worker.
-func (q *keyQueue) wakeAll() { q.cond.Broadcast() }
+// wakeAll wakes every idle worker, and starts workers for the ready
+// partitions if the target allows more now (a lane that was just parked).
+func (q *keyQueue) wakeAll() {
+	q.mu.Lock()
+	q.schedule()
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}
 
 // next returns the next ready partition, now busy for the caller, waiting
 // while none is ready. It returns nil when the queue is closed or ctx is
