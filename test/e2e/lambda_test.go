@@ -205,19 +205,7 @@ func TestSigV4WebhookEndToEnd(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	cfg := e.config(fmt.Sprintf(`
-[mongo]
-uri = "%%URI%%"
-state_database = "%%STATE%%"
-[server]
-listen = "127.0.0.1:0"
-[[sources]]
-name = "items"
-database = "%%DB%%"
-collection = "items"
-checkpoint_interval = "100ms"
-max_await = "200ms"
-[[sinks]]
+	cfg := e.config(itemsHead + fmt.Sprintf(`[[sinks]]
 name = "url"
 type = "webhook"
 url = %q

@@ -21,6 +21,12 @@ import (
 
 const tenMiB = 10 * 1024 * 1024
 
+// largeHead is the config head of the large-event tests: the usual source,
+// with post- and pre-images.
+const largeHead = itemsHead + `full_document = "updateLookup"
+full_document_before_change = "required"
+`
+
 // TestLargeEventSplitAndStripped: a 10 MiB document updated to another
 // 10 MiB value, with updateLookup and pre-images (about 30 MiB of change
 // event), reaches a webhook that accepts 64 MiB bodies whole and
@@ -39,23 +45,7 @@ func TestLargeEventSplitAndStripped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := w.e.config(fmt.Sprintf(`
-[mongo]
-uri = "%%URI%%"
-state_database = "%%STATE%%"
-
-[server]
-listen = "127.0.0.1:0"
-
-[[sources]]
-name = "items"
-database = "%%DB%%"
-collection = "items"
-full_document = "updateLookup"
-full_document_before_change = "required"
-checkpoint_interval = "100ms"
-max_await = "200ms"
-
+	cfg := w.e.config(largeHead + fmt.Sprintf(`
 [[sinks]]
 name = "hook"
 type = "webhook"
@@ -220,23 +210,7 @@ func TestProcessKillBetweenFragments(t *testing.T) {
 	}
 	rcv := receiver.New(testSecret)
 	t.Cleanup(rcv.Close)
-	tmpl := fmt.Sprintf(`
-[mongo]
-uri = "%%URI%%"
-state_database = "%%STATE%%"
-
-[server]
-listen = "127.0.0.1:0"
-
-[[sources]]
-name = "items"
-database = "%%DB%%"
-collection = "items"
-full_document = "updateLookup"
-full_document_before_change = "required"
-checkpoint_interval = "50ms"
-max_await = "200ms"
-
+	tmpl := largeHead + fmt.Sprintf(`
 [[sinks]]
 name = "hook"
 type = "webhook"
