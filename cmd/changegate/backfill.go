@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/changegate/changegate/app"
-	"github.com/changegate/changegate/config"
 )
 
 const backfillUsage = `Usage: changegate backfill -config FILE -source S [-sink K] [-filter JSON] [-rate N]
@@ -47,16 +46,14 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "changegate backfill: -config and -source are required")
 		return 2
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		fmt.Fprintf(stderr, "changegate: invalid config:\n%v\n", err)
+	cfg, ok := loadConfig(*path, stderr)
+	if !ok {
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	client, err := app.Connect(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "changegate: %v\n", err)
+	client, ok := connect(cfg, stderr)
+	if !ok {
 		return 1
 	}
 	defer client.Disconnect(context.Background())

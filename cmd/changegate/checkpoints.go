@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/changegate/changegate/app"
-	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/source"
 )
 
@@ -66,9 +65,8 @@ func cmdCheckpoints(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "changegate checkpoints: -config is required")
 		return 2
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		fmt.Fprintf(stderr, "changegate: invalid config:\n%v\n", err)
+	cfg, ok := loadConfig(*path, stderr)
+	if !ok {
 		return 1
 	}
 	// A unit name ("orders#2/4", also of an earlier partitioning) names
@@ -79,9 +77,8 @@ func cmdCheckpoints(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	client, err := app.Connect(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "changegate: %v\n", err)
+	client, ok := connect(cfg, stderr)
+	if !ok {
 		return 1
 	}
 	defer client.Disconnect(context.Background())

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/changegate/changegate/app"
-	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
 )
 
@@ -84,16 +83,14 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "changegate deadletters: -%v\n", err)
 		return 2
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		fmt.Fprintf(stderr, "changegate: invalid config:\n%v\n", err)
+	cfg, ok := loadConfig(*path, stderr)
+	if !ok {
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	client, err := app.Connect(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "changegate: %v\n", err)
+	client, ok := connect(cfg, stderr)
+	if !ok {
 		return 1
 	}
 	defer client.Disconnect(context.Background())

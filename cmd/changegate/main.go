@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/source"
@@ -138,9 +140,8 @@ func cmdRun(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "changegate run: -config is required")
 		return 2
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		fmt.Fprintf(stderr, "changegate: invalid config:\n%v\n", err)
+	cfg, ok := loadConfig(*path, stderr)
+	if !ok {
 		return 1
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -231,4 +232,25 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("-log-format: %q is not one of auto, text, json", format)
 	}
+}
+
+// loadConfig loads the config file, printing its errors (each names its
+// key and file:line) when it is invalid.
+func loadConfig(path string, stderr io.Writer) (*config.Config, bool) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "changegate: invalid config:\n%v\n", err)
+		return nil, false
+	}
+	return cfg, true
+}
+
+// connect opens the MongoDB client of cfg, printing why it cannot.
+func connect(cfg *config.Config, stderr io.Writer) (*mongo.Client, bool) {
+	client, err := app.Connect(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "changegate: %v\n", err)
+		return nil, false
+	}
+	return client, true
 }

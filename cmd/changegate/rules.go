@@ -72,9 +72,8 @@ func cmdRules(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "changegate rules test: -events is required")
 		return 2
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		fmt.Fprintf(stderr, "changegate: invalid config:\n%v\n", err)
+	cfg, ok := loadConfig(*path, stderr)
+	if !ok {
 		return 1
 	}
 	if *src != "" && cfg.Source(*src) == nil {

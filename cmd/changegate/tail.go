@@ -82,9 +82,8 @@ func cmdTail(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	cfg, err := config.Load(*path)
-	if err != nil {
-		fmt.Fprintf(stderr, "changegate: invalid config:\n%v\n", err)
+	cfg, ok := loadConfig(*path, stderr)
+	if !ok {
 		return 1
 	}
 	sc := cfg.Source(*src)
