@@ -277,17 +277,8 @@ func EstimateDocuments(ctx context.Context, client *mongo.Client, namespaces []s
 // handed to the router (and delivered). done is false when the source was
 // stopped, abandoned or failed (err) before that.
 func (s *Source) runSnapshot(ctx context.Context, cp checkpoint.Checkpoint, found bool) (checkpoint.Checkpoint, bool, error) {
-	readCtx, cancelRead := context.WithCancel(ctx)
+	readCtx, cancelRead := s.readContext(ctx)
 	defer cancelRead()
-	go func() {
-		select {
-		case <-s.stopReading:
-			cancelRead()
-		case <-s.abandon:
-			cancelRead()
-		case <-readCtx.Done():
-		}
-	}()
 	var st snapState
 	if found && cp.Snapshot != nil {
 		st = snapState{id: cp.Snapshot.ID, start: cp.Token, startCT: cp.ClusterTime,

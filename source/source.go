@@ -388,17 +388,8 @@ func (s *Source) Run(ctx context.Context) error {
 		s.setState(StateStopped, nil)
 	}()
 
-	readCtx, cancelRead := context.WithCancel(ctx)
+	readCtx, cancelRead := s.readContext(ctx)
 	defer cancelRead()
-	go func() {
-		select {
-		case <-s.stopReading:
-			cancelRead()
-		case <-s.abandon:
-			cancelRead()
-		case <-readCtx.Done():
-		}
-	}()
 	rerr := s.read(readCtx, tr, saver, start.Token, !found)
 	if rerr != nil && !s.abandoned() {
 		return rerr
@@ -893,4 +884,20 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// readContext returns a context for reading the stream (or the snapshot's
+// collections) that ends with ctx, a stop of reading or an abandon.
+func (s *Source) readContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	readCtx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.stopReading:
+			cancel()
+		case <-s.abandon:
+			cancel()
+		case <-readCtx.Done():
+		}
+	}()
+	return readCtx, cancel
 }
