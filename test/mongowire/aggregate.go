@@ -70,7 +70,7 @@ func (s *Server) cmdAggregate(cmd *command, dst []byte) ([]byte, error) {
 		filter, _ = stages[0].Index(0).Value().DocumentOK()
 		stages = stages[1:]
 	}
-	docs, err := s.queryDocs(cmd.db, name, filter, nil, nil, 0, 0)
+	docs, err := s.queryDocs(cmd, cmd.db, name, filter, nil, nil, 0, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,7 @@ type streamCursor struct {
 
 	pos     uint64         // seq of the last oplog entry processed
 	posTS   bson.Timestamp // cluster time of that position (for tokens)
+	posIdx  uint32         // txnOpIndex of that position (for tokens)
 	startTS bson.Timestamp // entries before this time are skipped
 	// pendingInvalidate: the entry at pos invalidated the stream and the
 	// invalidate event is still to be returned.
@@ -250,7 +251,7 @@ func (s *Server) openChangeStream(cmd *command, dst []byte, stages []bson.Raw) (
 			d.mu.Unlock()
 			return nil, cmdErr(codeChangeStreamHistory, "Resume of change stream was not possible, as the resume point may no longer be in the oplog.")
 		}
-		c.pos, c.posTS = tok.seq, tok.ts
+		c.pos, c.posTS, c.posIdx = tok.seq, tok.ts, tok.txnOpIndex
 		if _, isFrag := tok.fragment(); isFrag {
 			// Re-read the event and continue after the fragment (split.go).
 			c.pos, c.resumeFrag, c.resumeSeq = tok.seq-1, tok.frag, tok.seq
@@ -467,7 +468,7 @@ func (s *Server) scanEvents(dst []byte, c *streamCursor, batchSize int, getMore 
 		e := o.get(seq)
 		match, invalidates := c.relevant(e)
 		if !match || tsLess(e.ts, c.startTS) {
-			c.pos, c.posTS, c.lastEvent = seq, e.ts, nil
+			c.pos, c.posTS, c.posIdx, c.lastEvent = seq, e.ts, e.txnOpIndex, nil
 			continue
 		}
 		ev, err := s.eventFor(c, e)
@@ -477,7 +478,7 @@ func (s *Server) scanEvents(dst []byte, c *streamCursor, batchSize int, getMore 
 		if ev != nil {
 			// An event too large to serialize fails the whole batch, even
 			// after events already in it (split.go).
-			parts, err := c.eventParts(ev, resumeToken{ts: e.ts, seq: seq, kind: tokEvent}, getMore)
+			parts, err := c.eventParts(ev, e.token(), getMore)
 			if err != nil {
 				return nil, 0, resumeToken{}, err
 			}
@@ -485,13 +486,13 @@ func (s *Server) scanEvents(dst []byte, c *streamCursor, batchSize int, getMore 
 				break // batch full by size; resume here next time
 			}
 			c.parts = parts
-			c.pos, c.posTS = seq, e.ts
+			c.pos, c.posTS, c.posIdx = seq, e.ts, e.txnOpIndex
 			if !emitParts() {
 				break // the rest of a split event comes in the next batch
 			}
 		} else {
 			c.lastEvent = nil
-			c.pos, c.posTS = seq, e.ts
+			c.pos, c.posTS, c.posIdx = seq, e.ts, e.txnOpIndex
 		}
 		if invalidates {
 			c.pendingInvalidate = true
@@ -509,7 +510,7 @@ func (c *streamCursor) positionToken() resumeToken {
 	if c.lastEvent != nil {
 		return *c.lastEvent
 	}
-	return resumeToken{ts: c.posTS, seq: c.pos, kind: tokHighWater}
+	return resumeToken{ts: c.posTS, txnOpIndex: c.posIdx, seq: c.pos, kind: tokHighWater}
 }
 
 // eventFor builds the event for entry e as stream c sees it, after the
@@ -561,7 +562,13 @@ func (s *Server) buildEvent(dst []byte, c *streamCursor, e *oplogEntry) (bson.Ra
 		dst = make([]byte, 0, 200+len(e.db)+len(e.coll)+len(e.post)+len(e.docKey)+len(e.upd)+len(e.pre))
 	}
 	idx, dst := bsoncore.AppendDocumentStart(dst)
-	dst = appendToken(dst, "_id", resumeToken{ts: e.ts, seq: e.seq, kind: tokEvent})
+	if e.lsid != nil {
+		// As change_stream_event_transform.cpp: txnNumber and lsid come
+		// first in the events of a transaction.
+		dst = bsoncore.AppendInt64Element(dst, "txnNumber", e.txnNumber)
+		dst = bsoncore.AppendDocumentElement(dst, "lsid", e.lsid)
+	}
+	dst = appendToken(dst, "_id", e.token())
 	dst = bsoncore.AppendStringElement(dst, "operationType", e.op.String())
 	dst = bsoncore.AppendTimestampElement(dst, "clusterTime", e.ts.T, e.ts.I)
 	dst = bsoncore.AppendDateTimeElement(dst, "wallTime", e.wall)
