@@ -23,7 +23,11 @@ const (
 // streamStage is one pipeline stage after $changeStream.
 type streamStage struct {
 	match   matcher  // $match
-	project bson.Raw // $project / $unset as a projection
+	project bson.Raw // $project (aggregation projection) / $unset as a projection
+	// doc is an $addFields/$set/$replaceRoot/$replaceWith stage.
+	doc bson.RawElement
+	// redact is the expression of a $redact stage.
+	redact bson.RawValue
 }
 
 // streamCursor is a change stream's server-side state.
@@ -97,6 +101,14 @@ func (c *streamCursor) relevant(e *oplogEntry) (match, invalidates bool) {
 		return !strings.HasPrefix(e.coll, "system."), false
 	}
 }
+
+// knownStages are aggregation stages MongoDB knows but does not allow after
+// $changeStream (others are unrecognized, error 40324).
+var knownStages = map[string]bool{"$group": true, "$sort": true, "$limit": true, "$skip": true, "$count": true,
+	"$lookup": true, "$graphLookup": true, "$unwind": true, "$out": true, "$merge": true, "$facet": true,
+	"$bucket": true, "$bucketAuto": true, "$sortByCount": true, "$sample": true, "$geoNear": true,
+	"$unionWith": true, "$densify": true, "$fill": true, "$setWindowFields": true, "$documents": true,
+	"$indexStats": true, "$collStats": true, "$currentOp": true, "$listSessions": true, "$changeStream": true}
 
 var changeStreamOptions = map[string]bool{
 	"fullDocument": true, "fullDocumentBeforeChange": true, "resumeAfter": true, "startAfter": true,
@@ -203,8 +215,19 @@ func (s *Server) openChangeStream(cmd *command, dst []byte, stages []bson.Raw) (
 				}
 			}
 			c.stages = append(c.stages, streamStage{project: bson.Raw(b.Build())})
+		case "$addFields", "$set", "$replaceRoot", "$replaceWith":
+			c.stages = append(c.stages, streamStage{doc: e})
+		case "$redact":
+			c.stages = append(c.stages, streamStage{redact: e.Value()})
 		default:
-			return nil, cmdErr(codeLocation40324, "mongowire change streams support only $match, $project and $unset after $changeStream, not %s", e.Key())
+			// The stages MongoDB allows after $changeStream
+			// (change_stream_filter_helpers / DocumentSourceChangeStream
+			// ::checkValueType: $match, $project, $addFields/$set, $unset,
+			// $replaceRoot/$replaceWith, $redact, $changeStreamSplitLargeEvent).
+			if !knownStages[e.Key()] {
+				return nil, cmdErr(codeLocation40324, "Unrecognized pipeline stage name: '%s'", e.Key())
+			}
+			return nil, cmdErr(codeIllegalOperation, "%s is not permitted in a $changeStream pipeline", e.Key())
 		}
 	}
 	batchSize := 101
@@ -537,18 +560,27 @@ func (s *Server) eventFor(c *streamCursor, e *oplogEntry) (bson.Raw, error) {
 		return ev, nil
 	}
 	id := ev.Lookup("_id")
+	now := s.data.nowFn()
 	for _, st := range c.stages {
-		if st.match != nil {
+		var err error
+		switch {
+		case st.match != nil:
 			if !st.match.Match(ev) {
 				return nil, nil
 			}
-			continue
+		case st.doc != nil:
+			ev, err = applyDocStage(ev, st.doc, now)
+		case st.redact.Type != 0:
+			var keep bool
+			if ev, keep, err = redact(ev, st.redact, now); err == nil && !keep {
+				return nil, nil
+			}
+		default:
+			ev, err = aggProject(ev, st.project, now)
 		}
-		p, err := project(ev, st.project)
 		if err != nil {
-			return nil, cmdErr(codeBadValue, "%v", err)
+			return nil, err
 		}
-		ev = p
 	}
 	if nid := ev.Lookup("_id"); nid.Type != id.Type || !bytes.Equal(nid.Value, id.Value) {
 		return nil, cmdErr(codeChangeStreamFatalError, "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.")

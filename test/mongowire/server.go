@@ -605,8 +605,15 @@ func (c *conn) handle(m *message) ([]byte, bool) {
 		}
 		out = s.appendError(c.w.buf[:start], err)
 	}
-	if err == nil && fp != nil && fp.WriteConcernError != nil {
-		out = s.appendWriteConcernError(out, start, cmd, fp)
+	if err == nil {
+		switch {
+		case fp != nil && fp.WriteConcernError != nil:
+			out = appendWriteConcernError(out, start, fp.WriteConcernError, fp.ErrorLabels, s.serverLabels(cmd, 0, fp.WriteConcernError.Code, true))
+		default:
+			if w := unsatisfiable(cmd); w != nil {
+				out = appendWriteConcernError(out, start, w, nil, s.serverLabels(cmd, 0, w.Code, true))
+			}
+		}
 	}
 	c.w.buf = out
 	if fp != nil && fp.DropReply {
@@ -618,10 +625,30 @@ func (c *conn) handle(m *message) ([]byte, bool) {
 	return c.w.finish(s.reqSeq.Add(1)), true
 }
 
-// appendWriteConcernError adds a fail point's writeConcernError, and the
-// labels the server derives from it, to the reply document at out[start:].
-func (s *Server) appendWriteConcernError(out []byte, start int, cmd *command, fp *FailPoint) []byte {
-	w := fp.WriteConcernError
+// unsatisfiable returns the write-concern error of a write concern a
+// one-node replica set cannot satisfy: w above 1 (UnsatisfiableWriteConcern,
+// "Not enough data-bearing nodes") or a w tag other than "majority"
+// (UnknownReplWriteConcern); nil when it can (write_concern.cpp
+// validateWriteConcern).
+func unsatisfiable(cmd *command) *WriteConcernError {
+	wc, ok := cmd.body.Lookup("writeConcern").DocumentOK()
+	if !ok {
+		return nil
+	}
+	w := wc.Lookup("w")
+	switch {
+	case w.IsNumber() && num(w) > 1:
+		return &WriteConcernError{Code: 100, Message: "Not enough data-bearing nodes"}
+	case w.Type == bson.TypeString && w.StringValue() != "majority":
+		return &WriteConcernError{Code: 79, Message: fmt.Sprintf("No write concern mode named '%s' found in replica set configuration", w.StringValue())}
+	}
+	return nil
+}
+
+// appendWriteConcernError adds writeConcernError w and error labels (the
+// given ones, or else the derived ones) to the reply document at
+// out[start:].
+func appendWriteConcernError(out []byte, start int, w *WriteConcernError, given, derived []string) []byte {
 	doc := out[:len(out)-1] // without the reply's terminating 0
 	widx, doc := bsoncore.AppendDocumentElementStart(doc, "writeConcernError")
 	doc = bsoncore.AppendInt32Element(doc, "code", w.Code)
@@ -635,9 +662,9 @@ func (s *Server) appendWriteConcernError(out []byte, start int, cmd *command, fp
 		doc = bsoncore.AppendDocumentElement(doc, "errInfo", w.Info)
 	}
 	doc, _ = bsoncore.AppendDocumentEnd(doc, widx)
-	labels := fp.ErrorLabels
+	labels := given
 	if labels == nil {
-		labels = s.serverLabels(cmd, 0, w.Code, true)
+		labels = derived
 	}
 	if len(labels) > 0 {
 		aidx, d := bsoncore.AppendArrayElementStart(doc, "errorLabels")
