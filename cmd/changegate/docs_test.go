@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -24,6 +26,8 @@ import (
 //     flag of some command.
 //   - Every relative link and image resolves to a file of the repository,
 //     and its #anchor to a heading of the page.
+//   - Every ```go block builds against the repository's packages, and every
+//     ```python block parses (when python3 is installed).
 
 // docFiles are the documentation pages, relative to the repository root.
 func docFiles(t *testing.T) []string {
@@ -340,6 +344,101 @@ func TestDocsLinksResolve(t *testing.T) {
 					t.Errorf("%s: link %s: %s has no heading with anchor #%s", name, target, file, anchor)
 				}
 			}
+		}
+	}
+}
+
+// snippetPrelude wraps a Go block that is not a whole file: the imports
+// the docs' snippets use, each used once so that none is unused.
+const snippetPrelude = `package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+
+	"github.com/changegate/changegate/receive"
+)
+
+var (
+	_ = json.Marshal
+	_ = fmt.Sprint
+	_ = log.Print
+	_ = http.StatusOK
+	_ = os.Getenv
+	_ = receive.StatusFor
+)
+
+func main() {
+`
+
+// TestDocsCodeCompiles builds every ```go block of the docs (a block
+// without a package clause is the body of a main function with the
+// imports of snippetPrelude) against the repository's packages, and
+// parses every ```python block when python3 is installed.
+func TestDocsCodeCompiles(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	replace := map[string]string{}
+	var pkgs []string
+	python, _ := exec.LookPath("python3")
+	for _, name := range docFiles(t) {
+		blocks, _ := splitDoc(readDoc(t, name))
+		for _, b := range blocks {
+			switch b.lang {
+			case "go":
+				src := b.text
+				if !strings.HasPrefix(strings.TrimSpace(src), "package ") {
+					src = snippetPrelude + src + "}\n"
+				}
+				n := len(pkgs)
+				file := filepath.Join(dir, fmt.Sprintf("snippet%d.go", n))
+				if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				// A package that exists only in the overlay, inside the
+				// module so that it imports the repository's packages.
+				pkg := fmt.Sprintf("./internal/docsnippet/s%d", n)
+				replace[filepath.Join(root, pkg, "main.go")] = file
+				pkgs = append(pkgs, pkg)
+				t.Logf("%s:%d is %s", name, b.line, pkg)
+			case "python":
+				if python == "" {
+					continue
+				}
+				cmd := exec.Command(python, "-c", "import ast, sys; ast.parse(sys.stdin.read())")
+				cmd.Stdin = strings.NewReader(b.text)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Errorf("%s:%d: the python block does not parse: %v\n%s", name, b.line, err, out)
+				}
+			}
+		}
+	}
+	if len(pkgs) == 0 {
+		t.Fatal("no go block in the docs; the README has one")
+	}
+	overlay, err := json.Marshal(map[string]any{"Replace": replace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlayFile := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(overlayFile, overlay, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range pkgs {
+		cmd := exec.Command(goCmd, "build", "-overlay", overlayFile, "-o", os.DevNull, pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("the go block %s (see the log above for its page) does not build: %v\n%s", pkg, err, out)
 		}
 	}
 }
