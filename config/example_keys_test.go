@@ -138,7 +138,9 @@ func TestExampleHasEveryKey(t *testing.T) {
 			}
 		}
 		if !known || match == nil && !strings.HasPrefix(w.path, "sinks[].headers.") {
-			t.Errorf("config.example.toml:%d: %s is not a key changegate accepts (for a %q sink)", w.line, w.path, w.sinkType)
+			t.Errorf("config.example.toml:%d: %s is not a key changegate accepts%s, or config.Describe misses it "+
+				"(a decoder that reads a key only under a condition hides it: ask for it unconditionally, see config/describe.go)",
+				w.line, w.path, sinkTypeText(w.sinkType))
 			continue
 		}
 		if w.def == "" {
@@ -154,4 +156,11 @@ func TestExampleHasEveryKey(t *testing.T) {
 			t.Errorf("config.example.toml:%d: %s says \"# default %s\", the decoder's default is %s", w.line, w.path, w.def, want)
 		}
 	}
+}
+
+func sinkTypeText(t string) string {
+	if t == "" {
+		return ""
+	}
+	return " in a " + t + " sink"
 }
