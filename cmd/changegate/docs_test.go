@@ -27,7 +27,9 @@ import (
 //   - Every relative link and image resolves to a file of the repository,
 //     and its #anchor to a heading of the page.
 //   - Every ```go block builds against the repository's packages, and every
-//     ```python block parses (when python3 is installed).
+//     ```js and ```python block parses (when node and python3 are
+//     installed); TestDocsNodeReceiver (CHANGEGATE_NODE_COMPAT=1) runs the
+//     README's Node.js receiver against requests signed as changegate signs.
 
 // docFiles are the documentation pages, relative to the repository root.
 func docFiles(t *testing.T) []string {
@@ -377,7 +379,9 @@ func main() {
 // TestDocsCodeCompiles builds every ```go block of the docs (a block
 // without a package clause is the body of a main function with the
 // imports of snippetPrelude) against the repository's packages, and
-// parses every ```python block when python3 is installed.
+// parses every ```js block (node --check) and ```python block when node
+// and python3 are installed. TestDocsNodeReceiver runs the README's js
+// block.
 func TestDocsCodeCompiles(t *testing.T) {
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
@@ -391,6 +395,7 @@ func TestDocsCodeCompiles(t *testing.T) {
 	replace := map[string]string{}
 	var pkgs []string
 	python, _ := exec.LookPath("python3")
+	node, _ := exec.LookPath("node")
 	for _, name := range docFiles(t) {
 		blocks, _ := splitDoc(readDoc(t, name))
 		for _, b := range blocks {
@@ -411,6 +416,17 @@ func TestDocsCodeCompiles(t *testing.T) {
 				replace[filepath.Join(root, pkg, "main.go")] = file
 				pkgs = append(pkgs, pkg)
 				t.Logf("%s:%d is %s", name, b.line, pkg)
+			case "js":
+				if node == "" {
+					continue
+				}
+				file := filepath.Join(dir, fmt.Sprintf("snippet%d.mjs", len(pkgs)))
+				if err := os.WriteFile(file, []byte(b.text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if out, err := exec.Command(node, "--check", file).CombinedOutput(); err != nil {
+					t.Errorf("%s:%d: the js block does not parse: %v\n%s", name, b.line, err, out)
+				}
 			case "python":
 				if python == "" {
 					continue
