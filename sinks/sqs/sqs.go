@@ -127,6 +127,9 @@ const (
 	AttrID          = "id"
 	AttrDocumentKey = "documentKey"
 	AttrClusterTime = "clusterTime"
+	// AttrTxn is the "txn" object (compact JSON) of an event written by a
+	// multi-document transaction (document form only).
+	AttrTxn = "txn"
 )
 
 // Config configures an SQS sink.
@@ -376,6 +379,8 @@ func (s *SQS) entry(id int, e *event.Event, env []byte) (types.SendMessageBatchR
 				add(AttrDocumentKey, m.Value)
 			case "clusterTime":
 				add(AttrClusterTime, m.Value)
+			case "txn":
+				add(AttrTxn, m.Value)
 			}
 		}
 	}
