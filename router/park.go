@@ -257,6 +257,7 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		return true
 	}
 	ev.Rules = e.Rules
+	ev.Txn = e.Txn // index and last are the entry's, not the change's
 	// The entry keeps the raw change: shape it with the current shaping.
 	ev, skip := l.reshape(ev)
 	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
