@@ -73,6 +73,7 @@ func envelope(tb testing.TB, e *event.Event, canonical bool) []byte {
 // recorded is one request seen by a recorder.
 type recorded struct {
 	path   string
+	query  string // the raw query, as on the wire
 	header http.Header
 	body   []byte
 }
