@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -239,7 +240,21 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 	mux.HandleFunc("GET /api/v1/backfills/{id}", g.reading(g.showBackfill))
 	mux.HandleFunc("DELETE /api/v1/backfills/{id}", g.mutating(g.cancelBackfill))
 	g.consoleRoutes(mux)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") || r.URL.Path == "/readyz" {
+			apiHeaders(w.Header())
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// apiHeaders sets the headers of every /api/v1 and /readyz response: they
+// carry data (documents of dead letters, error texts, positions) that no
+// cache may keep and no browser may sniff into another type, as the
+// console's pages do.
+func apiHeaders(h http.Header) {
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
 }
 
 // maxPayloads bounds the whole entries (GET /api/v1/deadletters/{id})
