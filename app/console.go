@@ -30,13 +30,15 @@ import (
 // embedded files, one embedded script and style sheet, no external assets.
 //
 // Security model:
-//   - Reads. With server.console_auth = "none" the pages render their data
-//     for anyone who can reach the listener. With "token" a page requested
-//     without the admin token is its empty shell (401, no data); the shell's
-//     script, given the token once (kept in the tab's sessionStorage, never
-//     in a cookie), fetches the same URL with Authorization: Bearer and
-//     swaps the rendered content in. server.public_read governs /api/v1
-//     only.
+//   - Reads. The console follows the API's read policy unless
+//     server.console_auth says otherwise: unset, it is "none" with
+//     server.public_read and "token" without (config.Server.ConsoleReadAuth).
+//     With "none" the pages render their data for anyone who can reach the
+//     listener. With "token" a page requested without the admin token is
+//     its empty shell (401, no data; 403 when no token is configured); the
+//     shell's script, given the token once (kept in the tab's
+//     sessionStorage, never in a cookie), fetches the same URL with
+//     Authorization: Bearer and swaps the rendered content in.
 //   - Actions (replay, purge, reload) are POST/DELETE requests to /ui/api/...
 //     with a JSON body: they need Content-Type: application/json (a form or
 //     a "simple" cross-site request cannot send it without a CORS
@@ -142,8 +144,11 @@ type consolePage struct {
 	Nav   string // overview, deadletters, rules
 	// Locked is set when the page's data needs the admin token and the
 	// request carried none: the template renders the shell only.
-	Locked   bool
-	Auth     string // server.console_auth
+	Locked bool
+	// NoToken is set with Locked when no admin token is configured: no
+	// token can unlock the page (the API refuses reads too).
+	NoToken  bool
+	Auth     string // server.console_auth, as in effect (ConsoleReadAuth)
 	Refresh  int    // seconds between self-refreshes; 0: none
 	Instance string
 	Error    string
@@ -593,12 +598,15 @@ func (g *gateway) consoleOn(h http.HandlerFunc) http.HandlerFunc {
 func (g *gateway) consolePage(name string, fill func(*http.Request, *consolePage) int) http.HandlerFunc {
 	return g.consoleOn(func(w http.ResponseWriter, r *http.Request) {
 		cfg := g.config()
-		p := consolePage{Nav: name, Title: consoleTitles[name], Auth: cfg.Server.ConsoleAuth, Instance: g.instance}
-		if p.Auth == "" {
-			p.Auth = config.ConsoleAuthNone
-		}
+		p := consolePage{Nav: name, Title: consoleTitles[name], Auth: cfg.Server.ConsoleReadAuth(), Instance: g.instance}
 		if p.Auth == config.ConsoleAuthToken && !g.authorized(r) {
 			p.Locked = true
+			if cfg.Server.AdminToken.Value() == "" {
+				// As the API: reads are refused, and no token can help.
+				p.NoToken = true
+				renderConsole(w, http.StatusForbidden, name, p)
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="changegate"`)
 			renderConsole(w, http.StatusUnauthorized, name, p)
 			return

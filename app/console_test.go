@@ -66,14 +66,16 @@ func TestConsoleHandlers(t *testing.T) {
 		}
 	}
 	// Paging: the next link carries the filter and after.
-	_, page1 := callWith(t, "GET", g.admin, "/ui/deadletters?sink=hook&limit=1", "", strings.NewReader(""))
+	// Reads follow the API's policy (admin_token set, no public_read): the
+	// pages are read with the token.
+	_, page1 := callWith(t, "GET", g.admin, "/ui/deadletters?sink=hook&limit=1", token, strings.NewReader(""))
 	i := strings.Index(page1, `<a id="next" href="`)
 	if i < 0 || strings.Count(page1, `class="deadletter"`) != 1 {
 		t.Fatalf("first page of 1: no next link:\n%s", page1)
 	}
 	next := page1[i+len(`<a id="next" href="`):]
 	next = strings.ReplaceAll(next[:strings.Index(next, `"`)], "&amp;", "&")
-	code, page2 := callWith(t, "GET", g.admin, next, "", strings.NewReader(""))
+	code, page2 := callWith(t, "GET", g.admin, next, token, strings.NewReader(""))
 	if code != 200 || strings.Count(page2, `class="deadletter"`) != 1 {
 		t.Fatalf("second page %s: %d\n%s", next, code, page2)
 	}
@@ -103,7 +105,7 @@ func TestConsoleHandlers(t *testing.T) {
 		{"GET", "/nothing-here", nil, 404, ""},
 		{"GET", "/", []string{"Host", "evil.example"}, 421, "allowed_hosts"},
 	} {
-		code, body := callWith(t, r.method, g.admin, r.path, "", strings.NewReader(""), r.hdr...)
+		code, body := callWith(t, r.method, g.admin, r.path, token, strings.NewReader(""), r.hdr...)
 		if code != r.want || !strings.Contains(body, r.has) {
 			t.Errorf("%s %s %q: %d, want %d containing %q:\n%.2000s", r.method, r.path, r.hdr, code, r.want, r.has, body)
 		}
@@ -207,5 +209,86 @@ func TestConsoleAuthToken(t *testing.T) {
 	}
 	if code, _ := callBody(t, "POST", g.admin, "/ui/api/replay", token, "application/json", "{}"); code != 404 {
 		t.Errorf("console = false: POST /ui/api/replay: %d, want 404", code)
+	}
+}
+
+// TestConsoleFollowsReadPolicy: unless console_auth says otherwise, the
+// console reads data only as the API does. With admin_token set and the
+// console's defaults, a dead letter's page, the listing and the overview
+// show nothing of a document or an error text without the token (401, as
+// /api/v1 answers); with public_read they are open; without any token
+// configured they are refused (403) like the API's reads; an explicit
+// console_auth = "none" still opens them.
+func TestConsoleFollowsReadPolicy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(hook.Close)
+	dls := deadletter.NewStore(mongotest.Client(t, e.uri).Database(e.state), "deadletters")
+	change, _ := bson.Marshal(bson.D{{Key: "operationType", Value: "insert"},
+		{Key: "fullDocument", Value: bson.D{{Key: "_id", Value: 7}, {Key: "ssn", Value: "SSN-123-45-6789"}, {Key: "salary", Value: 123456}}}})
+	key, _ := bson.Marshal(bson.D{{Key: "_id", Value: 7}})
+	ent := deadletter.Entry{
+		ID: deadletter.EntryID("items:07", "hook"), Kind: deadletter.KindFailed, EventID: "items:07", Source: "items", Sink: "hook",
+		Operation: "insert", DocumentKey: key, Change: change, Reason: "http_400",
+		FirstError: "receiver said SECRET-ERROR-TEXT", LastError: "receiver said SECRET-ERROR-TEXT", Attempts: 1,
+		FirstFailedAt: time.Now(), LastFailedAt: time.Now(),
+	}
+	if err := dls.Put(context.Background(), ent); err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{"/", "/ui/deadletters", "/ui/deadletters/" + ent.ID, "/ui/rules"}
+	leaks := func(body string) bool {
+		for _, s := range []string{"SSN-123-45-6789", "123456", "SECRET-ERROR-TEXT", `data-name="hook"`, `data-rule="all"`, `class="deadletter"`} {
+			if strings.Contains(body, s) {
+				return true
+			}
+		}
+		return false
+	}
+	parse := func(server string) *config.Config {
+		t.Helper()
+		text := strings.NewReplacer("%URI%", e.uri, "%DB%", e.db, "%STATE%", e.state, "%URL%", hook.URL, "%GRACE%", "5s").Replace(configText)
+		text = strings.Replace(text, `admin_token = "s3cret-admin-token"`, server, 1)
+		cfg, err := config.Parse("test.toml", []byte(text), func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatalf("config: %v", err)
+		}
+		return cfg
+	}
+	for _, tc := range []struct {
+		name, server string
+		auth         string // the console_auth in effect
+		open         int    // the status without a token: 200 shows data
+		withToken    int
+	}{
+		{"admin_token, defaults", `admin_token = "s3cret-admin-token"`, config.ConsoleAuthToken, 401, 200},
+		{"admin_token, public_read", "admin_token = \"s3cret-admin-token\"\npublic_read = true", config.ConsoleAuthNone, 200, 200},
+		{"no token, defaults", ``, config.ConsoleAuthToken, 403, 403},
+		{"admin_token, console_auth none", "admin_token = \"s3cret-admin-token\"\nconsole_auth = \"none\"", config.ConsoleAuthNone, 200, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := parse(tc.server)
+			if cfg.Server.ConsoleAuth != tc.auth {
+				t.Fatalf("console_auth %q, want %q", cfg.Server.ConsoleAuth, tc.auth)
+			}
+			g := start(t, cfg, app.Options{})
+			defer g.stop(t, 10*time.Second)
+			for _, path := range paths {
+				code, body := callWith(t, "GET", g.admin, path, "", strings.NewReader(""))
+				if code != tc.open || (code == 200) != leaks(body) {
+					t.Errorf("GET %s without a token: %d, want %d (data shown: %v):\n%.1500s", path, code, tc.open, leaks(body), body)
+				}
+				code, body = callWith(t, "GET", g.admin, path, token, strings.NewReader(""))
+				if code != tc.withToken || (code == 200) != leaks(body) {
+					t.Errorf("GET %s with the token: %d, want %d (data shown: %v)", path, code, tc.withToken, leaks(body))
+				}
+			}
+			// The API agrees.
+			code, _ := callWith(t, "GET", g.admin, "/api/v1/deadletters/"+ent.ID, "", strings.NewReader(""))
+			if (code == 200) != (tc.open == 200) && tc.name != "admin_token, console_auth none" {
+				t.Errorf("GET /api/v1/deadletters/{id} without a token: %d, the console %d", code, tc.open)
+			}
+		})
 	}
 }
