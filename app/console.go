@@ -395,9 +395,11 @@ type consoleEntry struct {
 	ChangeDropped                  bool
 	FirstFailedAt, LastFailedAt    time.Time
 	// JSON is the whole entry (envelope and change included), indented;
-	// Cut is set when it was cut at consoleShownBytes.
+	// Cut is set when it was cut at consoleShownBytes (then compact), Size
+	// is its whole length in bytes.
 	JSON string
 	Cut  bool
+	Size int
 }
 
 func summaryOf(e deadletter.Entry) consoleEntrySummary {
@@ -677,6 +679,14 @@ func (g *gateway) consoleDeadLetters(r *http.Request, p *consolePage) int {
 
 func (g *gateway) consoleEntry(r *http.Request, p *consolePage) int {
 	id := r.PathValue("id")
+	// The whole entry is read (up to a few times 16 MiB): at most
+	// maxPayloads at once, with the API's reads; what the page keeps of it
+	// is cut at consoleShownBytes.
+	if !g.payloads.enter(r.Context()) {
+		p.Error = "the request ended while waiting for a turn to read the entry"
+		return http.StatusServiceUnavailable
+	}
+	defer g.payloads.leave()
 	e, ok, err := g.dls.Get(r.Context(), id)
 	if err != nil {
 		p.Error = err.Error()
@@ -696,12 +706,19 @@ func entryView(e deadletter.Entry) *consoleEntry {
 		Rules: e.Rules, ChangeDropped: e.ChangeDropped, FirstFailedAt: e.FirstFailedAt, LastFailedAt: e.LastFailedAt,
 	}
 	if b, err := e.MarshalJSON(); err == nil {
-		var ind bytes.Buffer
-		if json.Indent(&ind, b, "", "  ") == nil {
-			b = ind.Bytes()
-		}
+		v.Size = len(b)
 		if len(b) > consoleShownBytes {
+			// Too large to show whole: the start of it, compact (no
+			// indented copy of the whole).
 			b, v.Cut = b[:consoleShownBytes], true
+		} else {
+			var ind bytes.Buffer
+			if json.Indent(&ind, b, "", "  ") == nil {
+				b = ind.Bytes()
+			}
+			if len(b) > consoleShownBytes {
+				b, v.Cut = b[:consoleShownBytes], true
+			}
 		}
 		v.JSON = strings.ToValidUTF8(string(b), "\uFFFD")
 	} else {

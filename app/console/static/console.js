@@ -108,7 +108,35 @@
   }
   function purged(out) { return 'Purged ' + (out.purged || 0) + '.'; }
 
+  // download fetches a whole dead letter from the API with the token and
+  // saves it as a file (a plain link cannot send the bearer token).
+  function download(link) {
+    var id = link.getAttribute('data-download');
+    flash('Downloading…', false);
+    fetch(link.getAttribute('href'), {
+      headers: authHeaders({ 'Accept': 'application/json' }), cache: 'no-store', credentials: 'omit'
+    }).then(function (resp) {
+      if (!resp.ok) { flash('Refused (' + resp.status + '): enter the admin token above.', true); return; }
+      return resp.blob().then(function (b) {
+        var a = document.createElement('a');
+        a.href = URL.createObjectURL(b);
+        a.download = id.replace(/[^A-Za-z0-9._-]/g, '_') + '.json';
+        document.body.appendChild(a);
+        a.click();
+        a.remove();
+        setTimeout(function () { URL.revokeObjectURL(a.href); }, 10000);
+        flash('Downloaded.', false);
+      });
+    }).catch(function (err) { flash('Download failed: ' + err, true); });
+  }
+
   document.addEventListener('click', function (ev) {
+    var link = ev.target.closest('a[data-download]');
+    if (link && token()) {
+      ev.preventDefault();
+      download(link);
+      return;
+    }
     var btn = ev.target.closest('button[data-action]');
     if (!btn) { return; }
     ev.preventDefault();
