@@ -372,7 +372,17 @@ func perMinute(samples []consoleSample, get func(consoleSample) (float64, bool))
 }
 
 type consoleDeadLetters struct {
-	Filter  url.Values // the filter as given (sink, source, kind, since, document_key)
+	Filter  url.Values // the filter as given (sink, source, kind, since, document_key, document_key_bson)
+	// Selection is the listing's filter as the JSON body of the bulk
+	// actions (consoleActionBody): since made absolute and until set to
+	// when the listing was read, so "Purge matching" and "Replay matching"
+	// act on exactly the entries the filter matched then, never on more.
+	// PurgeCount and ReplayCount are how many those are (ReplayCount: the
+	// failed ones; Replayable is false for a kind replay refuses).
+	Selection   string
+	PurgeCount  int64
+	ReplayCount int64
+	Replayable  bool
 	Sinks   []string
 	Sources []string
 	Entries []consoleEntrySummary
@@ -635,7 +645,8 @@ func (g *gateway) consoleDeadLetters(r *http.Request, p *consolePage) int {
 	}
 	p.DeadLetters = d
 	q := queryOf(r)
-	for k, v := range map[string]string{"sink": q.Sink, "source": q.Source, "kind": q.Kind, "since": q.Since, "document_key": q.DocumentKey} {
+	for k, v := range map[string]string{"sink": q.Sink, "source": q.Source, "kind": q.Kind, "since": q.Since,
+		"document_key": q.DocumentKey, "document_key_bson": q.DocumentKeyBSON} {
 		if v != "" {
 			d.Filter.Set(k, v)
 		}
@@ -643,10 +654,15 @@ func (g *gateway) consoleDeadLetters(r *http.Request, p *consolePage) int {
 	if q.Limit == "" {
 		q.Limit = strconv.Itoa(consoleListLimit)
 	}
-	f, err := q.ListFilter(time.Now())
+	now := time.Now()
+	f, err := q.ListFilter(now)
 	if err != nil {
 		p.Error = err.Error()
 		return http.StatusBadRequest
+	}
+	if err := g.selection(r, d, q, f, now); err != nil {
+		p.Error = err.Error()
+		return http.StatusInternalServerError
 	}
 	started := false
 	err = g.dls.Summaries(r.Context(), f, func() { started = true }, func(e deadletter.Entry) error {
@@ -675,6 +691,36 @@ func (g *gateway) consoleDeadLetters(r *http.Request, p *consolePage) int {
 		d.Next = template.URL("/ui/deadletters?" + next.Encode())
 	}
 	return http.StatusOK
+}
+
+// selection fills d's bulk-action selection from the listing's query q
+// (filter f, read at now) and counts what it selects.
+func (g *gateway) selection(r *http.Request, d *consoleDeadLetters, q DeadLetterQuery, f deadletter.Filter, now time.Time) error {
+	// Entries are created with millisecond times: until is just after
+	// now's millisecond, so every entry the listing could see is in.
+	until := now.Truncate(time.Millisecond).Add(time.Millisecond)
+	body := consoleActionBody{Sink: q.Sink, Source: q.Source, Kind: q.Kind, DocumentKey: q.DocumentKey,
+		DocumentKeyBSON: q.DocumentKeyBSON, Until: until.UTC().Format(time.RFC3339Nano)}
+	if !f.Since.IsZero() {
+		body.Since = f.Since.UTC().Format(time.RFC3339Nano)
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	d.Selection = string(b)
+	all := f
+	all.Limit, all.AfterID, all.Until = 0, "", until
+	if d.PurgeCount, err = g.dls.Count(r.Context(), all); err != nil {
+		return err
+	}
+	switch all.Kind {
+	case "", deadletter.KindFailed:
+		d.Replayable = true
+		all.Kind = deadletter.KindFailed
+		d.ReplayCount, err = g.dls.Count(r.Context(), all)
+	}
+	return err
 }
 
 func (g *gateway) consoleEntry(r *http.Request, p *consolePage) int {
@@ -739,14 +785,18 @@ func (g *gateway) consoleRules(_ *http.Request, p *consolePage) int {
 // consoleActionBody is the JSON body of the console's actions: a
 // dead-letter selection (ids, or a filter as on the dead-letter page).
 type consoleActionBody struct {
-	IDs         []string `json:"ids"`
-	Sink        string   `json:"sink"`
-	Source      string   `json:"source"`
-	Kind        string   `json:"kind"`
-	Since       string   `json:"since"`
-	DocumentKey string   `json:"document_key"`
-	// All must be true to purge with an empty selection.
-	All bool `json:"all"`
+	IDs             []string `json:"ids,omitempty"`
+	Sink            string   `json:"sink,omitempty"`
+	Source          string   `json:"source,omitempty"`
+	Kind            string   `json:"kind,omitempty"`
+	Since           string   `json:"since,omitempty"`
+	DocumentKey     string   `json:"document_key,omitempty"`
+	DocumentKeyBSON string   `json:"document_key_bson,omitempty"`
+	// Until (RFC 3339) selects entries created before it: the time the
+	// listing the action comes from was read.
+	Until string `json:"until,omitempty"`
+	// All must be true to purge with an empty selection (until aside).
+	All bool `json:"all,omitempty"`
 }
 
 // consoleMaxIDs bounds the ids of one action.
@@ -782,10 +832,16 @@ func selection(b []byte) (deadletter.Filter, bool, error) {
 	if err := dec.Decode(&body); err != nil {
 		return deadletter.Filter{}, false, fmt.Errorf("body: %w", err)
 	}
-	q := DeadLetterQuery{Sink: body.Sink, Source: body.Source, Kind: body.Kind, Since: body.Since, DocumentKey: body.DocumentKey}
+	q := DeadLetterQuery{Sink: body.Sink, Source: body.Source, Kind: body.Kind, Since: body.Since,
+		DocumentKey: body.DocumentKey, DocumentKeyBSON: body.DocumentKeyBSON}
 	f, err := q.Filter(time.Now(), 0)
 	if err != nil {
 		return f, false, err
+	}
+	if body.Until != "" {
+		if f.Until, err = time.Parse(time.RFC3339Nano, body.Until); err != nil {
+			return f, false, fmt.Errorf("until: %q is not an RFC 3339 time", body.Until)
+		}
 	}
 	if body.IDs != nil {
 		if len(body.IDs) == 0 || len(body.IDs) > consoleMaxIDs {
@@ -793,7 +849,8 @@ func selection(b []byte) (deadletter.Filter, bool, error) {
 		}
 		f.IDs = slices.Clone(body.IDs)
 	}
-	everything := body.IDs == nil && f.Sink == "" && f.Source == "" && f.Kind == "" && f.Since.IsZero() && f.DocumentKey == nil
+	everything := body.IDs == nil && f.Sink == "" && f.Source == "" && f.Kind == "" && f.Since.IsZero() &&
+		f.DocumentKey == nil && f.ExactDocumentKey == nil
 	return f, everything && !body.All, nil
 }
 

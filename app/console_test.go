@@ -2,8 +2,13 @@ package app_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -290,5 +295,99 @@ func TestConsoleFollowsReadPolicy(t *testing.T) {
 				t.Errorf("GET /api/v1/deadletters/{id} without a token: %d, the console %d", code, tc.open)
 			}
 		})
+	}
+}
+
+// attr returns the (HTML-unescaped) value of the first attribute name="..."
+// after marker in page.
+func attr(t *testing.T, page, marker, name string) string {
+	t.Helper()
+	i := strings.Index(page, marker)
+	if i < 0 {
+		t.Fatalf("%s not in the page:\n%.3000s", marker, page)
+	}
+	rest := page[i:]
+	j := strings.Index(rest, name+`="`)
+	if j < 0 {
+		t.Fatalf("no %s after %s:\n%.3000s", name, marker, rest)
+	}
+	rest = rest[j+len(name)+2:]
+	return html.UnescapeString(rest[:strings.Index(rest, `"`)])
+}
+
+// TestConsoleBulkActionsCarryTheListingsFilter: "Purge matching" and
+// "Replay matching" send exactly the listing's filter, document_key_bson
+// included, and state how many entries that is; the next-page link keeps
+// the filter too; an entry created after the listing was read is not
+// touched.
+func TestConsoleBulkActionsCarryTheListingsFilter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(hook.Close)
+	g := start(t, e.config(hook.URL, "5s"), app.Options{})
+	dls := deadletter.NewStore(mongotest.Client(t, e.uri).Database(e.state), "deadletters")
+	created := time.Now().Add(-time.Minute)
+	put := func(n int, sink string, id any, at time.Time) {
+		t.Helper()
+		key, _ := bson.Marshal(bson.D{{Key: "_id", Value: id}})
+		ev := fmt.Sprintf("items:%02d", n)
+		if err := dls.Put(context.Background(), deadletter.Entry{ID: deadletter.EntryID(ev, sink), Kind: deadletter.KindFailed, EventID: ev,
+			Source: "items", Sink: sink, Operation: "insert", DocumentKey: key, Reason: "http_400", LastError: "x", Attempts: 1,
+			FirstFailedAt: at, LastFailedAt: at, CreatedAt: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	odd := "\xff-not-utf8" // a key JSON cannot name: only document_key_bson selects it exactly
+	for i, id := range []any{1, 2, 3, odd} {
+		put(i, "crm", id, created)
+	}
+	put(9, "hook", odd, created)
+	oddKey, _ := bson.Marshal(bson.D{{Key: "_id", Value: odd}})
+	b64 := base64.StdEncoding.EncodeToString(oddKey)
+
+	code, page := callWith(t, "GET", g.admin, "/ui/deadletters?sink=crm&limit=1&document_key_bson="+url.QueryEscape(b64), token, strings.NewReader(""))
+	if code != 200 || strings.Count(page, `class="deadletter"`) != 1 {
+		t.Fatalf("listing: %d\n%.3000s", code, page)
+	}
+	var sel map[string]any
+	if err := json.Unmarshal([]byte(attr(t, page, `id="filter"`, "data-selection")), &sel); err != nil {
+		t.Fatalf("data-selection: %v", err)
+	}
+	if sel["sink"] != "crm" || sel["document_key_bson"] != b64 || sel["until"] == nil || len(sel) != 3 {
+		t.Fatalf("bulk selection %v: want sink, document_key_bson and until", sel)
+	}
+	if n := attr(t, page, `data-action="purge-filter"`, "data-count"); n != "1" {
+		t.Errorf("purge count %s, want 1", n)
+	}
+	if n := attr(t, page, `data-action="replay-filter"`, "data-count"); n != "1" {
+		t.Errorf("replay count %s, want 1", n)
+	}
+	if next := attr(t, page, `id="next"`, "href"); !strings.Contains(next, "document_key_bson="+url.QueryEscape(b64)) || !strings.Contains(next, "sink=crm") {
+		t.Errorf("next page %s: the filter is lost", next)
+	}
+	body, _ := json.Marshal(sel)
+	code, out := callBody(t, "DELETE", g.admin, "/ui/api/deadletters", token, "application/json", string(body))
+	if code != 200 || !strings.Contains(out, `"purged": 1`) {
+		t.Fatalf("purge matching: %d %s, want 1 purged", code, out)
+	}
+	if n, _ := dls.Count(context.Background(), deadletter.Filter{Sink: "crm"}); n != 3 {
+		t.Fatalf("%d crm entries left, want 3", n)
+	}
+
+	// The sink's listing: its 3 entries; one created after the listing
+	// was read is left alone.
+	_, page = callWith(t, "GET", g.admin, "/ui/deadletters?sink=crm", token, strings.NewReader(""))
+	if n := attr(t, page, `data-action="purge-filter"`, "data-count"); n != "3" {
+		t.Errorf("purge count %s, want 3", n)
+	}
+	sels := attr(t, page, `id="filter"`, "data-selection")
+	put(10, "crm", 10, time.Now().Add(time.Second))
+	code, out = callBody(t, "DELETE", g.admin, "/ui/api/deadletters", token, "application/json", sels)
+	if code != 200 || !strings.Contains(out, `"purged": 3`) {
+		t.Fatalf("purge matching %s: %d %s, want 3 purged", sels, code, out)
+	}
+	if n, _ := dls.Count(context.Background(), deadletter.Filter{}); n != 2 {
+		t.Errorf("%d entries left, want 2 (the other sink's, the newer one)", n)
 	}
 }
