@@ -372,7 +372,7 @@ func perMinute(samples []consoleSample, get func(consoleSample) (float64, bool))
 }
 
 type consoleDeadLetters struct {
-	Filter  url.Values // the filter as given (sink, source, kind, since, document_key, document_key_bson)
+	Filter url.Values // the filter as given (sink, source, kind, since, document_key, document_key_bson)
 	// Selection is the listing's filter as the JSON body of the bulk
 	// actions (consoleActionBody): since made absolute and until set to
 	// when the listing was read, so "Purge matching" and "Replay matching"
@@ -383,9 +383,9 @@ type consoleDeadLetters struct {
 	PurgeCount  int64
 	ReplayCount int64
 	Replayable  bool
-	Sinks   []string
-	Sources []string
-	Entries []consoleEntrySummary
+	Sinks       []string
+	Sources     []string
+	Entries     []consoleEntrySummary
 	// Next is the URL of the next page, empty on the last. It is built
 	// with url.Values.Encode, so the template may use it as is.
 	Next    template.URL
