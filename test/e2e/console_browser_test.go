@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,7 +122,8 @@ func newBrowser(t *testing.T, chromium string) context.Context {
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	t.Cleanup(cancelBrowser)
 	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
-		Source: `window.__alerts = []; window.alert = function (m) { window.__alerts.push(String(m)); };`,
+		Source: `window.__alerts = []; window.alert = function (m) { window.__alerts.push(String(m)); };
+window.__confirms = []; window.confirm = function (m) { window.__confirms.push(String(m)); return true; };`,
 	}); err != nil {
 		t.Fatalf("browser: %v", err)
 	}
@@ -299,6 +302,47 @@ console_auth = "none"`, 1))
 		return parseFloat(r.querySelector('td.delivered').textContent) >= 200 && !!r.querySelector('svg.spark polyline');
 	})()`)
 	shot(t, bctx, artifacts, "console-overview-traffic.png")
+
+	// Bulk actions act on exactly the listing's filter: with two dead
+	// letters of the sink, the listing of one (by document_key_bson) offers
+	// to purge 1, says so before the confirmation, and purges that one.
+	failing.Store(true)
+	for _, id := range []string{"bulk-a", "bulk-b"} {
+		if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 20*time.Second, "the 2 bulk dead letters", func() bool {
+		api(t, "GET", g.admin, "/api/v1/deadletters?kind=failed&sink=hook", token, &list)
+		n := 0
+		for _, en := range list.Entries {
+			if strings.Contains(string(en.DocumentKey), "bulk-") {
+				n++
+			}
+		}
+		return n == 2
+	})
+	keyA, _ := bson.Marshal(bson.D{{Key: "_id", Value: "bulk-a"}})
+	b64 := base64.StdEncoding.EncodeToString(keyA)
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/deadletters?sink=hook&document_key_bson="+url.QueryEscape(b64))); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	evalUntil(t, bctx, 10*time.Second, "the listing of one", `document.querySelectorAll('#deadletters tr.deadletter').length === 1 && document.querySelector('button[data-action="purge-filter"]').dataset.count === '1'`)
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`button[data-action="purge-filter"]`))); err != nil {
+		t.Fatalf("browser: click purge matching: %v", err)
+	}
+	evalUntil(t, bctx, 10*time.Second, "the purge's report", `document.getElementById('flash').textContent.indexOf('Purged 1.') >= 0`)
+	if got := evalString(t, bctx, `window.__confirms.join('|')`); !strings.Contains(got, "Purge 1 dead letter(s)") || !strings.Contains(got, "document_key_bson="+b64) {
+		t.Errorf("confirmation %q: want the count (1) and the filter", got)
+	}
+	api(t, "GET", g.admin, "/api/v1/deadletters?sink=hook", token, &list)
+	var keys []string
+	for _, en := range list.Entries {
+		keys = append(keys, string(en.DocumentKey))
+	}
+	if !slices.Contains(keys, `{"_id":"bulk-b"}`) || slices.Contains(keys, `{"_id":"bulk-a"}`) {
+		t.Errorf("dead letters left %v: want bulk-b's, not bulk-a's", keys)
+	}
 	t.Logf("screenshots in %s", artifacts)
 }
 
