@@ -86,6 +86,9 @@ type gateway struct {
 	stopped  chan struct{}     // closed when Run no longer reads unitDone
 
 	backfills *backfiller // on-demand backfills (backfill.go)
+	// payloads bounds the whole dead-letter entries read at once (the API's
+	// and the console's); handler creates it when nil.
+	payloads *payloadGate
 }
 
 // oversizePolicy returns the sink's oversize policy, counting in m (when

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -45,8 +46,12 @@ const (
 	// backfillCollection holds the per-sink backfill locks (lease
 	// documents "backfill:<sink>") in the state database.
 	backfillCollection = "backfills"
-	// backfillHistory is how many finished backfills the API lists.
+	// backfillHistory is how many finished backfills the API lists (the
+	// newest); running ones are listed besides, at most one per sink.
 	backfillHistory = 20
+	// backfillKeptFilter bounds the filter text a finished backfill keeps
+	// for the listing (a longer one is cut, marked with "…").
+	backfillKeptFilter = 512
 )
 
 // ErrBackfillInput wraps every reason a backfill request was refused
@@ -309,14 +314,7 @@ func (b *backfiller) start(ctx context.Context, cfg *config.Config, req Backfill
 	b.mu.Lock()
 	b.runs[id] = r
 	b.order = append(b.order, id)
-	for len(b.order) > backfillHistory {
-		old := b.runs[b.order[0]]
-		if old.status().State == "running" {
-			break
-		}
-		delete(b.runs, b.order[0])
-		b.order = b.order[1:]
-	}
+	b.pruneLocked()
 	b.mu.Unlock()
 	// A shutdown of the process (ctx) cancels the backfill too.
 	stopOnCtx := context.AfterFunc(ctx, cancel)
@@ -357,10 +355,51 @@ func (b *backfiller) start(ctx context.Context, cfg *config.Config, req Backfill
 			r.st.State, r.st.Error = "failed", err.Error()
 		}
 		st := r.st
+		// What a finished run keeps is small: the filter's text cut, its
+		// parsed form dropped.
+		r.st.Filter = cutFilter(r.st.Filter)
+		r.filter = nil
 		r.mu.Unlock()
 		log.Info("backfill ended", "state", st.State, "scanned", st.Scanned, "sent", st.Sent, "err", st.Error)
+		b.mu.Lock()
+		b.pruneLocked()
+		b.mu.Unlock()
 	}()
 	return r, nil
+}
+
+// pruneLocked forgets all but the newest backfillHistory finished
+// backfills, whatever runs (a long-running old backfill does not keep
+// later finished ones listed). b.mu must be held.
+func (b *backfiller) pruneLocked() {
+	finished := 0
+	keep := b.order[:0:0]
+	for i := len(b.order) - 1; i >= 0; i-- {
+		id := b.order[i]
+		if b.runs[id].status().State != "running" {
+			finished++
+			if finished > backfillHistory {
+				delete(b.runs, id)
+				continue
+			}
+		}
+		keep = append(keep, id)
+	}
+	slices.Reverse(keep)
+	b.order = keep
+}
+
+// cutFilter returns a backfill filter's text cut to backfillKeptFilter
+// bytes (on a rune boundary, marked with "…").
+func cutFilter(s string) string {
+	if len(s) <= backfillKeptFilter {
+		return s
+	}
+	n := backfillKeptFilter
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // renew keeps the sinks' locks while the backfill runs; a lock it cannot

@@ -124,7 +124,7 @@ sinks = ["hook"]
 			CheckpointCollection: "checkpoints",
 			DeadLetterCollection: "deadletters",
 		},
-		Server: Server{Listen: ":9464", ShutdownGrace: 30 * time.Second, ReadyMaxLag: 30 * time.Second, Console: true, ConsoleAuth: ConsoleAuthNone},
+		Server: Server{Listen: ":9464", ShutdownGrace: 30 * time.Second, ReadyMaxLag: 30 * time.Second, Console: true, ConsoleAuth: ConsoleAuthToken},
 		Cluster: Cluster{
 			LeaseTTL:         15 * time.Second,
 			RenewEvery:       5 * time.Second,

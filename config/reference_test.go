@@ -58,7 +58,7 @@ var keyDocs = map[string]keyDoc{
 	"server.public_read":    {Doc: "Serve `/api/v1/status`, the dead letters and the details of `/readyz` without a token. `/healthz`, `/readyz` (its verdict) and `/metrics` are always open."},
 	"server.allowed_hosts":  {Doc: "Host names (without port) the admin server answers to; others get 421 (defeats DNS rebinding). IP literals, `localhost` and `*.localhost` are always accepted; `\"*\"` accepts any.", Default: "the host of `listen` and the machine's host name"},
 	"server.console":        {Doc: "Serve the web console at `GET /` (and `/ui/...`)."},
-	"server.console_auth":   {Doc: "Who may read the console's pages: `\"none\"` (anyone who reaches the listener) or `\"token\"` (needs `admin_token`). Its actions always need the admin token."},
+	"server.console_auth":   {Doc: "Who may read the console's pages: `\"none\"` (anyone who reaches the listener) or `\"token\"` (the admin token; set explicitly it needs `admin_token`, derived without one the pages show no data, as the API refuses reads). Unset, it follows the API's read policy. Its actions always need the admin token.", Default: "`\"none\"` with `public_read = true`, else `\"token\"`"},
 
 	"cluster":                   {Doc: "Running more than one replica: units of work shared through leases in MongoDB (see [running more than one](cluster.md))."},
 	"cluster.enabled":           {Doc: "Turn lease-based sharing of the units on. Without it one process owns every unit and writes no lease."},
@@ -130,7 +130,7 @@ var keyDocs = map[string]keyDoc{
 	"sinks[].allow_private_networks":   {Doc: "Allow targets on loopback, private, link-local, metadata and other special-purpose addresses (refused by default at dial time, against SSRF)."},
 	"sinks[].tls_ca_file":              {Doc: "A PEM file of extra CA certificates to trust (relative to the config file)."},
 	"sinks[].tls_insecure_skip_verify": {Doc: "Do not verify the server certificate (never in production)."},
-	"sinks[].auth":                     {Doc: "`\"aws_sigv4\"` signs every request with AWS Signature Version 4 (function URLs with `AWS_IAM`, API Gateway)."},
+	"sinks[].auth":                     {Doc: "`\"aws_sigv4\"` signs every request with AWS Signature Version 4 (function URLs with `AWS_IAM`, API Gateway). The url is sent as written and signed as sent; a path with a `.` or `..` segment or `//` is refused (AWS normalizes it first, except for `s3`)."},
 	"sinks[].aws_service":              {Doc: "With `auth = \"aws_sigv4\"`: the signing name.", Default: `"lambda"`},
 	"sinks[].region":                   {Doc: "AWS region (`us-east-1`). AWS sinks: default `AWS_REGION` or the shared profile's. Webhook (only with `auth`): default from a function URL or execute-api host."},
 	"sinks[].role_arn":                 {Doc: "An IAM role to assume with STS on top of the default credential chain (webhook: only with `auth`)."},

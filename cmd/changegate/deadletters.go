@@ -12,6 +12,7 @@ import (
 
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/sinks"
 )
 
 const deadlettersUsage = `Usage: changegate deadletters COMMAND -config FILE [filters]
@@ -126,11 +127,13 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 		}
 		res, err := app.Replay(ctx, cfg, client, f, nil)
 		fmt.Fprintf(stdout, "replayed %d, failed %d, skipped %d\n", res.Replayed, res.Failed, res.Skipped)
+		// Errors quote receivers (sinks.Error is printable already); print
+		// them so whatever wraps them.
 		for _, e := range res.Errors {
-			fmt.Fprintf(stderr, "  %v\n", e)
+			fmt.Fprintf(stderr, "  %s\n", sinks.Printable(e.Error()))
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "changegate deadletters replay: %v\n", err)
+			fmt.Fprintf(stderr, "changegate deadletters replay: %s\n", sinks.Printable(err.Error()))
 			return 1
 		}
 		if res.Failed > 0 {
