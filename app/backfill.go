@@ -196,7 +196,9 @@ func (r *backfillRun) status() BackfillStatus {
 
 // ParseBackfillFilter parses a backfill filter: a JSON object in MongoDB
 // query syntax (as accepted by rules' filters: the query operators, no
-// $where, $expr or $function), at most 16 KiB. Empty means every document.
+// $where, $expr or $function, no regular expression MongoDB could backtrack
+// on catastrophically: query.BacktrackRisk), at most 16 KiB. Empty means
+// every document.
 func ParseBackfillFilter(s string) (bson.Raw, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -218,6 +220,11 @@ func ParseBackfillFilter(s string) (bson.Raw, error) {
 	}
 	if _, err := query.Compile(raw); err != nil {
 		return nil, fmt.Errorf("filter is not a valid query: %v", err)
+	}
+	// The filter runs inside MongoDB (find, count): a pattern its
+	// backtracking regex engine could take exponential time on is refused.
+	if why := query.BacktrackRisk(raw); why != "" {
+		return nil, fmt.Errorf("filter refused: %s; rewrite the pattern without the nested repetition", why)
 	}
 	return raw, nil
 }
