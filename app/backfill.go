@@ -133,6 +133,7 @@ const backfillRereads = 10
 // document per sink in the state database, so also across processes).
 type backfiller struct {
 	client   *mongo.Client
+	stateDB  string // never read by a cluster-level backfill
 	locks    *lease.Store
 	instance string
 	target   backfillTarget
@@ -153,7 +154,7 @@ func newBackfiller(client *mongo.Client, stateDB *mongo.Database, instance strin
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &backfiller{
-		client: client, locks: lease.NewStore(stateDB, backfillCollection, backfillLeaseTTL),
+		client: client, stateDB: stateDB.Name(), locks: lease.NewStore(stateDB, backfillCollection, backfillLeaseTTL),
 		instance: instance, target: target, sinksOf: sinksOf, metrics: m, log: log,
 		runs: map[string]*backfillRun{},
 	}
@@ -405,7 +406,7 @@ func (b *backfiller) renew(ctx context.Context, held []lease.Lease, lost chan st
 // backfillInFlight unfinished, and never while the sinks have live
 // changes queued.
 func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source, log *slog.Logger) error {
-	nss, err := source.Namespaces(ctx, b.client, src.Database, src.Collection)
+	nss, err := source.Namespaces(ctx, b.client, src.Database, src.Collection, b.stateDB)
 	if err != nil {
 		return err
 	}

@@ -53,3 +53,18 @@ func PushdownNotes(cfg *config.Config) []string {
 	}
 	return out
 }
+
+// StateDatabaseNotes says, one line per cluster-level source, that
+// changegate's own state database (mongo.state_database) is left out of
+// its stream, snapshot and backfills: its checkpoint saves and dead
+// letters would otherwise be events (a source of that database is refused
+// by the configuration). check prints them; they are not errors.
+func StateDatabaseNotes(cfg *config.Config) []string {
+	var out []string
+	for i, sc := range cfg.Sources {
+		if sc.Database == "" {
+			out = append(out, fmt.Sprintf("sources[%d] (%s) watches the whole cluster except changegate's state database %q (mongo.state_database): its changes are left out of the stream (a $match on ns.db), the snapshot and backfills", i, sc.Name, cfg.Mongo.StateDatabase))
+		}
+	}
+	return out
+}

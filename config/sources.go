@@ -22,14 +22,17 @@ var (
 )
 
 // source decodes one [[sources]] entry; nameVal is nil when the name is
-// missing or invalid.
-func (d *decoder) source(o *obj) (s Source, nameVal *value) {
+// missing or invalid. stateDB is mongo.state_database: a source of it is
+// refused (its checkpoint saves and dead letters would become events).
+func (d *decoder) source(o *obj, stateDB string) (s Source, nameVal *value) {
 	s.Name, nameVal = o.name()
 	if db, v, ok := o.str("database"); v != nil && ok {
 		if db == "" {
 			d.errorf(o.keyPath("database"), v.line, "must not be empty (omit it to watch the whole cluster)")
 		} else if msg := checkDBName(db); msg != "" {
 			d.errorf(o.keyPath("database"), v.line, "%s", msg)
+		} else if db == stateDB {
+			d.errorf(o.keyPath("database"), v.line, "%q is changegate's own state database (mongo.state_database): its checkpoint saves and dead letters would become events of this source; watch another database or set mongo.state_database to one no source watches", db)
 		} else {
 			s.Database = db
 		}
