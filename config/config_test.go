@@ -555,8 +555,9 @@ rate_limit = "1/2s"
 	}
 }
 
-// TestSourceOfTheStateDatabase: a source (database- or collection-level)
-// of mongo.state_database is refused with its file:line; a cluster-level
+// TestSourceOfTheStateDatabase: a database-level source of
+// mongo.state_database is refused with its file:line; one collection of it
+// may be watched on purpose (the dead-letter collection); a cluster-level
 // source is accepted (the state database is left out of its stream).
 func TestSourceOfTheStateDatabase(t *testing.T) {
 	head := `
@@ -568,8 +569,9 @@ name = "a"
 %s
 `
 	for _, tc := range []struct{ mongo, source, want string }{
-		{"", `database = "changegate"`, `sources[0].database: "changegate" is changegate's own state database (mongo.state_database): its checkpoint saves and dead letters would become events of this source; watch another database or set mongo.state_database to one no source watches at c.toml:6`},
-		{`state_database = "cg_state"`, "database = \"cg_state\"\ncollection = \"checkpoints\"", `sources[0].database: "cg_state" is changegate's own state database`},
+		{"", `database = "changegate"`, `sources[0].database: "changegate" is changegate's own state database (mongo.state_database): its checkpoint saves and dead letters would become events of this source; watch another database, set mongo.state_database to one no source watches, or name one collection of it (collection = "deadletters") to watch dead letters on purpose at c.toml:6`},
+		{`state_database = "cg_state"`, `database = "cg_state"`, `sources[0].database: "cg_state" is changegate's own state database`},
+		{`state_database = "cg_state"`, "database = \"cg_state\"\ncollection = \"deadletters\"", ``},
 		{`state_database = "cg_state"`, `database = "changegate"`, ``},
 		{"", ``, ``},
 	} {
