@@ -421,6 +421,8 @@ func (g *gateway) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 
 // replay re-delivers the dead letters f selects (no kind: the
 // failed ones; parked ones are refused) and answers with a replayReport.
+// deliver_unrouted=true also delivers those no current rule routes to
+// their sink (ReplayOptions).
 // The admin API and the console share it.
 func (g *gateway) replay(w http.ResponseWriter, r *http.Request, f deadletter.Filter) {
 	switch f.Kind {
@@ -430,10 +432,19 @@ func (g *gateway) replay(w http.ResponseWriter, r *http.Request, f deadletter.Fi
 		writeJSON(w, http.StatusBadRequest, apiError{"parked entries are re-driven automatically, in order, once their sink accepts again; only failed entries can be replayed"})
 		return
 	}
+	var opts ReplayOptions
+	switch v := r.URL.Query().Get("deliver_unrouted"); v {
+	case "", "false":
+	case "true":
+		opts.DeliverUnrouted = true
+	default:
+		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("deliver_unrouted=%q: want true or false", v)})
+		return
+	}
 	// A replay waits for its deliveries (retries included): no write
 	// deadline for it.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	res, err := g.dls.Replay(r.Context(), f, g.engine.DeliverNow)
+	res, err := g.dls.Replay(r.Context(), f, opts.deliverer(g.engine))
 	rep := replayReport{Replayed: res.Replayed, Failed: res.Failed, Skipped: res.Skipped}
 	for _, e := range res.Errors {
 		rep.Errors = append(rep.Errors, e.Error())

@@ -488,10 +488,28 @@ func (g *gateway) drain(grace time.Duration, hard <-chan struct{}) {
 	}
 }
 
+// ReplayOptions are an operator's choices for a replay.
+type ReplayOptions struct {
+	// DeliverUnrouted also delivers the entries that no current rule routes
+	// to their sink (CLI -deliver-unrouted, API deliver_unrouted=true),
+	// shaped with the strictest shape of the sink's current rules. Without
+	// it they are skipped (deadletter.ErrNotRouted) and stay.
+	DeliverUnrouted bool
+}
+
+// deliverer returns the engine's delivery for a replay with opts.
+func (o ReplayOptions) deliverer(e *router.Engine) func(context.Context, string, *event.Event) error {
+	if o.DeliverUnrouted {
+		return e.DeliverUnrouted
+	}
+	return e.DeliverNow
+}
+
 // Replay re-delivers the dead letters matching f through their sinks (built
-// from cfg) with each sink's retry policy; an entry is deleted only after its
-// sink accepted it.
-func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f deadletter.Filter, log *slog.Logger) (deadletter.ReplayResult, error) {
+// from cfg) with each sink's retry policy, routed and shaped as the current
+// configuration would a live change (router.Rules.ReshapeStored); an entry
+// is deleted only after its sink accepted it.
+func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f deadletter.Filter, opts ReplayOptions, log *slog.Logger) (deadletter.ReplayResult, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -509,7 +527,7 @@ func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f dea
 		return deadletter.ReplayResult{}, err
 	}
 	defer engine.Stop()
-	return dls.Replay(ctx, f, engine.DeliverNow)
+	return dls.Replay(ctx, f, opts.deliverer(engine))
 }
 
 // countDeadLetters refreshes the dead-letter gauge until ctx is done.

@@ -138,6 +138,7 @@ const backfillRereads = 10
 // document per sink in the state database, so also across processes).
 type backfiller struct {
 	client   *mongo.Client
+	stateDB  string // never read by a cluster-level backfill
 	locks    *lease.Store
 	instance string
 	target   backfillTarget
@@ -158,7 +159,7 @@ func newBackfiller(client *mongo.Client, stateDB *mongo.Database, instance strin
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &backfiller{
-		client: client, locks: lease.NewStore(stateDB, backfillCollection, backfillLeaseTTL),
+		client: client, stateDB: stateDB.Name(), locks: lease.NewStore(stateDB, backfillCollection, backfillLeaseTTL),
 		instance: instance, target: target, sinksOf: sinksOf, metrics: m, log: log,
 		runs: map[string]*backfillRun{},
 	}
@@ -201,7 +202,9 @@ func (r *backfillRun) status() BackfillStatus {
 
 // ParseBackfillFilter parses a backfill filter: a JSON object in MongoDB
 // query syntax (as accepted by rules' filters: the query operators, no
-// $where, $expr or $function), at most 16 KiB. Empty means every document.
+// $where, $expr or $function, no regular expression MongoDB could backtrack
+// on catastrophically: query.BacktrackRisk), at most 16 KiB. Empty means
+// every document.
 func ParseBackfillFilter(s string) (bson.Raw, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -223,6 +226,11 @@ func ParseBackfillFilter(s string) (bson.Raw, error) {
 	}
 	if _, err := query.Compile(raw); err != nil {
 		return nil, fmt.Errorf("filter is not a valid query: %v", err)
+	}
+	// The filter runs inside MongoDB (find, count): a pattern its
+	// backtracking regex engine could take exponential time on is refused.
+	if why := query.BacktrackRisk(raw); why != "" {
+		return nil, fmt.Errorf("filter refused: %s; rewrite the pattern without the nested repetition", why)
 	}
 	return raw, nil
 }
@@ -437,7 +445,7 @@ func (b *backfiller) renew(ctx context.Context, held []lease.Lease, lost chan st
 // backfillInFlight unfinished, and never while the sinks have live
 // changes queued.
 func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source, log *slog.Logger) error {
-	nss, err := source.Namespaces(ctx, b.client, src.Database, src.Collection)
+	nss, err := source.Namespaces(ctx, b.client, src.Database, src.Collection, b.stateDB)
 	if err != nil {
 		return err
 	}

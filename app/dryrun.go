@@ -107,8 +107,12 @@ type Delivery struct {
 // changes of namespace db.coll, in config order: a cluster source, a
 // database source of db, a collection source of db.coll. A change without
 // a namespace (invalidate) may come from any source; a database-level
-// change (coll empty: dropDatabase) from any source of db.
+// change (coll empty: dropDatabase) from any source of db. No source
+// carries the changes of the state database (mongo.state_database).
 func (d *DryRun) Sources(db, coll string) []string {
+	if db != "" && db == d.cfg.Mongo.StateDatabase {
+		return nil
+	}
 	var out []string
 	for _, sc := range d.cfg.Sources {
 		switch {

@@ -46,7 +46,7 @@ type keyDoc struct {
 var keyDocs = map[string]keyDoc{
 	"mongo":                       {Doc: "The MongoDB deployment to watch (a replica set or sharded cluster, 5.0+) and where changegate keeps its own state."},
 	"mongo.uri":                   {Doc: "Connection string (`mongodb://` or `mongodb+srv://`). Change streams need a replica set or a sharded cluster."},
-	"mongo.state_database":        {Doc: "Database holding checkpoints, dead letters, parked events and leases."},
+	"mongo.state_database":        {Doc: "Database holding checkpoints, dead letters, parked events and leases. Whole-cluster sources leave it out (stream, snapshot, backfills); a database-level source of it is refused."},
 	"mongo.checkpoint_collection": {Doc: "Collection of persisted resume tokens, one document per unit of work."},
 	"mongo.deadletter_collection": {Doc: "Collection of dead letters (inspect and replay them with `changegate deadletters`); must differ from `checkpoint_collection`."},
 
@@ -69,7 +69,7 @@ var keyDocs = map[string]keyDoc{
 
 	"sources":                               {Doc: "One change stream each."},
 	"sources[].name":                        {Doc: "Unique name (letters, digits, `_`, `.`, `-`). It is part of event ids and checkpoints: renaming a source restarts it from scratch."},
-	"sources[].database":                    {Doc: "Database to watch; omit it (and `collection`) to watch the whole cluster."},
+	"sources[].database":                    {Doc: "Database to watch; omit it (and `collection`) to watch the whole cluster (but `mongo.state_database`). The state database only with a `collection`."},
 	"sources[].collection":                  {Doc: "Collection to watch; omit it to watch the whole database. Requires `database`."},
 	"sources[].full_document":               {Doc: "What `fullDocument` holds for updates: nothing, the current document looked up, or the post-image (needs `changeStreamPreAndPostImages`)."},
 	"sources[].full_document_before_change": {Doc: "The pre-image in `fullDocumentBeforeChange` (needs `changeStreamPreAndPostImages`)."},

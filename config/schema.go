@@ -68,7 +68,7 @@ func (d *decoder) decodeTree(tree *table) (*Config, error) {
 	cfg.Cluster = d.cluster(root.section("cluster"), cfg.Mongo)
 	sources := map[string]*value{}
 	for _, o := range root.tables("sources") {
-		s, nameVal := d.source(o)
+		s, nameVal := d.source(o, cfg.Mongo.StateDatabase)
 		if nameVal != nil {
 			if first, dup := sources[s.Name]; dup {
 				d.errorf(o.keyPath("name"), nameVal.line, "duplicate source name %q (first defined at line %d)", s.Name, first.line)

@@ -199,6 +199,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	for _, n := range app.PushdownNotes(cfg) {
 		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
+	for _, n := range app.StateDatabaseNotes(cfg) {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
 	fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d rules)\n", *path, len(cfg.Sources), len(cfg.Sinks), len(cfg.Rules))
 	for _, sc := range cfg.Sources {
 		if sc.Partitions > 1 {
