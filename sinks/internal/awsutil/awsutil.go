@@ -1,4 +1,5 @@
-// Package awsutil is what the AWS sinks (EventBridge, SQS, Lambda) share:
+// Package awsutil is what the AWS sinks (EventBridge, SQS, SNS, Kinesis,
+// Lambda) share:
 // the SDK client setup (credential chain, assumed role, transport-only
 // retries) and the classification of whole-call errors into retry
 // decisions. The webhook sink's SigV4 signing uses its credential chain
@@ -169,13 +170,26 @@ var transientCodes = map[string]bool{
 	"RequestTimeTooSkewed":  true,
 }
 
-// IsThrottle reports whether an AWS error code means throttling. SQS's KMS
+// throttleCodes are the throttling codes of the sinks' services that the
+// SDK's retry.DefaultThrottleErrorCodes does not list. SQS's KMS
 // throttling has two codes: KmsThrottled (the JSON shape) and
 // KMS.ThrottlingException (its query-compatible code, which real SQS sends
-// in X-Amzn-Query-Error and the SDK reports as the error code).
+// in X-Amzn-Query-Error and the SDK reports as the error code). SNS
+// answers Throttled and KMSThrottling (service/sns types/errors.go),
+// Kinesis KMSThrottlingException (service/kinesis types/errors.go); its
+// ProvisionedThroughputExceededException is in the SDK's list.
+var throttleCodes = map[string]bool{
+	"KmsThrottled":            true,
+	"KMS.ThrottlingException": true,
+	"Throttled":               true,
+	"KMSThrottling":           true,
+	"KMSThrottlingException":  true,
+}
+
+// IsThrottle reports whether an AWS error code means throttling.
 func IsThrottle(code string) bool {
 	_, ok := retry.DefaultThrottleErrorCodes[code]
-	return ok || code == "KmsThrottled" || code == "KMS.ThrottlingException"
+	return ok || throttleCodes[code]
 }
 
 // ClassifyCall turns the error of a whole API call into Send's result:
