@@ -381,25 +381,15 @@ func (s *SQS) sendBatch(ctx context.Context, url string, batch []*event.Event, e
 	if len(out.Failed) == 0 && len(out.Successful) == len(idx) {
 		return nil
 	}
+	succeeded := make([]string, len(out.Successful))
+	for j, r := range out.Successful {
+		succeeded[j] = aws.ToString(r.Id)
+	}
+	failed := make([]awsutil.EntryFailure, len(out.Failed))
+	for j, f := range out.Failed {
+		failed[j] = awsutil.EntryFailure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+	}
 	// Entry ids are the events' indexes in batch.
-	done := make(map[int]bool, len(idx))
-	for _, r := range out.Successful {
-		if i, err := strconv.Atoi(aws.ToString(r.Id)); err == nil {
-			done[i] = true
-		}
-	}
-	for _, f := range out.Failed {
-		i, err := strconv.Atoi(aws.ToString(f.Id))
-		if err != nil || i < 0 || i >= len(batch) {
-			continue
-		}
-		done[i] = true
-		fail(i, awsutil.EntryError(prefix, batch[i].ID, aws.ToString(f.Code), aws.ToString(f.Message), f.SenderFault))
-	}
-	for _, i := range idx {
-		if !done[i] {
-			fail(i, sinks.Retryable("missing_result", 0, fmt.Errorf("%s: event %s: SendMessageBatch returned no result for the message", prefix, batch[i].ID)))
-		}
-	}
+	awsutil.ReportEntries(prefix, "SendMessageBatch", batch, idx, succeeded, failed, fail)
 	return nil
 }

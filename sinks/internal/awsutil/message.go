@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -204,5 +205,39 @@ func EntryError(prefix, eventID, code, message string, senderFault bool) *sinks.
 		return sinks.Retryable("throttled", 0, err)
 	default:
 		return sinks.Retryable(code, 0, err)
+	}
+}
+
+// EntryFailure is one entry of the Failed list of a batch answer (SQS
+// SendMessageBatch, SNS PublishBatch).
+type EntryFailure struct {
+	ID, Code, Message string
+	SenderFault       bool
+}
+
+// ReportEntries reports through fail the entries of one call for the
+// events batch[i], i in idx, whose entry ids are their indexes in batch:
+// each failed entry with EntryError, and each entry the answer lists
+// neither as successful (succeeded ids) nor as failed as retryable
+// "missing_result". op names the call in errors ("PublishBatch").
+func ReportEntries(prefix, op string, batch []*event.Event, idx []int, succeeded []string, failed []EntryFailure, fail func(int, error)) {
+	done := make(map[int]bool, len(idx))
+	for _, id := range succeeded {
+		if i, err := strconv.Atoi(id); err == nil {
+			done[i] = true
+		}
+	}
+	for _, f := range failed {
+		i, err := strconv.Atoi(f.ID)
+		if err != nil || i < 0 || i >= len(batch) {
+			continue
+		}
+		done[i] = true
+		fail(i, EntryError(prefix, batch[i].ID, f.Code, f.Message, f.SenderFault))
+	}
+	for _, i := range idx {
+		if !done[i] {
+			fail(i, sinks.Retryable("missing_result", 0, fmt.Errorf("%s: event %s: %s returned no result for the message", prefix, batch[i].ID, op)))
+		}
 	}
 }
