@@ -400,7 +400,9 @@ func snsMessageSize(m SNSMessage) int {
 
 // validateSNSMessage applies Publish's per-message checks.
 func validateSNSMessage(m SNSMessage, fifo bool, o TopicOptions) *entryFailure {
-	invalid := func(msg string) *entryFailure { return &entryFailure{"InvalidParameter", "Invalid parameter: " + msg, true} }
+	invalid := func(msg string) *entryFailure {
+		return &entryFailure{"InvalidParameter", "Invalid parameter: " + msg, true}
+	}
 	switch {
 	case m.Message == "":
 		return invalid("Message")
