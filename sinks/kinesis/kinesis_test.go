@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -180,7 +179,7 @@ func TestSendSizes(t *testing.T) {
 
 	// With oversize = "strip" the event goes without its documents.
 	srv.Reset()
-	var stripped counter
+	var stripped sinktest.Counter
 	strip := newSink(t, srv, func(c *Config) {
 		c.MaxRequestBytes = 4000
 		c.Oversize = sinks.Oversize{Strip: true, Stripped: &stripped}
@@ -189,14 +188,7 @@ func TestSendSizes(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := srv.Records("changes")
-	if len(r) != 1 || !strings.Contains(string(r[0].Data), `"truncated":true`) || strings.Contains(string(r[0].Data), "fullDocument") || stripped.n != 1 {
-		t.Fatalf("stripped: %d records, counter %d, data %.200s", len(r), stripped.n, r)
+	if len(r) != 1 || !strings.Contains(string(r[0].Data), `"truncated":true`) || strings.Contains(string(r[0].Data), "fullDocument") || stripped.N() != 1 {
+		t.Fatalf("stripped: %d records, counter %d, data %.200s", len(r), stripped.N(), r)
 	}
 }
-
-type counter struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (c *counter) Inc() { c.mu.Lock(); c.n++; c.mu.Unlock() }

@@ -4,6 +4,7 @@ package sinktest
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -42,3 +43,15 @@ func Changes(t testing.TB, n, padding int) []*event.Event {
 	}
 	return out
 }
+
+// Counter is a sinks.Counter that counts, safe for concurrent use.
+type Counter struct {
+	mu sync.Mutex
+	n  int
+}
+
+// Inc adds one.
+func (c *Counter) Inc() { c.mu.Lock(); c.n++; c.mu.Unlock() }
+
+// N returns the count.
+func (c *Counter) N() int { c.mu.Lock(); defer c.mu.Unlock(); return c.n }
