@@ -1,16 +1,23 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/deadletter"
 	awstest "github.com/changegate/changegate/test/aws"
 )
 
@@ -220,5 +227,126 @@ func TestProcessKinesisAndSNSSIGKILLKeepDocumentOrder(t *testing.T) {
 	}
 	if err := p.cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, p.out)
+	}
+}
+
+// TestKinesisAndSNSFailuresRetriedOrDeadLettered: whole-call throttling and
+// failed records are retried (only the failed records are re-sent); a
+// record or message the service refuses for good and an oversize event are
+// dead-lettered at once with a reason that says so; the metrics and the
+// console show both sinks.
+func TestKinesisAndSNSFailuresRetriedOrDeadLettered(t *testing.T) {
+	awsEnv(t)
+	e := newEnv(t)
+	kin := awstest.NewKinesis(awstest.Options{})
+	t.Cleanup(kin.Close)
+	kin.CreateStream("changes")
+	topics := awstest.NewSNS(awstest.Options{})
+	t.Cleanup(topics.Close)
+	arn := topics.CreateTopic("changes")
+
+	docOf := func(b []byte) int {
+		var v envelope
+		_ = json.Unmarshal(b, &v)
+		return v.DocumentKey.ID
+	}
+	var mu sync.Mutex
+	tries := map[int]int{}
+	kin.Throttle(2)
+	kin.FailRecords(func(r awstest.Record) (string, string) {
+		id := docOf(r.Data)
+		mu.Lock()
+		defer mu.Unlock()
+		tries[id]++
+		switch {
+		case id == 3 && tries[id] == 1:
+			return "ProvisionedThroughputExceededException", "Rate exceeded for shard " + r.ShardID
+		case id == 5:
+			return "KMSAccessDeniedException", "no access to the stream's key"
+		}
+		return "", ""
+	})
+	topics.FailEntries(func(m awstest.SNSMessage) (string, string, bool) {
+		if docOf([]byte(m.Message)) == 4 {
+			return "InvalidParameter", "Invalid parameter: Message", true
+		}
+		return "", "", false
+	})
+	tmpl := strings.ReplaceAll(streamsConfig(kin.URL(), arn, topics.URL()), "max_in_flight = 4\n", "max_in_flight = 4\nmax_request_bytes = 2048\n")
+	cfg := e.config(tmpl)
+	cfg.Server.PublicRead = true // the test reads /ui/ and /metrics without a token
+	g := e.start(cfg)
+
+	c := e.coll("items")
+	insertN(t, c, 0, 20)
+	if _, err := c.InsertOne(context.Background(), bson.D{{Key: "_id", Value: 100}, {Key: "big", Value: strings.Repeat("x", 4096)}}); err != nil {
+		t.Fatal(err)
+	}
+	_, dls := e.stores(cfg)
+	ctx := context.Background()
+	waitFor(t, 30*time.Second, "deliveries and dead letters", func() bool {
+		n, _ := dls.Count(ctx, deadletter.Filter{Kind: deadletter.KindFailed})
+		return len(kin.Records("changes")) >= 19 && len(topics.Messages("changes")) >= 19 && n >= 4
+	})
+
+	seen := map[int]int{}
+	for _, r := range kin.Records("changes") {
+		seen[docOf(r.Data)]++
+	}
+	for id, n := range seen {
+		if n != 1 || id == 5 || id == 100 {
+			t.Fatalf("kinesis: document %d written %d times", id, n)
+		}
+	}
+	mu.Lock()
+	if tries[3] != 2 || tries[4] != 1 {
+		t.Errorf("record attempts: document 3 %d (want 2), document 4 %d (want 1: not re-sent)", tries[3], tries[4])
+	}
+	mu.Unlock()
+	entries, err := dls.List(ctx, deadletter.Filter{Kind: deadletter.KindFailed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, en := range entries {
+		got[fmt.Sprintf("%s:%s:%t", en.Sink, en.Reason, strings.Contains(en.LastError, "more than the request limit of 2048 bytes") || en.Reason != "oversize")] = true
+	}
+	for _, w := range []string{"stream:KMSAccessDeniedException:true", "stream:oversize:true", "fanout:InvalidParameter:true", "fanout:oversize:true"} {
+		if !got[w] {
+			t.Errorf("dead letter %s missing; got %v", w, got)
+		}
+	}
+	if len(entries) != 4 {
+		t.Fatalf("%d dead letters %v, want 4", len(entries), got)
+	}
+
+	get := func(path string) string {
+		resp, err := http.Get("http://" + g.admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	metrics := get("/metrics")
+	for _, m := range []string{
+		`changegate_delivery_failures_total{reason="throttled",sink="stream"}`,
+		`changegate_delivery_failures_total{reason="KMSAccessDeniedException",sink="stream"} 1`,
+		`changegate_delivery_failures_total{reason="InvalidParameter",sink="fanout"} 1`,
+		`changegate_delivery_failures_total{reason="oversize",sink="fanout"} 1`,
+	} {
+		if !strings.Contains(metrics, m) {
+			t.Errorf("metrics lack %s", m)
+		}
+	}
+	ui := get("/ui/")
+	for _, s := range []string{`class="sink health-`, `data-name="stream"`, `data-name="fanout"`} {
+		if !strings.Contains(ui, s) {
+			t.Errorf("console overview lacks %s", s)
+		}
 	}
 }
