@@ -159,48 +159,37 @@ var _ sinks.Sink = (*Kinesis)(nil)
 // connect. logger may be nil; the sink logs nothing of its own today.
 func New(cfg Config, logger *slog.Logger) (*Kinesis, error) {
 	_ = logger
-	errs := confcheck.New("kinesis", cfg.Name)
-	prefix := errs.Prefix()
-	if cfg.Stream == "" {
-		errs.Addf("stream is required")
+	c := awsutil.Common{
+		Options: awsutil.Options{
+			Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN, Credentials: cfg.Credentials, MaxConns: cfg.MaxConns,
+		},
+		MaxRequestBytes: cfg.MaxRequestBytes, DefaultMaxRequestBytes: DefaultMaxRequestBytes, MaxRequestBytesLimit: MaxRequestBytesLimit,
+		Timeout: cfg.Timeout, DefaultTimeout: DefaultTimeout,
 	}
-	if cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > MaxRequestBytesLimit {
-		errs.Addf("max_request_bytes must be between 1 and %d, got %d", MaxRequestBytesLimit, cfg.MaxRequestBytes)
-	}
-	if cfg.Timeout < 0 {
-		errs.Addf("timeout must not be negative, got %s", cfg.Timeout)
-	}
-	keyPath, ok := awsutil.FieldPath(cfg.PartitionKey)
-	if !ok {
-		errs.Addf("partition_key: %q is not a dotted field path", cfg.PartitionKey)
-	}
-	if err := errs.Err(); err != nil {
-		return nil, err
-	}
-	awsCfg, err := awsutil.LoadConfig(awsutil.Options{
-		Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN,
-		Credentials: cfg.Credentials, MaxConns: cfg.MaxConns,
+	var keyPath []string
+	awsCfg, err := c.Load("kinesis", func(errs *confcheck.Errors) {
+		if cfg.Stream == "" {
+			errs.Addf("stream is required")
+		}
+		var ok bool
+		if keyPath, ok = awsutil.FieldPath(cfg.PartitionKey); !ok {
+			errs.Addf("partition_key: %q is not a dotted field path", cfg.PartitionKey)
+		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", prefix, err)
+		return nil, err
 	}
-	client := kinesis.NewFromConfig(awsCfg, func(o *kinesis.Options) {
-		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
-	})
 	k := &Kinesis{
-		name: cfg.Name, keyPath: keyPath, maxBytes: cfg.MaxRequestBytes, oversize: cfg.Oversize,
-		canonical: cfg.Canonical, timeout: cfg.Timeout, client: client,
+		name: cfg.Name, keyPath: keyPath, maxBytes: c.MaxRequestBytes, oversize: cfg.Oversize,
+		canonical: cfg.Canonical, timeout: c.Timeout,
+		client: kinesis.NewFromConfig(awsCfg, func(o *kinesis.Options) {
+			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
+		}),
 	}
 	if strings.HasPrefix(cfg.Stream, "arn:") {
 		k.streamARN = aws.String(cfg.Stream)
 	} else {
 		k.stream = aws.String(cfg.Stream)
-	}
-	if k.maxBytes == 0 {
-		k.maxBytes = DefaultMaxRequestBytes
-	}
-	if k.timeout == 0 {
-		k.timeout = DefaultTimeout
 	}
 	return k, nil
 }

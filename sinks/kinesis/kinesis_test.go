@@ -54,8 +54,8 @@ func checkErr(t *testing.T, name string, err error, perm bool, reason string) {
 
 func TestNewValidates(t *testing.T) {
 	_, err := New(Config{Name: "k", MaxRequestBytes: 11 << 20, PartitionKey: "a..b", Timeout: -1, Region: "us-east-1"}, nil)
-	want := "kinesis k: stream is required\nmax_request_bytes must be between 1 and 10485760, got 11534336\n" +
-		"timeout must not be negative, got -1ns\npartition_key: \"a..b\" is not a dotted field path"
+	want := "kinesis k: stream is required\npartition_key: \"a..b\" is not a dotted field path\n" +
+		"max_request_bytes must be between 1 and 10485760, got 11534336\ntimeout must not be negative, got -1ns"
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v, want %q", err, want)
 	}

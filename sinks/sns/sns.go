@@ -140,46 +140,33 @@ var _ sinks.Sink = (*SNS)(nil)
 // connect. logger may be nil; the sink logs nothing of its own today.
 func New(cfg Config, logger *slog.Logger) (*SNS, error) {
 	_ = logger
-	errs := confcheck.New("sns", cfg.Name)
-	prefix := errs.Prefix()
-	if cfg.TopicARN == "" {
-		errs.Addf("topic_arn is required")
+	c := awsutil.Common{
+		Options: awsutil.Options{
+			Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN, Credentials: cfg.Credentials, MaxConns: cfg.MaxConns,
+		},
+		MaxRequestBytes: cfg.MaxRequestBytes, DefaultMaxRequestBytes: DefaultMaxRequestBytes, MaxRequestBytesLimit: MaxRequestBytesLimit,
+		Timeout: cfg.Timeout, DefaultTimeout: DefaultTimeout,
 	}
-	if cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > MaxRequestBytesLimit {
-		errs.Addf("max_request_bytes must be between 1 and %d, got %d", MaxRequestBytesLimit, cfg.MaxRequestBytes)
-	}
-	if cfg.Timeout < 0 {
-		errs.Addf("timeout must not be negative, got %s", cfg.Timeout)
-	}
-	groupBy, ok := awsutil.FieldPath(cfg.GroupBy)
-	if !ok {
-		errs.Addf("message_group_id: %q is not a dotted field path", cfg.GroupBy)
-	}
-	if err := errs.Err(); err != nil {
-		return nil, err
-	}
-	awsCfg, err := awsutil.LoadConfig(awsutil.Options{
-		Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN,
-		Credentials: cfg.Credentials, MaxConns: cfg.MaxConns,
+	var groupBy []string
+	awsCfg, err := c.Load("sns", func(errs *confcheck.Errors) {
+		if cfg.TopicARN == "" {
+			errs.Addf("topic_arn is required")
+		}
+		var ok bool
+		if groupBy, ok = awsutil.FieldPath(cfg.GroupBy); !ok {
+			errs.Addf("message_group_id: %q is not a dotted field path", cfg.GroupBy)
+		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", prefix, err)
+		return nil, err
 	}
-	client := sns.NewFromConfig(awsCfg, func(o *sns.Options) {
-		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
-	})
-	s := &SNS{
+	return &SNS{
 		name: cfg.Name, topicARN: cfg.TopicARN, fifo: strings.HasSuffix(cfg.TopicARN, ".fifo"), groupBy: groupBy,
-		maxBytes: cfg.MaxRequestBytes, oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: cfg.Timeout,
-		client: client,
-	}
-	if s.maxBytes == 0 {
-		s.maxBytes = DefaultMaxRequestBytes
-	}
-	if s.timeout == 0 {
-		s.timeout = DefaultTimeout
-	}
-	return s, nil
+		maxBytes: c.MaxRequestBytes, oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: c.Timeout,
+		client: sns.NewFromConfig(awsCfg, func(o *sns.Options) {
+			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
+		}),
+	}, nil
 }
 
 // Name returns the sink name.

@@ -57,8 +57,8 @@ func checkErr(t *testing.T, name string, err error, perm bool, reason string) {
 
 func TestNewValidates(t *testing.T) {
 	_, err := New(Config{Name: "s", MaxRequestBytes: 2 << 20, GroupBy: ".x", Region: "us-east-1"}, nil)
-	want := "sns s: topic_arn is required\nmax_request_bytes must be between 1 and 1048576, got 2097152\n" +
-		"message_group_id: \".x\" is not a dotted field path"
+	want := "sns s: topic_arn is required\nmessage_group_id: \".x\" is not a dotted field path\n" +
+		"max_request_bytes must be between 1 and 1048576, got 2097152"
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v, want %q", err, want)
 	}

@@ -188,52 +188,41 @@ func New(cfg Config, logger *slog.Logger) (*SQS, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	errs := confcheck.New("sqs", cfg.Name)
-	prefix := errs.Prefix()
-	switch {
-	case cfg.QueueURL == "" && cfg.QueueName == "":
-		errs.Addf("queue_url or queue_name is required")
-	case cfg.QueueURL != "" && cfg.QueueName != "":
-		errs.Addf("queue_url and queue_name are exclusive")
+	c := awsutil.Common{
+		Options: awsutil.Options{
+			Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN, Credentials: cfg.Credentials, MaxConns: cfg.MaxConns,
+		},
+		MaxRequestBytes: cfg.MaxRequestBytes, DefaultMaxRequestBytes: DefaultMaxRequestBytes, MaxRequestBytesLimit: MaxRequestBytesLimit,
+		Timeout: cfg.Timeout, DefaultTimeout: DefaultTimeout,
 	}
-	if cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > MaxRequestBytesLimit {
-		errs.Addf("max_request_bytes must be between 1 and %d, got %d", MaxRequestBytesLimit, cfg.MaxRequestBytes)
-	}
-	if cfg.Timeout < 0 {
-		errs.Addf("timeout must not be negative, got %s", cfg.Timeout)
-	}
-	groupBy, ok := awsutil.FieldPath(cfg.GroupBy)
-	if !ok {
-		errs.Addf("message_group_id: %q is not a dotted field path", cfg.GroupBy)
-	}
-	if err := errs.Err(); err != nil {
-		return nil, err
-	}
-	awsCfg, err := awsutil.LoadConfig(awsutil.Options{
-		Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN,
-		Credentials: cfg.Credentials, MaxConns: cfg.MaxConns,
+	var groupBy []string
+	awsCfg, err := c.Load("sqs", func(errs *confcheck.Errors) {
+		switch {
+		case cfg.QueueURL == "" && cfg.QueueName == "":
+			errs.Addf("queue_url or queue_name is required")
+		case cfg.QueueURL != "" && cfg.QueueName != "":
+			errs.Addf("queue_url and queue_name are exclusive")
+		}
+		var ok bool
+		if groupBy, ok = awsutil.FieldPath(cfg.GroupBy); !ok {
+			errs.Addf("message_group_id: %q is not a dotted field path", cfg.GroupBy)
+		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", prefix, err)
+		return nil, err
 	}
-	client := sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
-		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
-	})
 	s := &SQS{
 		name: cfg.Name, queueName: cfg.QueueName, groupBy: groupBy,
-		maxBytes: cfg.MaxRequestBytes, oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: cfg.Timeout,
-		client: client, log: logger,
+		maxBytes: c.MaxRequestBytes, oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: c.Timeout,
+		client: sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
+		}),
+		log:  logger,
 		fifo: strings.HasSuffix(cfg.QueueURL, ".fifo") || strings.HasSuffix(cfg.QueueName, ".fifo"),
 	}
 	if cfg.QueueURL != "" {
 		u := cfg.QueueURL
 		s.queueURL.Store(&u)
-	}
-	if s.maxBytes == 0 {
-		s.maxBytes = DefaultMaxRequestBytes
-	}
-	if s.timeout == 0 {
-		s.timeout = DefaultTimeout
 	}
 	return s, nil
 }

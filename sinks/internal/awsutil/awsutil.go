@@ -26,6 +26,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/confcheck"
 )
 
 // Transport-level retries inside one Send: connection failures only (refused,
@@ -351,4 +352,44 @@ func onlyErr(failed map[int]error, err error) bool {
 		}
 	}
 	return true
+}
+
+// Common is the configuration every AWS sink has besides its destination:
+// the client Options, the request limit and the timeout of one Send.
+type Common struct {
+	Options
+	// MaxRequestBytes is the sink's max_request_bytes (0: the default),
+	// at most MaxRequestBytesLimit.
+	MaxRequestBytes, DefaultMaxRequestBytes, MaxRequestBytesLimit int
+	// Timeout bounds one Send (0: the default).
+	Timeout, DefaultTimeout time.Duration
+}
+
+// Load validates the sink's configuration: check adds the errors of its
+// own options, then the common ones are checked; all are reported
+// together under kind and name (confcheck). It then fills in the defaults
+// of c and loads the SDK configuration (LoadConfig).
+func (c *Common) Load(kind string, check func(errs *confcheck.Errors)) (aws.Config, error) {
+	errs := confcheck.New(kind, c.Name)
+	check(errs)
+	if c.MaxRequestBytes < 0 || c.MaxRequestBytes > c.MaxRequestBytesLimit {
+		errs.Addf("max_request_bytes must be between 1 and %d, got %d", c.MaxRequestBytesLimit, c.MaxRequestBytes)
+	}
+	if c.Timeout < 0 {
+		errs.Addf("timeout must not be negative, got %s", c.Timeout)
+	}
+	if err := errs.Err(); err != nil {
+		return aws.Config{}, err
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = c.DefaultMaxRequestBytes
+	}
+	if c.Timeout == 0 {
+		c.Timeout = c.DefaultTimeout
+	}
+	cfg, err := LoadConfig(c.Options)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("%s: %w", errs.Prefix(), err)
+	}
+	return cfg, nil
 }
