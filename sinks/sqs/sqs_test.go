@@ -146,7 +146,6 @@ func newTestSink(t *testing.T, f *fakeQueue, mod func(*Config)) (*SQS, string) {
 	return s, srv.URL
 }
 
-
 func events(t testing.TB, n, padding int) []*event.Event {
 	out := make([]*event.Event, n)
 	for i := range out {
