@@ -171,7 +171,7 @@ func validationError(msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, typ: "ValidationException", message: msg}
 }
 
-func (s ebService) handle(op string, body []byte) (any, *apiError) {
+func (s ebService) handle(op string, body []byte, _ http.Header) (any, *apiError) {
 	if op != "PutEvents" {
 		return nil, &apiError{status: http.StatusBadRequest, typ: "UnknownOperationException", message: "The test server does not implement AWSEvents." + op}
 	}

@@ -52,6 +52,9 @@ type Record struct {
 	PartitionKey    string
 	ExplicitHashKey string
 	Data            []byte
+	// UserAgent is the User-Agent of the request that wrote it (the SDK
+	// adds "app/<id>" with AWS_SDK_UA_APP_ID: tests tell processes apart).
+	UserAgent string
 }
 
 type stream struct {
@@ -176,7 +179,7 @@ func kinesisValidation(format string, args ...any) *apiError {
 	return &apiError{status: http.StatusBadRequest, typ: "ValidationException", message: "1 validation error detected: " + fmt.Sprintf(format, args...)}
 }
 
-func (s kinesisService) handle(op string, body []byte) (any, *apiError) {
+func (s kinesisService) handle(op string, body []byte, h http.Header) (any, *apiError) {
 	if op != "PutRecords" {
 		return nil, &apiError{status: http.StatusBadRequest, typ: "UnknownOperationException", message: "The test server does not implement Kinesis_20131202." + op}
 	}
@@ -233,7 +236,7 @@ func (s kinesisService) handle(op string, body []byte) (any, *apiError) {
 			return nil, kinesisValidation("Value at 'records.%d.member.data' failed to satisfy constraint: Member must have length less than or equal to %d", i+1, opts.MaxRecordSize-len(pk))
 		}
 		total += len(r.Data) + len(pk)
-		recs[i] = Record{Stream: name, PartitionKey: pk, ExplicitHashKey: deref(r.ExplicitHashKey), Data: r.Data}
+		recs[i] = Record{Stream: name, PartitionKey: pk, ExplicitHashKey: deref(r.ExplicitHashKey), Data: r.Data, UserAgent: h.Get("User-Agent")}
 		shard, ok := shardOf(recs[i], opts.Shards)
 		if !ok {
 			return nil, &apiError{status: http.StatusBadRequest, typ: "InvalidArgumentException", message: "Invalid ExplicitHashKey " + recs[i].ExplicitHashKey + "."}

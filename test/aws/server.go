@@ -153,8 +153,9 @@ type service interface {
 	throttleError() apiError
 	statusError(status int) apiError
 	// handle answers one authenticated request for operation op (the part of
-	// X-Amz-Target after the dot); it returns the response body or an error.
-	handle(op string, body []byte) (any, *apiError)
+	// X-Amz-Target after the dot) with headers h; it returns the response
+	// body or an error.
+	handle(op string, body []byte, h http.Header) (any, *apiError)
 	targetPrefix() string
 }
 
@@ -401,7 +402,7 @@ func (c *core) serve(w http.ResponseWriter, r *http.Request) {
 		c.writeError(w, apiError{status: http.StatusBadRequest, typ: "SerializationException", message: "Unexpected Content-Type " + ct})
 		return
 	}
-	out, aerr := c.svc.handle(op, body)
+	out, aerr := c.svc.handle(op, body, r.Header)
 	if aerr != nil {
 		c.writeError(w, *aerr)
 		return

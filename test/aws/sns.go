@@ -266,7 +266,7 @@ func (snsService) writeResponse(w http.ResponseWriter, _ string, out any) {
 	w.Write(b)
 }
 
-func (s snsService) handle(op string, body []byte) (any, *apiError) {
+func (s snsService) handle(op string, body []byte, _ http.Header) (any, *apiError) {
 	if op != "PublishBatch" {
 		return nil, snsSender(http.StatusBadRequest, "InvalidAction", "The test server does not implement the action "+op+".")
 	}

@@ -149,6 +149,10 @@ func TestProcessKinesisAndSNSSIGKILLKeepDocumentOrder(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(e.expand(tmpl)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Each run tags its requests (User-Agent "app/run1", "app/run2"): a
+	// request the killed run had sent may still be written after it died,
+	// so the stream's order alone does not tell the runs apart.
+	t.Setenv("AWS_SDK_UA_APP_ID", "run1")
 	p := startProcess(t, bin, cfgPath)
 	cps, _ := e.stores(e.config(tmpl))
 	waitFor(t, 20*time.Second, "the process to open its stream", func() bool {
@@ -172,6 +176,7 @@ func TestProcessKinesisAndSNSSIGKILLKeepDocumentOrder(t *testing.T) {
 		t.Fatalf("everything was on the stream before SIGKILL; the test proves nothing")
 	}
 
+	t.Setenv("AWS_SDK_UA_APP_ID", "run2")
 	p = startProcess(t, bin, cfgPath)
 	distinct := func(envs []envelope) int {
 		ids := map[string]bool{}
@@ -194,8 +199,19 @@ func TestProcessKinesisAndSNSSIGKILLKeepDocumentOrder(t *testing.T) {
 		return distinct(stream) >= want && distinct(topic) >= want
 	})
 	stream, topic := envsOf()
-	checkEpochOrder(t, "kinesis before SIGKILL", stream[:before])
-	checkEpochOrder(t, "kinesis after restart", stream[before:])
+	var runs [2][]envelope
+	for i, r := range kin.Records("changes") {
+		switch {
+		case strings.Contains(r.UserAgent, "app/run1"):
+			runs[0] = append(runs[0], stream[i])
+		case strings.Contains(r.UserAgent, "app/run2"):
+			runs[1] = append(runs[1], stream[i])
+		default:
+			t.Fatalf("record %d from neither run: User-Agent %q", i, r.UserAgent)
+		}
+	}
+	checkEpochOrder(t, "kinesis, the killed run", runs[0])
+	checkEpochOrder(t, "kinesis, the restarted run", runs[1])
 	if len(topic) != want {
 		t.Fatalf("sns FIFO topic holds %d messages, want %d (one per change, re-sends deduplicated)", len(topic), want)
 	}
@@ -218,8 +234,8 @@ func TestProcessKinesisAndSNSSIGKILLKeepDocumentOrder(t *testing.T) {
 	if kf.hits == 0 || sf.hits == 0 {
 		t.Errorf("no failure injected (kinesis %d, sns %d): the test proves less than it says", kf.hits, sf.hits)
 	}
-	t.Logf("%d changes; kinesis: %d records before SIGKILL, %d in all, %d failed once; sns: %d duplicates dropped, %d failed once",
-		want, before, len(stream), kf.hits, topics.Duplicates("changes.fifo"), sf.hits)
+	t.Logf("%d changes; kinesis: %d records at SIGKILL, %d from the killed run, %d in all, %d failed once; sns: %d duplicates dropped, %d failed once",
+		want, before, len(runs[0]), len(stream), kf.hits, topics.Duplicates("changes.fifo"), sf.hits)
 	kf.mu.Unlock()
 	sf.mu.Unlock()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
