@@ -27,8 +27,10 @@ import (
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/eventbridge"
+	"github.com/changegate/changegate/sinks/kinesis"
 	"github.com/changegate/changegate/sinks/lambda"
 	"github.com/changegate/changegate/sinks/limit"
+	"github.com/changegate/changegate/sinks/sns"
 	"github.com/changegate/changegate/sinks/sqs"
 	"github.com/changegate/changegate/sinks/webhook"
 	"github.com/changegate/changegate/source"
@@ -193,6 +195,20 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 			ClientContext: l.ClientContext, BatchSize: sc.BatchSize, MaxPayloadBytes: l.MaxRequestBytes,
 			Oversize: oversize, Canonical: sc.JSON == "canonical",
 			Region: l.Region, Endpoint: l.Endpoint, RoleARN: l.RoleARN, Timeout: l.Timeout, MaxConns: conns,
+		}, log.With("sink", sc.Name))
+	case sc.Kinesis != nil:
+		k := sc.Kinesis
+		sk, err = kinesis.New(kinesis.Config{
+			Name: sc.Name, Stream: k.Stream, PartitionKey: k.PartitionKey,
+			Region: k.Region, Endpoint: k.Endpoint, RoleARN: k.RoleARN, MaxRequestBytes: k.MaxRequestBytes,
+			Canonical: sc.JSON == "canonical", Timeout: k.Timeout, MaxConns: conns, Oversize: oversize,
+		}, log.With("sink", sc.Name))
+	case sc.SNS != nil:
+		n := sc.SNS
+		sk, err = sns.New(sns.Config{
+			Name: sc.Name, TopicARN: n.TopicARN, GroupBy: n.MessageGroupID,
+			Region: n.Region, Endpoint: n.Endpoint, RoleARN: n.RoleARN, MaxRequestBytes: n.MaxRequestBytes,
+			Canonical: sc.JSON == "canonical", Timeout: n.Timeout, MaxConns: conns, Oversize: oversize,
 		}, log.With("sink", sc.Name))
 	default:
 		err = fmt.Errorf("sink type %q is not supported", sc.Type)

@@ -365,6 +365,11 @@ type Sink struct {
 	SQS *SQSSink
 	// Lambda holds the options of a lambda sink; nil for other types.
 	Lambda *LambdaSink
+
+	// Kinesis holds the options of a kinesis sink; nil for other types.
+	Kinesis *KinesisSink
+	// SNS holds the options of an sns sink; nil for other types.
+	SNS *SNSSink
 }
 
 // Retry is a sink's retry policy: exponential backoff with jitter.
