@@ -31,15 +31,17 @@
 // database and cluster level with resumeAfter, startAfter,
 // startAtOperationTime, fullDocument (default, updateLookup,
 // whenAvailable, required), fullDocumentBeforeChange, batchSize, awaiting
-// getMores (maxTimeMS, default 1s), $match/$project/$unset stages on the
-// events, post-batch resume tokens that advance past filtered events,
+// getMores (maxTimeMS, default 1s), $match, $project (with computed
+// fields), $addFields/$set, $unset, $replaceRoot/$replaceWith and $redact
+// stages on the events (aggproject.go), post-batch resume tokens that advance past filtered events,
 // invalidate on drop/rename/dropDatabase, events over 16 MiB + 16 KiB
 // failing the batch with BSONObjectTooLarge (10334) and the
 // $changeStreamSplitLargeEvent stage with resumable fragments (split.go),
 // and bounded history
 // (Options.OplogMaxEntries/OplogMaxAge, TruncateHistory, DiscardHistory):
 // resuming from before the retained history fails with code 286.
-// Resume tokens are {_data: "<hex>"} and sort by cluster time.
+// Resume tokens are {_data: "<hex>"} and sort by cluster time, then
+// txnOpIndex.
 //
 // A transaction's writes are invisible to other readers and to change
 // streams until it commits; then its changes appear at one cluster time,
@@ -48,7 +50,8 @@
 //
 // Not supported: authentication, TLS, compression, $project in update pipelines,
 // positional update operators, aggregation expressions beyond those of
-// expr.go, idle-cursor timeouts, and showExpandedEvents events. Streaming
+// expr.go, idle-cursor timeouts, showExpandedEvents events and
+// updateDescription.disambiguatedPaths. Streaming
 // (awaitable, exhaust) hello is served, but hello reports the
 // topologyVersion that makes drivers use it only with
 // Options.StreamingHello.
