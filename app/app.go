@@ -27,6 +27,7 @@ import (
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/eventbridge"
+	"github.com/changegate/changegate/sinks/kafka"
 	"github.com/changegate/changegate/sinks/lambda"
 	"github.com/changegate/changegate/sinks/limit"
 	"github.com/changegate/changegate/sinks/sqs"
@@ -190,6 +191,15 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 			ClientContext: l.ClientContext, BatchSize: sc.BatchSize, MaxPayloadBytes: l.MaxRequestBytes,
 			Oversize: oversize, Canonical: sc.JSON == "canonical",
 			Region: l.Region, Endpoint: l.Endpoint, RoleARN: l.RoleARN, Timeout: l.Timeout, MaxConns: conns,
+		}, log.With("sink", sc.Name))
+	case sc.Kafka != nil:
+		k := sc.Kafka
+		sk, err = kafka.New(kafka.Config{
+			Name: sc.Name, Brokers: k.Brokers, Topic: k.Topic, MaxRequestBytes: k.MaxRequestBytes,
+			Oversize: oversize, Canonical: sc.JSON == "canonical", Timeout: k.Timeout,
+			TLS: k.TLS, TLSCAFile: k.TLSCAFile, TLSCertFile: k.TLSCertFile, TLSKeyFile: k.TLSKeyFile,
+			TLSInsecureSkipVerify: k.TLSInsecureSkipVerify,
+			SASLMechanism:         k.SASLMechanism, SASLUsername: k.SASLUsername.Value(), SASLPassword: k.SASLPassword.Value(),
 		}, log.With("sink", sc.Name))
 	default:
 		err = fmt.Errorf("sink type %q is not supported", sc.Type)

@@ -178,8 +178,9 @@ func (d *DryRun) Route(source string, seq uint64, raw bson.Raw) (*Routed, error)
 // shaped for the sink (event.Event.Shaped; Route shapes it) — routed to it
 // by rules: the bytes of sinks.EncodeEnvelope in the sink's json format,
 // which the webhook sink posts as the body, the lambda sink sends as the
-// Invoke payload and the SQS sink sends as the message body; or of
-// sinks.EncodeRecord (the same but for envelope = "document", whose
+// Invoke payload, the SQS sink sends as the message body and the Kafka
+// sink as the record value; or of sinks.EncodeRecord (the same but for
+// envelope = "document", whose
 // metadata then goes beside fullDocument) for the EventBridge detail and
 // the elements of a batching webhook's or lambda's JSON array. An error
 // means the sink fails the event permanently (reason "encode") and
@@ -187,7 +188,7 @@ func (d *DryRun) Route(source string, seq uint64, raw bson.Raw) (*Routed, error)
 // from.
 func SinkEnvelope(e *event.Event, sc *config.Sink, rules []string) ([]byte, error) {
 	canonical := sc.JSON == config.JSONCanonical
-	if sc.EventBridge != nil || (sc.SQS == nil && sc.BatchSize > 1) {
+	if sc.EventBridge != nil || (sc.SQS == nil && sc.Kafka == nil && sc.BatchSize > 1) {
 		return sinks.EncodeRecord(e, canonical)
 	}
 	return sinks.EncodeEnvelope(e, canonical)

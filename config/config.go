@@ -349,6 +349,9 @@ type Sink struct {
 	SQS *SQSSink
 	// Lambda holds the options of a lambda sink; nil for other types.
 	Lambda *LambdaSink
+
+	// Kafka holds the options of a kafka sink; nil for other types.
+	Kafka *KafkaSink
 }
 
 // Retry is a sink's retry policy: exponential backoff with jitter.
