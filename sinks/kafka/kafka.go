@@ -532,10 +532,24 @@ func (k *Kafka) Send(ctx context.Context, batch []*event.Event) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w", prefix, ctx.Err())
 		}
-		for j, r := range results {
-			if r.Err != nil {
-				failed[idx[j]] = Classify(prefix, batch[idx[j]].ID, r.Err)
+		// ProduceSync returns the results in the order the records
+		// finished, not the order given: find each record's event.
+		pos := make(map[*kgo.Record]int, len(records))
+		for j, r := range records {
+			pos[r] = idx[j]
+		}
+		for _, r := range results {
+			i, ok := pos[r.Record]
+			if !ok {
+				return sinks.Retryable("missing_result", 0, fmt.Errorf("%s: the client returned a result for a record it was not given", prefix))
 			}
+			delete(pos, r.Record)
+			if r.Err != nil {
+				failed[i] = Classify(prefix, batch[i].ID, r.Err)
+			}
+		}
+		for _, i := range pos {
+			failed[i] = sinks.Retryable("missing_result", 0, fmt.Errorf("%s: event %s: the client returned no result for the record", prefix, batch[i].ID))
 		}
 	}
 	err := result(failed, len(batch))

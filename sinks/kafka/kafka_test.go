@@ -300,6 +300,43 @@ func TestRetryableBrokerError(t *testing.T) {
 	}
 }
 
+// TestPartialFailureNamesTheFailedEntries: with one partition refusing
+// records, exactly the events whose records went there are reported failed,
+// and every other one is in the topic. (The client returns results in the
+// order records finish: the failed ones, retried, finish last.)
+func TestPartialFailureNamesTheFailedEntries(t *testing.T) {
+	c := newCluster(t)
+	k := newSink(t, c, nil)
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.NotEnoughReplicas, Count: -1})
+	var evs []*event.Event
+	for i := range 30 {
+		evs = append(evs, change(t, i, i, "insert", "orders", 0))
+	}
+	err := k.Send(t.Context(), evs)
+	var be *sinks.BatchError
+	if !errors.As(err, &be) || len(be.Failed) == 0 || len(be.Failed) == len(evs) {
+		t.Fatalf("err = %v, want some entries failed", err)
+	}
+	if h.Hits() == 0 {
+		t.Fatal("the fault never fired")
+	}
+	recs := consume(t, c, len(evs)-len(be.Failed), topic)
+	delivered := map[string]bool{}
+	for _, r := range recs {
+		id, _ := header(r, HeaderID)
+		delivered[id] = true
+		if r.Partition == 0 {
+			t.Fatalf("record %s in the refusing partition", id)
+		}
+	}
+	for i, e := range evs {
+		_, failed := be.Failed[i]
+		if failed == delivered[e.ID] {
+			t.Fatalf("event %d (%s): reported failed %v, in the topic %v", i, e.ID, failed, delivered[e.ID])
+		}
+	}
+}
+
 // TestPermanentBrokerError: TOPIC_AUTHORIZATION_FAILED and POLICY_VIOLATION
 // are permanent; UNKNOWN_TOPIC_OR_PARTITION is retryable.
 func TestPermanentBrokerError(t *testing.T) {
