@@ -3,8 +3,19 @@ package kafka
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -534,5 +545,43 @@ func TestCancelled(t *testing.T) {
 	}
 	if d := time.Since(start); d > 4*time.Second {
 		t.Fatalf("Send took %s after its context ended", d)
+	}
+}
+
+// TestTLS: with tls = true and the broker's CA in tls_ca_file the sink
+// produces over TLS; without the CA the certificate is refused (retryable:
+// the connection failed).
+func TestTLS(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kfake"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}))
+
+	k := newSink(t, c, func(cfg *Config) { cfg.TLS, cfg.TLSCAFile = true, caFile })
+	if err := k.Send(t.Context(), []*event.Event{change(t, 1, 1, "insert", "orders", 0)}); err != nil {
+		t.Fatal(err)
+	}
+	untrusted := newSink(t, c, func(cfg *Config) { cfg.TLS, cfg.Timeout = true, 2*time.Second })
+	err = untrusted.Send(t.Context(), []*event.Event{change(t, 2, 2, "insert", "orders", 0)})
+	var de *sinks.Error
+	if !errors.As(err, &de) || de.Permanent {
+		t.Fatalf("err = %v, want a retryable failure", err)
 	}
 }
