@@ -160,7 +160,7 @@ sinks = ["cdc"]
 		return ok
 	})
 
-	const docs, updated, rounds = 1500, 300, 3
+	const docs, updated, rounds = 1000, 250, 3
 	total := docs + updated*rounds
 	writeErr := make(chan error, 1)
 	go func() { writeErr <- writeRounds(e.coll("items"), docs, updated, rounds) }()
