@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/changegate/changegate/deadletter"
 )
 
 // kafkaConsumer reads every record of a topic from the start, in the
@@ -243,4 +245,136 @@ sinks = ["cdc"]
 	}
 	t.Logf("%d changes; %d records before SIGKILL, %d in all (%d re-delivered); %d of %d produce requests refused",
 		total, before, len(recs), dups, refused.Load(), produces.Load())
+}
+
+// createTopic creates a topic on c with the given partitions and configs.
+func createTopic(t *testing.T, c *kfake.Cluster, name string, partitions int32, configs map[string]string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
+	for k, v := range configs {
+		rc := kmsg.NewCreateTopicsRequestTopicConfig()
+		rc.Name, rc.Value = k, &v
+		rt.Configs = append(rt.Configs, rc)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", name, err)
+	}
+}
+
+// TestKafkaFailuresRetriedOrDeadLettered runs the gateway on a whole
+// database with topic = "cdc.{db}.{coll}": a broker refusing the first
+// produce requests with NOT_ENOUGH_REPLICAS is retried until every event of
+// items is written; an event over the topic's max.message.bytes (read from
+// the broker), one to a topic the sink may not write
+// (TOPIC_AUTHORIZATION_FAILED) and one whose topic name Kafka refuses are
+// dead-lettered at once with reasons that say so.
+func TestKafkaFailuresRetriedOrDeadLettered(t *testing.T) {
+	e := newEnv(t)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	items, denied := "cdc."+e.db+".items", "cdc."+e.db+".denied"
+	createTopic(t, c, items, 3, map[string]string{"max.message.bytes": "4096"})
+	createTopic(t, c, denied, 1, nil)
+	notEnough := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: items, Err: kerr.NotEnoughReplicas, Count: 4})
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: denied, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	kc := consumeKafka(t, c, items)
+
+	tmpl := fmt.Sprintf(`
+[mongo]
+uri = "%%URI%%"
+state_database = "%%STATE%%"
+
+[server]
+listen = "127.0.0.1:0"
+
+[[sources]]
+name = "db"
+database = "%%DB%%"
+checkpoint_interval = "100ms"
+max_await = "200ms"
+
+[[sinks]]
+name = "cdc"
+type = "kafka"
+brokers = ["%s"]
+topic = "cdc.{db}.{coll}"
+  [sinks.retry]
+  initial_interval = "20ms"
+  max_interval = "100ms"
+
+[[rules]]
+name = "all"
+source = "db"
+sinks = ["cdc"]
+`, strings.Join(c.ListenAddrs(), `", "`))
+	cfg := e.config(tmpl)
+	e.start(cfg)
+
+	ctx := context.Background()
+	insertN(t, e.coll("items"), 0, 20)
+	if _, err := e.coll("items").InsertOne(ctx, bson.D{{Key: "_id", Value: 100}, {Key: "big", Value: strings.Repeat("x", 5000)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.coll("denied").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.coll("bad name").InsertOne(ctx, bson.D{{Key: "_id", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	_, dls := e.stores(cfg)
+	waitFor(t, 60*time.Second, "items delivered and three dead letters", func() bool {
+		n, _ := dls.Count(ctx, deadletter.Filter{Kind: deadletter.KindFailed})
+		return len(kc.records()) >= 20 && n >= 3
+	})
+
+	docs := map[int]bool{}
+	for _, r := range kc.records() {
+		d, _ := version(t, r)
+		docs[d] = true
+	}
+	if len(docs) != 20 || docs[100] {
+		t.Fatalf("items: documents %v, want 0..19 (100 dead-lettered)", docs)
+	}
+	if notEnough.Hits() == 0 {
+		t.Fatal("the NOT_ENOUGH_REPLICAS fault never fired")
+	}
+	entries, err := dls.List(ctx, deadletter.Filter{Kind: deadletter.KindFailed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]deadletter.Entry{}
+	for _, en := range entries {
+		got[en.Reason] = en
+	}
+	if en, ok := got["oversize"]; !ok || !strings.Contains(en.LastError, "more than the request limit of 4096 bytes") || en.Attempts != 1 {
+		t.Errorf("oversize dead letter: %+v", en)
+	}
+	if en, ok := got["topic_authorization_failed"]; !ok || en.Attempts != 1 {
+		t.Errorf("authorization dead letter: %+v", en)
+	}
+	if en, ok := got["invalid_topic"]; !ok || !strings.Contains(en.LastError, `"cdc.`+e.db+`.bad name"`) {
+		t.Errorf("invalid topic dead letter: %+v", en)
+	}
+	if len(entries) != 3 {
+		var reasons []string
+		for _, en := range entries {
+			reasons = append(reasons, en.Reason)
+		}
+		t.Fatalf("dead letters %v, want oversize, topic_authorization_failed, invalid_topic", reasons)
+	}
 }
