@@ -497,6 +497,7 @@ func (k *Kafka) Send(ctx context.Context, batch []*event.Event) error {
 	sctx, cancel := context.WithTimeoutCause(ctx, k.timeout, errSendTimeout)
 	defer cancel()
 	failed := map[int]error{}
+	limits := map[string]int{} // each topic's limit, asked once per Send
 	records := make([]*kgo.Record, 0, len(batch))
 	idx := make([]int, 0, len(batch))
 	stripped := make([]bool, len(batch))
@@ -512,7 +513,12 @@ func (k *Kafka) Send(ctx context.Context, batch []*event.Event) error {
 			continue
 		}
 		key, headers := Key(e), Headers(e)
-		p, err := k.oversize.Fit(e, k.canonical, env, k.TopicLimit(sctx, topic), func(b []byte) int {
+		limit, ok := limits[topic]
+		if !ok {
+			limit = k.TopicLimit(sctx, topic)
+			limits[topic] = limit
+		}
+		p, err := k.oversize.Fit(e, k.canonical, env, limit, func(b []byte) int {
 			return RecordSize(key, b, headers)
 		}, prefix, "record")
 		if err != nil {
