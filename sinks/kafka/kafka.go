@@ -4,7 +4,7 @@
 // Each event becomes one record:
 //
 //   - Topic: Config.Topic, a template with {db}, {coll} and {source}
-//     (package Topic). An expanded name Kafka would refuse (a collection
+//     (see Topic). An expanded name Kafka would refuse (a collection
 //     name with a space, say) fails the event permanently, reason
 //     "invalid_topic".
 //   - Key: the document key as canonical Extended JSON, e.g.
@@ -64,8 +64,9 @@
 //
 // Send returns nil when every record was written, a *sinks.BatchError when
 // some failed, and a *sinks.Error when all failed alike. A broker error's
-// reason is its Kafka name in lower case ("not_enough_replicas",
-// "topic_authorization_failed"). Permanent (the record itself is refused,
+// reason is its name in franz-go's kerr in lower case ("not_enough_replicas",
+// "topic_authorization_failed", "not_leader_for_partition" for what Kafka
+// now calls NOT_LEADER_OR_FOLLOWER). Permanent (the record itself is refused,
 // or the sink may not write to the topic; retrying cannot help):
 // INVALID_RECORD, CORRUPT_MESSAGE, INVALID_TIMESTAMP,
 // INVALID_TOPIC_EXCEPTION, POLICY_VIOLATION, UNSUPPORTED_FOR_MESSAGE_FORMAT,
