@@ -46,7 +46,7 @@ type keyDoc struct {
 var keyDocs = map[string]keyDoc{
 	"mongo":                       {Doc: "The MongoDB deployment to watch (a replica set or sharded cluster, 5.0+) and where changegate keeps its own state."},
 	"mongo.uri":                   {Doc: "Connection string (`mongodb://` or `mongodb+srv://`). Change streams need a replica set or a sharded cluster."},
-	"mongo.state_database":        {Doc: "Database holding checkpoints, dead letters, parked events and leases."},
+	"mongo.state_database":        {Doc: "Database holding checkpoints, dead letters, parked events and leases. Whole-cluster sources leave it out (stream, snapshot, backfills); a database-level source of it is refused."},
 	"mongo.checkpoint_collection": {Doc: "Collection of persisted resume tokens, one document per unit of work."},
 	"mongo.deadletter_collection": {Doc: "Collection of dead letters (inspect and replay them with `changegate deadletters`); must differ from `checkpoint_collection`."},
 
@@ -58,7 +58,7 @@ var keyDocs = map[string]keyDoc{
 	"server.public_read":    {Doc: "Serve `/api/v1/status`, the dead letters and the details of `/readyz` without a token. `/healthz`, `/readyz` (its verdict) and `/metrics` are always open."},
 	"server.allowed_hosts":  {Doc: "Host names (without port) the admin server answers to; others get 421 (defeats DNS rebinding). IP literals, `localhost` and `*.localhost` are always accepted; `\"*\"` accepts any.", Default: "the host of `listen` and the machine's host name"},
 	"server.console":        {Doc: "Serve the web console at `GET /` (and `/ui/...`)."},
-	"server.console_auth":   {Doc: "Who may read the console's pages: `\"none\"` (anyone who reaches the listener) or `\"token\"` (needs `admin_token`). Its actions always need the admin token."},
+	"server.console_auth":   {Doc: "Who may read the console's pages: `\"none\"` (anyone who reaches the listener) or `\"token\"` (the admin token; set explicitly it needs `admin_token`, derived without one the pages show no data, as the API refuses reads). Unset, it follows the API's read policy. Its actions always need the admin token.", Default: "`\"none\"` with `public_read = true`, else `\"token\"`"},
 
 	"cluster":                   {Doc: "Running more than one replica: units of work shared through leases in MongoDB (see [running more than one](cluster.md))."},
 	"cluster.enabled":           {Doc: "Turn lease-based sharing of the units on. Without it one process owns every unit and writes no lease."},
@@ -69,7 +69,7 @@ var keyDocs = map[string]keyDoc{
 
 	"sources":                               {Doc: "One change stream each."},
 	"sources[].name":                        {Doc: "Unique name (letters, digits, `_`, `.`, `-`). It is part of event ids and checkpoints: renaming a source restarts it from scratch."},
-	"sources[].database":                    {Doc: "Database to watch; omit it (and `collection`) to watch the whole cluster."},
+	"sources[].database":                    {Doc: "Database to watch; omit it (and `collection`) to watch the whole cluster (but `mongo.state_database`). The state database only with a `collection`."},
 	"sources[].collection":                  {Doc: "Collection to watch; omit it to watch the whole database. Requires `database`."},
 	"sources[].full_document":               {Doc: "What `fullDocument` holds for updates: nothing, the current document looked up, or the post-image (needs `changeStreamPreAndPostImages`)."},
 	"sources[].full_document_before_change": {Doc: "The pre-image in `fullDocumentBeforeChange` (needs `changeStreamPreAndPostImages`)."},
@@ -130,7 +130,7 @@ var keyDocs = map[string]keyDoc{
 	"sinks[].allow_private_networks":   {Doc: "Allow targets on loopback, private, link-local, metadata and other special-purpose addresses (refused by default at dial time, against SSRF)."},
 	"sinks[].tls_ca_file":              {Doc: "A PEM file of extra CA certificates to trust (relative to the config file)."},
 	"sinks[].tls_insecure_skip_verify": {Doc: "Do not verify the server certificate (never in production)."},
-	"sinks[].auth":                     {Doc: "`\"aws_sigv4\"` signs every request with AWS Signature Version 4 (function URLs with `AWS_IAM`, API Gateway)."},
+	"sinks[].auth":                     {Doc: "`\"aws_sigv4\"` signs every request with AWS Signature Version 4 (function URLs with `AWS_IAM`, API Gateway). The url is sent as written and signed as sent; a path with a `.` or `..` segment or `//` is refused (AWS normalizes it first, except for `s3`)."},
 	"sinks[].aws_service":              {Doc: "With `auth = \"aws_sigv4\"`: the signing name.", Default: `"lambda"`},
 	"sinks[].region":                   {Doc: "AWS region (`us-east-1`). AWS sinks: default `AWS_REGION` or the shared profile's. Webhook (only with `auth`): default from a function URL or execute-api host."},
 	"sinks[].role_arn":                 {Doc: "An IAM role to assume with STS on top of the default credential chain (webhook: only with `auth`)."},
@@ -141,7 +141,10 @@ var keyDocs = map[string]keyDoc{
 	"sinks[].resources":                {Doc: "ARNs attached to every entry."},
 	"sinks[].queue_url":                {Doc: "The queue URL; set exactly one of `queue_url` and `queue_name`. A name ending in `.fifo` is a FIFO queue."},
 	"sinks[].queue_name":               {Doc: "The queue name, resolved with GetQueueUrl at first use."},
-	"sinks[].message_group_id":         {Doc: "FIFO only: dotted path of the event field whose value is the MessageGroupId.", Default: "namespace and document key"},
+	"sinks[].message_group_id":         {Doc: "FIFO queues and topics only: dotted path of the event field whose value is the MessageGroupId.", Default: "namespace and document key"},
+	"sinks[].stream":                   {Doc: "The Kinesis data stream's name or ARN."},
+	"sinks[].partition_key":            {Doc: "Dotted path of the event field whose value is the record's partition key (hashed to `sha256:<hex>` over 256 characters).", Default: "namespace and document key"},
+	"sinks[].topic_arn":                {Doc: "The SNS topic's ARN; a name ending in `.fifo` is a FIFO topic."},
 	"sinks[].invocation_type":          {Doc: "`\"Event\"` (asynchronous) or `\"RequestResponse\"` (synchronous: the function's result decides)."},
 	"sinks[].function":                 {Doc: "Function name, name:alias, ARN or partial ARN."},
 	"sinks[].qualifier":                {Doc: "A version or alias to invoke."},

@@ -37,6 +37,8 @@ func builtinSinkTypes() []sinkType {
 		{name: SinkEventBridge, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeEventBridge},
 		{name: SinkSQS, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeSQS},
 		{name: SinkLambda, maxBatchSize: 1000, decode: decodeLambda},
+		{name: SinkKinesis, maxBatchSize: MaxKinesisBatchSize, defaultBatchSize: MaxKinesisBatchSize, decode: decodeKinesis},
+		{name: SinkSNS, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeSNS},
 		{name: SinkKafka, maxBatchSize: kafka.MaxRecords, defaultBatchSize: DefaultKafkaBatchSize, decode: decodeKafka},
 	}
 }
