@@ -192,9 +192,8 @@ func (d *DryRun) Route(source string, seq uint64, raw bson.Raw) (*Routed, error)
 // from.
 func SinkEnvelope(e *event.Event, sc *config.Sink, rules []string) ([]byte, error) {
 	canonical := sc.JSON == config.JSONCanonical
-	// The metadata goes in message attributes or record headers.
-	attributes := sc.SQS != nil || sc.SNS != nil || sc.Kafka != nil
-	if sc.EventBridge != nil || sc.Kinesis != nil || (!attributes && sc.BatchSize > 1) {
+	attributes := sc.SQS != nil || sc.SNS != nil // the metadata goes in message attributes
+	if sc.EventBridge != nil || sc.Kinesis != nil || (!attributes && sc.Kafka == nil && sc.BatchSize > 1) {
 		return sinks.EncodeRecord(e, canonical)
 	}
 	return sinks.EncodeEnvelope(e, canonical)
