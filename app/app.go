@@ -27,6 +27,7 @@ import (
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/eventbridge"
+	"github.com/changegate/changegate/sinks/kafka"
 	"github.com/changegate/changegate/sinks/kinesis"
 	"github.com/changegate/changegate/sinks/lambda"
 	"github.com/changegate/changegate/sinks/limit"
@@ -209,6 +210,15 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 			Name: sc.Name, TopicARN: n.TopicARN, GroupBy: n.MessageGroupID,
 			Region: n.Region, Endpoint: n.Endpoint, RoleARN: n.RoleARN, MaxRequestBytes: n.MaxRequestBytes,
 			Canonical: sc.JSON == "canonical", Timeout: n.Timeout, MaxConns: conns, Oversize: oversize,
+		}, log.With("sink", sc.Name))
+	case sc.Kafka != nil:
+		k := sc.Kafka
+		sk, err = kafka.New(kafka.Config{
+			Name: sc.Name, Brokers: k.Brokers, Topic: k.Topic, MaxRequestBytes: k.MaxRequestBytes,
+			Oversize: oversize, Canonical: sc.JSON == "canonical", Timeout: k.Timeout,
+			TLS: k.TLS, TLSCAFile: k.TLSCAFile, TLSCertFile: k.TLSCertFile, TLSKeyFile: k.TLSKeyFile,
+			TLSInsecureSkipVerify: k.TLSInsecureSkipVerify,
+			SASLMechanism:         k.SASLMechanism, SASLUsername: k.SASLUsername.Value(), SASLPassword: k.SASLPassword.Value(),
 		}, log.With("sink", sc.Name))
 	default:
 		err = fmt.Errorf("sink type %q is not supported", sc.Type)

@@ -370,6 +370,8 @@ type Sink struct {
 	Kinesis *KinesisSink
 	// SNS holds the options of an sns sink; nil for other types.
 	SNS *SNSSink
+	// Kafka holds the options of a kafka sink; nil for other types.
+	Kafka *KafkaSink
 }
 
 // Retry is a sink's retry policy: exponential backoff with jitter.

@@ -1,5 +1,5 @@
 // Command changegate tails MongoDB change streams and delivers every change
-// to webhooks, EventBridge, SQS, SNS, Kinesis and Lambda according to the rules of a TOML file.
+// to webhooks, EventBridge, SQS, SNS, Kinesis, Lambda and Kafka according to the rules of a TOML file.
 package main
 
 import (
@@ -26,7 +26,7 @@ var version = "dev"
 
 const usage = `changegate tails MongoDB change streams and delivers every change to
 webhooks, AWS EventBridge buses, SQS queues, SNS topics, Kinesis data
-streams and Lambda functions, routed by rules in a TOML file. Deliveries are at-least-once with stable
+streams, Lambda functions and Kafka topics, routed by rules in a TOML file. Deliveries are at-least-once with stable
 event ids; what cannot be delivered goes to a dead-letter collection in
 MongoDB.
 
