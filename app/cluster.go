@@ -301,8 +301,10 @@ func (cl *clusterLoop) acquire(ctx, srcCtx context.Context, unit string) {
 		}
 		cl.mu.Unlock()
 		o.tenure.End()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.renewEvery)
-		_, _ = cl.leases.Release(rctx, unit, cl.instance, l.Epoch)
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.renewEvery)
+		if o.tenure.Quiesce(qctx) == nil {
+			_, _ = cl.leases.Release(qctx, unit, cl.instance, l.Epoch)
+		}
 		cancel()
 		return
 	}
@@ -380,9 +382,27 @@ func (cl *clusterLoop) handOver(ctx context.Context, unit string) {
 		cl.g.engine.SetOwnedTenures(cl.ownedTenuresLocked())
 		cl.g.metrics.LeaseOwned.WithLabelValues(unit).Set(0)
 		cl.mu.Unlock()
-		o.tenure.End()
-		cl.release(o)
+		cl.endAndRelease(o)
 	}()
+}
+
+// endAndRelease ends o's tenure, which cancels every wait of its queued
+// work (limiter, backoff, pause, re-drive), waits (bounded) until no request
+// of the unit is in progress, and only then releases the lease: the next
+// owner, which may take the unit at once, is not overtaken by a request of
+// this one.
+func (cl *clusterLoop) endAndRelease(o *ownedUnit) {
+	o.tenure.End()
+	qctx, cancel := context.WithTimeout(context.Background(), cl.renewEvery)
+	err := o.tenure.Quiesce(qctx)
+	cancel()
+	if err != nil {
+		// A request that ignores its cancelled context: the lease is
+		// left to expire rather than released under it.
+		cl.log.Warn("handover: a request of the unit is still in progress; leaving its lease to expire", "unit", o.lease.Unit)
+		return
+	}
+	cl.release(o)
 }
 
 func (cl *clusterLoop) release(o *ownedUnit) {
@@ -414,8 +434,7 @@ func (cl *clusterLoop) releaseAll() {
 	cl.g.engine.SetOwnedUnits([]string{})
 	cl.mu.Unlock()
 	for _, o := range owned {
-		o.tenure.End()
-		cl.release(o)
+		cl.endAndRelease(o)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -2,8 +2,10 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/changegate/changegate/deadletter"
@@ -155,7 +157,11 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 			sleep(ctx, l.clk, idle)
 			continue
 		}
-		l.redriveEntries(ctx, entries)
+		if !l.redriveEntries(ctx, entries) {
+			// Nothing was re-driven: the units of these entries are no
+			// longer owned here (the lease loop has not noticed yet).
+			sleep(ctx, l.clk, idle)
+		}
 	}
 }
 
@@ -179,8 +185,9 @@ func (l *Lane) tryGoLive(ctx context.Context) bool {
 }
 
 // redriveEntries delivers entries (in stream order) keeping per-key order,
-// with up to as many keys in parallel as the lane has partitions.
-func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) {
+// with up to as many keys in parallel as the lane has partitions. It reports
+// whether any entry was finished.
+func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) bool {
 	type group struct{ entries []deadletter.Entry }
 	var groups []*group
 	byKey := map[string]*group{}
@@ -204,6 +211,7 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) {
 	// holds one whole entry at a time).
 	sem := make(chan struct{}, min(len(l.q.parts), redriveParallel))
 	var wg sync.WaitGroup
+	var progress atomic.Bool
 	for _, g := range groups {
 		sem <- struct{}{}
 		wg.Add(1)
@@ -214,12 +222,14 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) {
 					return // handed over meanwhile: the unit's owner re-drives the rest
 				}
 				if !l.redriveOne(ctx, e) {
-					return // stopping: the rest stay parked, in order
+					return // stopping or handed over: the rest stay parked, in order
 				}
+				progress.Store(true)
 			}
 		}()
 	}
 	wg.Wait()
+	return progress.Load()
 }
 
 // redriveParallel bounds the documents re-driven at once, and so the whole
@@ -228,7 +238,8 @@ const redriveParallel = 64
 
 // redriveOne reads the parked entry of summary s whole, delivers it (after
 // its RetryAt) and deletes it at the version it read; it returns false when
-// ctx ended.
+// ctx ended or the tenure of the entry's unit ended (cluster mode: the
+// entry stays parked for the unit's next owner).
 func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	var e deadletter.Entry
 	var found bool
@@ -257,14 +268,20 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		return true
 	}
 	ev.Rules = e.Rules
+	// The re-drive of a unit's entry is work of the unit's tenure: its
+	// waits end and nothing more is sent once the tenure ends.
+	ev.Tenure = l.own.tenure(e.Unit)
+	if !ev.Tenure.Held() {
+		return false
+	}
 	// The entry keeps the raw change: shape it with the current shaping.
 	ev, skip := l.reshape(ev)
 	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
 	if !skip { // skip_empty_updates: nothing to send, done
 		_, err = l.d.deliver(ctx, []*item{it}, modeRedrive, nil)
 	}
-	if ctx.Err() != nil {
-		return false
+	if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
+		return false // stopping, or handed over: the entry stays parked
 	}
 	if err != nil {
 		reason := "error"

@@ -42,6 +42,15 @@ func (o *ownership) owns(unit string) bool {
 	return true
 }
 
+// tenure returns the tenure under which unit is owned (nil outside cluster
+// mode, or for a unit owned without a tenure).
+func (o *ownership) tenure(unit string) *event.Tenure {
+	if ts := o.tenures.Load(); ts != nil {
+		return (*ts)[unit]
+	}
+	return nil
+}
+
 // parkedFilter returns the filter of the parked entries of sink that this
 // process may re-drive.
 func (o *ownership) parkedFilter(sink string, limit int) deadletter.Filter {
