@@ -23,8 +23,8 @@ import (
 // free units up to its fair share, hands the surplus over cleanly and
 // stops a unit at once when its lease is lost.
 //
-// Acquisition: SetOwnedUnits(owned + unit), checkpoint Fence with the new
-// epoch, engine PrepareUnit, then the unit's source starts under a new
+// Acquisition: SetOwnedUnits(owned + unit), checkpoint and dead-letter
+// Fence with the new epoch, engine PrepareUnit, then the unit's source starts under a new
 // tenure (its saves carry the epoch). Loss (no renewal before the local
 // deadline, a renewal refused, or a fenced save): the tenure ends (lanes
 // drop what they still hold of it, unacknowledged), the source stops
@@ -289,6 +289,11 @@ func (cl *clusterLoop) acquire(ctx, srcCtx context.Context, unit string) {
 	// Fence before the source loads its checkpoint: from now on the
 	// previous owner's saves are refused, and what it saved is read.
 	err = cl.g.cps.Fence(actx, unit, l.Epoch)
+	if err == nil {
+		// The same for its parked entries and dead letters: the previous
+		// owner's writes still on their way are refused by the store.
+		err = cl.g.dls.Fence(actx, unit, l.Epoch)
+	}
 	if err == nil {
 		err = cl.g.engine.PrepareUnit(actx, unit)
 	}

@@ -94,6 +94,9 @@ func (t *Tenure) Extend(d time.Time) {
 
 // End ends the tenure (lease lost or released); it cannot be undone.
 func (t *Tenure) End() {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.endLocked()

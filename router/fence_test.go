@@ -272,3 +272,86 @@ func TestFenceRedriveRetriesAcrossLeaseLoss(t *testing.T) {
 		t.Fatalf("entry after the loss: found %v kind %q err %v; want it still parked", found, got.Kind, err)
 	}
 }
+
+// hookStore delays PutMany until the test lets it through: a parked write
+// blocked on a cut connection.
+type hookStore struct {
+	*deadletter.Store
+	entered chan struct{}
+	proceed chan struct{}
+	err     chan error
+}
+
+func (h *hookStore) PutMany(ctx context.Context, es []deadletter.Entry) error {
+	h.entered <- struct{}{}
+	<-h.proceed
+	err := h.Store.PutMany(ctx, es)
+	h.err <- err
+	return err
+}
+
+// A parked write delayed past a lease loss is refused by the store: the new
+// owner fenced the unit, parked the same change and re-drove it (deleted);
+// the old owner's write then reaches MongoDB and must neither re-create that
+// entry nor create another; its events stay unacknowledged.
+func TestFenceParkedWriteDelayedPastLeaseLoss(t *testing.T) {
+	dl := realStore(t)
+	ctx := context.Background()
+	const unit = "orders#0/2"
+	if err := dl.Fence(ctx, unit, 1); err != nil {
+		t.Fatal(err)
+	}
+	h := &hookStore{Store: dl, entered: make(chan struct{}, 1), proceed: make(chan struct{}), err: make(chan error, 1)}
+	clk := newFakeClock()
+	s := &scriptSink{clk: clk}
+	l, err := newLaneClock(SinkSpec{Sink: s, MaxInFlight: 2}, h, metrics.New(nil), slog.New(slog.DiscardHandler), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	l.start(lctx)
+	t.Cleanup(func() { cancel(); close(h.proceed); l.stop() })
+	l.parkLane() // the sink kept failing: every event is parked
+	ten := event.NewTenure(unit, 1, time.Time{})
+	ev1 := posEvent(t, 1, 1)
+	ev1.Tenure = ten
+	var acked atomic.Int64
+	l.enqueue(ev1, ev1.OrderingKeyHash(), func() { acked.Add(1) })
+	select {
+	case <-h.entered: // the write is on its way
+	case <-time.After(10 * time.Second):
+		t.Fatal("no parked write")
+	}
+
+	// Meanwhile the lease moves: the new owner (epoch 2) fences the unit,
+	// re-reads ev1, parks it and re-drives it (deletes it), then delivers
+	// later changes live.
+	ten.End()
+	if err := dl.Fence(ctx, unit, 2); err != nil {
+		t.Fatal(err)
+	}
+	e, err := deadletter.EntryFor(ev1, "parking", deadletter.KindParked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Unit, e.Epoch = unit, 2
+	if err := dl.Put(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dl.Delete(ctx, e.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	h.proceed <- struct{}{} // the old owner's write reaches MongoDB
+	if err := <-h.err; !errors.Is(err, deadletter.ErrFenced) {
+		t.Fatalf("delayed write of epoch 1: %v, want refused (ErrFenced)", err)
+	}
+	waitUntil(t, "lane idle", func() bool { return l.q.empty() })
+	n, err := dl.Count(ctx, deadletter.Filter{Kind: deadletter.KindParked})
+	if err != nil || n != 0 {
+		t.Fatalf("%d parked entries after the fenced write (err %v), want 0", n, err)
+	}
+	if acked.Load() != 0 {
+		t.Fatal("an event whose parked write was refused was acknowledged")
+	}
+}

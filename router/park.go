@@ -36,7 +36,8 @@ func (l *Lane) entry(it *item, kind deadletter.Kind, reason string) (deadletter.
 	e.Attempts = it.attempts
 	e.Reason = reason
 	if t := it.ev.Tenure; t != nil {
-		e.Unit = t.Unit
+		// The write is fenced in the store by the tenure's epoch.
+		e.Unit, e.Epoch = t.Unit, t.Epoch
 	}
 	e.FirstError, e.LastError = it.firstErr, it.lastErr
 	e.FirstFailedAt, e.LastFailedAt = it.first, l.clk.Now()
@@ -60,7 +61,7 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 		}
 		es = append(es, e)
 	}
-	if !l.persist(ctx, "park", func(ctx context.Context) error { return l.dl.PutMany(ctx, es) }) {
+	if !l.persist(ctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) }) {
 		return
 	}
 	l.mParked.Add(float64(len(items)))
