@@ -318,6 +318,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		units:    units{running: map[string]*runningUnit{}, pushdowns: pushdowns{}},
 		unitDone: make(chan *runningUnit), stopped: make(chan struct{})}
 	g.cfgPtr.Store(cfg)
+	engine.SetAcked(g.acked)
 	if g.loadConfig == nil {
 		g.loadConfig = func() (*config.Config, error) { return config.Load(cfg.File) }
 	}

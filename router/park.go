@@ -160,7 +160,8 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 		}
 		if !l.redriveEntries(ctx, entries) {
 			// Nothing was re-driven: the units of these entries are no
-			// longer owned here (the lease loop has not noticed yet).
+			// longer owned here (the lease loop has not noticed yet), or
+			// their sources have not read up to them yet.
 			sleep(ctx, l.clk, idle)
 		}
 	}
@@ -221,6 +222,11 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) b
 			for _, e := range g.entries {
 				if !l.own.owns(e.Unit) {
 					return // handed over meanwhile: the unit's owner re-drives the rest
+				}
+				if !l.own.readPast(e.Unit, e.ClusterTime) {
+					// The unit's source has not yet re-read (and parked)
+					// the changes before this one: the next pass.
+					return
 				}
 				if !l.redriveOne(ctx, e) {
 					return // stopping or handed over: the rest stay parked, in order
