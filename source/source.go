@@ -170,7 +170,7 @@ type Source struct {
 	// streaming is set once tracker is the change stream's (not a
 	// snapshot's): Acked reports its watermark.
 	streaming bool
-	status  Status
+	status    Status
 	// splitKnown: the server version was asked; splitOK: it has
 	// $changeStreamSplitLargeEvent (split.go).
 	splitKnown, splitOK bool
