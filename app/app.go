@@ -215,6 +215,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 			Min: sc.MaxInFlightMin, Max: sc.MaxInFlightMax,
 			Cap:  maxInFlightEvents(cfg),
 			Rate: sc.RateLimit, Burst: sc.RateLimitBurst,
+			BreakerMaxCooldown: sc.CircuitMaxCooldown,
 		},
 	}, nil
 }
