@@ -330,6 +330,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	defer engine.Stop()
 	g.backfills = newBackfiller(client, client.Database(cfg.Mongo.StateDatabase), cfg.Cluster.Instance, laneTarget{engine: engine, units: g.unitSources}, engine.SinksOf, m, log)
 	defer g.backfills.stopAll()
+	// Backfills are recorded with their acknowledged progress; those a
+	// previous run left running (a stop, a kill, a crash) resume here.
+	g.backfills.records = client.Database(cfg.Mongo.StateDatabase).Collection(backfillRecordsCollection)
+	resumeCtx, stopResume := context.WithCancel(ctx)
+	defer stopResume()
+	go g.backfills.resumeAll(resumeCtx, g.config)
 
 	for _, sc := range cfg.Sources {
 		g.stuckAfter = max(g.stuckAfter, sc.MaxAwait+5*time.Second)
