@@ -41,7 +41,10 @@ type Tenure struct {
 func NewTenure(unit string, epoch int64, deadline time.Time) *Tenure {
 	t := &Tenure{Unit: unit, Epoch: epoch, deadline: deadline, done: make(chan struct{})}
 	if !deadline.IsZero() {
+		// Under the lock: the timer may fire before it is stored.
+		t.mu.Lock()
 		t.timer = time.AfterFunc(time.Until(deadline), t.expire)
+		t.mu.Unlock()
 	}
 	return t
 }

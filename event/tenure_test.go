@@ -9,11 +9,12 @@ import (
 // A tenure ends by End or by its local deadline; Done is closed then, an
 // expired tenure cannot be extended back, and Enter refuses once it ended.
 func TestTenureEndsAndCancels(t *testing.T) {
-	ten := NewTenure("u", 1, time.Now().Add(30*time.Millisecond))
+	ten := NewTenure("u", 1, time.Now().Add(time.Second))
 	if !ten.Held() || !ten.Enter() {
 		t.Fatal("a fresh tenure is held")
 	}
 	ten.Exit()
+	ten.Extend(time.Now().Add(50 * time.Millisecond)) // the timer follows
 	select {
 	case <-ten.Done():
 	case <-time.After(10 * time.Second):
