@@ -265,6 +265,16 @@ func (cl *clusterLoop) renewAll(ctx context.Context) {
 		default:
 			o.lease = nl
 			o.tenure.Extend(nl.Deadline)
+			if !o.tenure.Held() {
+				// The renewal returned after the local deadline: the
+				// tenure ended then (its work was cancelled and dropped)
+				// and cannot be revived. Lose the unit and give the
+				// renewed lease back, so that it is taken again (here
+				// or elsewhere) under a new tenure instead of running
+				// on with one that drops everything.
+				cl.loseLocked(o, "the lease's local deadline passed before its renewal returned")
+				go cl.endAndRelease(o)
+			}
 		}
 		cl.mu.Unlock()
 	}
