@@ -1,11 +1,14 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -230,7 +233,10 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 		writeJSON(w, http.StatusOK, g.report())
 	}))
 	mux.HandleFunc("GET /api/v1/deadletters", g.reading(g.listDeadLetters))
-	mux.HandleFunc("GET /api/v1/deadletters/{id...}", g.reading(g.showDeadLetter(make(chan struct{}, maxPayloads))))
+	if g.payloads == nil {
+		g.payloads = newPayloadGate(maxPayloads)
+	}
+	mux.HandleFunc("GET /api/v1/deadletters/{id...}", g.reading(g.showDeadLetter(g.payloads)))
 	mux.HandleFunc("POST /api/v1/deadletters/replay", g.mutating(g.replayDeadLetters))
 	mux.HandleFunc("DELETE /api/v1/deadletters", g.mutating(g.purgeDeadLetters))
 	mux.HandleFunc("POST /api/v1/reload", g.mutating(g.reloadHandler))
@@ -239,12 +245,67 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 	mux.HandleFunc("GET /api/v1/backfills/{id}", g.reading(g.showBackfill))
 	mux.HandleFunc("DELETE /api/v1/backfills/{id}", g.mutating(g.cancelBackfill))
 	g.consoleRoutes(mux)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") || r.URL.Path == "/readyz" {
+			apiHeaders(w.Header())
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
-// maxPayloads bounds the whole entries (GET /api/v1/deadletters/{id})
-// rendered at once.
+// apiHeaders sets the headers of every /api/v1 and /readyz response: they
+// carry data (documents of dead letters, error texts, positions) that no
+// cache may keep and no browser may sniff into another type, as the
+// console's pages do.
+func apiHeaders(h http.Header) {
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+}
+
+// maxPayloads bounds the whole entries read and rendered at once, by GET
+// /api/v1/deadletters/{id} and the console's dead-letter page together.
 const maxPayloads = 2
+
+// payloadGate bounds the requests that hold a whole dead-letter entry in
+// memory (up to a few times MongoDB's 16 MiB document limit each). Safe for
+// concurrent use.
+type payloadGate struct {
+	slots chan struct{}
+	// held, when set, runs while a slot is held (tests).
+	held func()
+	// inside and waiting count the requests holding a slot and those
+	// waiting for one; most is the highest inside seen (tests).
+	inside, waiting, most atomic.Int64
+}
+
+func newPayloadGate(n int) *payloadGate {
+	return &payloadGate{slots: make(chan struct{}, n)}
+}
+
+// enter waits for a slot; false when ctx ended first. A true enter must be
+// followed by leave.
+func (p *payloadGate) enter(ctx context.Context) bool {
+	p.waiting.Add(1)
+	select {
+	case p.slots <- struct{}{}:
+		p.waiting.Add(-1)
+		n := p.inside.Add(1)
+		for m := p.most.Load(); n > m && !p.most.CompareAndSwap(m, n); m = p.most.Load() {
+		}
+		if p.held != nil {
+			p.held()
+		}
+		return true
+	case <-ctx.Done():
+		p.waiting.Add(-1)
+		return false
+	}
+}
+
+func (p *payloadGate) leave() {
+	p.inside.Add(-1)
+	<-p.slots
+}
 
 type apiError struct {
 	Error string `json:"error"`
@@ -322,15 +383,13 @@ func (g *gateway) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 // showDeadLetter returns one entry in full (change and envelope included).
 // At most maxPayloads such replies are built at once, each up to a few
 // times MongoDB's 16 MiB document limit.
-func (g *gateway) showDeadLetter(payloads chan struct{}) http.HandlerFunc {
+func (g *gateway) showDeadLetter(payloads *payloadGate) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		select {
-		case payloads <- struct{}{}:
-			defer func() { <-payloads }()
-		case <-r.Context().Done():
+		if !payloads.enter(r.Context()) {
 			return
 		}
+		defer payloads.leave()
 		e, ok, err := g.dls.Get(r.Context(), id)
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
@@ -362,6 +421,8 @@ func (g *gateway) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 
 // replay re-delivers the dead letters f selects (no kind: the
 // failed ones; parked ones are refused) and answers with a replayReport.
+// deliver_unrouted=true also delivers those no current rule routes to
+// their sink (ReplayOptions).
 // The admin API and the console share it.
 func (g *gateway) replay(w http.ResponseWriter, r *http.Request, f deadletter.Filter) {
 	switch f.Kind {
@@ -371,10 +432,19 @@ func (g *gateway) replay(w http.ResponseWriter, r *http.Request, f deadletter.Fi
 		writeJSON(w, http.StatusBadRequest, apiError{"parked entries are re-driven automatically, in order, once their sink accepts again; only failed entries can be replayed"})
 		return
 	}
+	var opts ReplayOptions
+	switch v := r.URL.Query().Get("deliver_unrouted"); v {
+	case "", "false":
+	case "true":
+		opts.DeliverUnrouted = true
+	default:
+		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("deliver_unrouted=%q: want true or false", v)})
+		return
+	}
 	// A replay waits for its deliveries (retries included): no write
 	// deadline for it.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	res, err := g.dls.Replay(r.Context(), f, g.engine.DeliverNow)
+	res, err := g.dls.Replay(r.Context(), f, opts.deliverer(g.engine))
 	rep := replayReport{Replayed: res.Replayed, Failed: res.Failed, Skipped: res.Skipped}
 	for _, e := range res.Errors {
 		rep.Errors = append(rep.Errors, e.Error())
