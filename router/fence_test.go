@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/metrics"
@@ -308,6 +310,19 @@ func TestFenceParkedWriteDelayedPastLeaseLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The lane stays parked: another unit's entry waits for its source
+	// (which never reads here), so the lane cannot go live meanwhile.
+	other := posEvent(t, 9, 9)
+	oe, err := deadletter.EntryFor(other, "parking", deadletter.KindParked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oe.Unit = "orders#1/2"
+	if err := dl.Put(ctx, oe); err != nil {
+		t.Fatal(err)
+	}
+	never := AckedFunc(func(string) (bson.Timestamp, bool) { return bson.Timestamp{}, false })
+	l.own.acked.Store(&never)
 	lctx, cancel := context.WithCancel(ctx)
 	l.start(lctx)
 	t.Cleanup(func() { cancel(); close(h.proceed); l.stop() })
@@ -347,9 +362,9 @@ func TestFenceParkedWriteDelayedPastLeaseLoss(t *testing.T) {
 		t.Fatalf("delayed write of epoch 1: %v, want refused (ErrFenced)", err)
 	}
 	waitUntil(t, "lane idle", func() bool { return l.q.empty() })
-	n, err := dl.Count(ctx, deadletter.Filter{Kind: deadletter.KindParked})
+	n, err := dl.Count(ctx, deadletter.Filter{Kind: deadletter.KindParked, Units: []string{unit}})
 	if err != nil || n != 0 {
-		t.Fatalf("%d parked entries after the fenced write (err %v), want 0", n, err)
+		t.Fatalf("%d parked entries of the unit after the fenced write (err %v), want 0", n, err)
 	}
 	if acked.Load() != 0 {
 		t.Fatal("an event whose parked write was refused was acknowledged")
