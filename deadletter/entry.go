@@ -115,6 +115,10 @@ type Entry struct {
 	// time it is written, whenever that is. Entries written by older versions
 	// carry a time-based Order, kept as a tie-break.
 	Order int64
+	// Epoch is the lease epoch (cluster mode) of the tenure that wrote the
+	// entry; 0 outside cluster mode. With it, Put and PutMany are fenced:
+	// refused by the store when the unit's fence (Store.Fence) is higher.
+	Epoch int64
 	// Version changes on every write of the entry (Put and PutMany draw a
 	// new one). A re-drive deletes an entry only at the version it read
 	// (DeleteVersion), so an entry written again in between survives.

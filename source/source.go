@@ -176,7 +176,10 @@ type Source struct {
 
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
-	status  Status
+	// streaming is set once tracker is the change stream's (not a
+	// snapshot's): Acked reports its watermark.
+	streaming bool
+	status    Status
 	// splitKnown: the server version was asked; splitOK: it has
 	// $changeStreamSplitLargeEvent (split.go).
 	splitKnown, splitOK bool
@@ -298,6 +301,24 @@ func (s *Source) SetPushdown(stage bson.D) {
 // context is cancelled.
 func (s *Source) StopReading() { s.stopOnce.Do(func() { close(s.stopReading) }) }
 
+// Acked returns the cluster time of the source's watermark: every change it
+// read up to that point was acknowledged (delivered, dead-lettered or
+// parked by every sink). ok is false until the change stream runs (while
+// the source loads, or scans an initial snapshot). A lane re-drives a
+// parked entry only once its unit's source acknowledged past the entry's
+// position, so that the earlier changes re-read after a restart are parked
+// (in their place) before a later parked change is re-driven.
+func (s *Source) Acked() (ct bson.Timestamp, ok bool) {
+	s.mu.Lock()
+	tr, streaming := s.tracker, s.streaming
+	s.mu.Unlock()
+	if tr == nil || !streaming {
+		return bson.Timestamp{}, false
+	}
+	pos, _ := tr.Position()
+	return pos.ClusterTime, true
+}
+
 // Drained returns a channel closed when no event of this source is in flight.
 // It is closed at once before Run has started.
 func (s *Source) Drained() <-chan struct{} {
@@ -375,6 +396,7 @@ func (s *Source) Run(ctx context.Context) error {
 	tr := checkpoint.NewTracker(s.spec.MaxInFlight, start)
 	s.mu.Lock()
 	s.tracker = tr
+	s.streaming = true
 	s.status.Checkpoint = start
 	s.mu.Unlock()
 

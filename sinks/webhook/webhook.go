@@ -709,6 +709,11 @@ func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.
 	if err != nil {
 		return sinks.Permanent("request", fmt.Errorf("webhook %s: build request: %w", w.name, err))
 	}
+	// The last moment before the request is written: a batch of a unit
+	// whose lease ended meanwhile (cluster mode) is not sent.
+	if err := sinks.CheckFence(ctx); err != nil {
+		return fmt.Errorf("webhook %s: POST %s: %w", w.name, w.target, err)
+	}
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return w.transportError(parent, err)
@@ -743,6 +748,9 @@ func (w *Webhook) timestamp() *tsEntry {
 // of the previous attempt's, so the header map is cloned first (the
 // previous attempt's may still be read by the transport).
 func (w *Webhook) prepareRetry(r *http.Request) error {
+	if err := sinks.CheckFence(r.Context()); err != nil {
+		return err // the unit's lease ended: no transport retry either
+	}
 	h := r.Header.Clone()
 	r.Header = h
 	var body []byte
