@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
+	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/internal/bsonraw"
 	"github.com/changegate/changegate/lease"
 )
@@ -131,6 +132,15 @@ type record struct {
 	GapTo         time.Time      `bson:"gapTo,omitempty"`
 	LastToken     bson.Raw       `bson:"lastToken,omitempty"`
 	Epoch         int64          `bson:"epoch,omitempty"`
+	Txn           *txnRecord     `bson:"txn,omitempty"`
+}
+
+// txnRecord is an entry's transaction metadata as stored (entries written
+// before transaction support have none).
+type txnRecord struct {
+	ID    string `bson:"id"`
+	Index int64  `bson:"index"`
+	Last  bool   `bson:"last,omitempty"`
 }
 
 func (r *record) entry() Entry {
@@ -142,8 +152,15 @@ func (r *record) entry() Entry {
 		FirstError: r.FirstError, LastError: r.LastError,
 		FirstFailedAt: utc(r.FirstFailedAt), LastFailedAt: utc(r.LastFailedAt), CreatedAt: utc(r.CreatedAt),
 		Order: r.Order, Version: r.Version, RetryAt: utc(r.RetryAt), GapFrom: utc(r.GapFrom), GapTo: utc(r.GapTo), LastToken: r.LastToken,
-		Epoch: r.Epoch,
+		Epoch: r.Epoch, Txn: r.Txn.txn(),
 	}
+}
+
+func (t *txnRecord) txn() *event.Txn {
+	if t == nil {
+		return nil
+	}
+	return &event.Txn{ID: t.ID, Index: int(t.Index), Last: t.Last}
 }
 
 // upsert returns the filter and update that write e idempotently.
@@ -241,6 +258,9 @@ func upsert(e Entry, now time.Time) (bson.D, bson.D, error) {
 	}
 	if !e.ClusterTime.IsZero() {
 		set = append(set, bson.E{Key: "clusterTime", Value: e.ClusterTime})
+	}
+	if e.Txn != nil {
+		set = append(set, bson.E{Key: "txn", Value: txnRecord{ID: e.Txn.ID, Index: int64(e.Txn.Index), Last: e.Txn.Last}})
 	}
 	str("reason", e.Reason)
 	str("lastError", e.LastError)

@@ -275,6 +275,7 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		return true
 	}
 	ev.Rules = e.Rules
+	ev.Txn = e.Txn // index and last are the entry's, not the change's
 	// The re-drive of a unit's entry is work of the unit's tenure: its
 	// waits end and nothing more is sent once the tenure ends.
 	tenure := l.own.tenure(e.Unit)

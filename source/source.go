@@ -158,6 +158,8 @@ type Source struct {
 	mRead, mReconnect, mInvalidate, mHistoryLost, mSaves prometheus.Counter
 	mInFlight, mLag, mFailures                           prometheus.Gauge
 	mSplit, mOversize                                    prometheus.Counter
+	mTxns                                                prometheus.Counter
+	mTxnEvents                                           prometheus.Observer
 	mSnapDocs                                            prometheus.Counter
 	mSnapEstimated, mSnapRunning                         prometheus.Gauge
 
@@ -242,6 +244,8 @@ func New(spec Spec, client *mongo.Client, cps CheckpointStore, gaps GapRecorder,
 		mFailures:      m.StreamFailures.WithLabelValues(u),
 		mSplit:         m.SplitEvents.WithLabelValues(u),
 		mOversize:      m.OversizeEvents.WithLabelValues(u),
+		mTxns:          m.Transactions.WithLabelValues(u),
+		mTxnEvents:     m.TransactionEvents.WithLabelValues(u),
 		mSnapDocs:      m.SnapshotDocuments.WithLabelValues(u),
 		mSnapEstimated: m.SnapshotEstimated.WithLabelValues(u),
 		mSnapRunning:   m.SnapshotRunning.WithLabelValues(u),
@@ -474,6 +478,9 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 	// the large change, so that the changes before it in the failed batch
 	// are delivered and the error names the very next change.
 	narrow := false
+	// tx: the transaction being read; pos starts at the checkpoint.
+	pos, _ := tr.Position()
+	tx := &txnState{pos: pos}
 	var startAt *bson.Timestamp
 	if fresh && !s.spec.StartAt.IsZero() {
 		startAt = &bson.Timestamp{T: uint32(s.spec.StartAt.Unix())}
@@ -488,7 +495,7 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 				// First start: persist the stream's initial position at
 				// once, so a crash before the first event cannot skip it.
 				if rt := cs.ResumeToken(); rt != nil {
-					tr.SetResumePoint(rt)
+					s.resumePoint(tr, tx, rt)
 					token = rt
 					if err := saver.save(ctx); err != nil {
 						if isFenced(err) {
@@ -512,7 +519,7 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 			}()
 			var progressed bool
 			before := token
-			token, invalidated, progressed, err = s.consume(streamCtx, cs, tr, token, failures > 0)
+			token, invalidated, progressed, err = s.consume(streamCtx, cs, tr, tx, token, failures > 0)
 			if progressed {
 				if failures > 0 || backoff > 100*time.Millisecond {
 					s.log.Info("change stream reads again", "after_failures", failures)
@@ -570,6 +577,7 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 				continue
 			}
 			token, startAt = nil, nil
+			tx.reset()
 			continue
 		}
 		if isTooLarge(err) {
@@ -609,7 +617,7 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 			}
 			// Everything before it was handed on (one change per batch),
 			// so the stream continues after it.
-			tr.SetResumePoint(tok)
+			s.resumePoint(tr, tx, tok)
 			token, narrow = tok, false
 			continue
 		}
@@ -680,9 +688,12 @@ func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timesta
 // token to reopen from (the last event handed to the router, or the newest
 // post-batch token), whether the stream ended with an invalidate, whether
 // it made progress (read a change or got an answer to a getMore), and the
-// stream's error. recovering: the stream failed before without progress;
+// stream's error. tx is the transaction being read (txn.go), kept across
+// reopens. recovering: the stream failed before without progress;
 // its state turns open with the first progress.
-func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkpoint.Tracker, token bson.Raw, recovering bool) (bson.Raw, bool, bool, error) {
+func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkpoint.Tracker, tx *txnState, token bson.Raw, recovering bool) (bson.Raw, bool, bool, error) {
+	// A held transaction event is read again after a reopen (txn.go).
+	defer tx.dropHeld()
 	invalidated, progressed := false, false
 	progress := func() {
 		if !progressed && recovering {
@@ -738,28 +749,18 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 				return token, false, progressed, fmt.Errorf("malformed change event: %w", err)
 			}
 			ev.Tenure = s.spec.Tenure
-			seq, err := tr.Add(ctx, ev.Token, ev.ClusterTime, ev.WallTime)
-			if err != nil {
+			// Transactions (txn.go): the event may be held back until its
+			// successor tells whether it ends its transaction.
+			reopen, ok := s.txnEvent(ctx, tr, tx, ev)
+			if !ok {
 				return token, false, progressed, nil // stopping
 			}
-			ev.Seq = seq
-			token = ev.Token
+			if reopen != nil {
+				token = reopen
+			}
 			if ev.OperationType == "invalidate" {
 				invalidated = true
 			}
-			if !s.mine(ev) {
-				tr.Ack(seq) // another partition's: acknowledged at once, never dispatched
-				continue
-			}
-			s.mRead.Inc()
-			s.mInFlight.Inc()
-			s.mu.Lock()
-			s.status.LastEvent = ev.WallTime
-			s.mu.Unlock()
-			s.dispatch(ev, func() {
-				tr.Ack(seq)
-				s.mInFlight.Dec()
-			})
 			continue
 		}
 		if err := cs.Err(); err != nil {
@@ -778,15 +779,23 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			// been filtered out by the source's own pipeline stages; the
 			// final post-batch token then marks it, and startAfter that
 			// token continues after it.
+			if !s.endTxn(ctx, tr, tx) {
+				return token, false, progressed, nil // stopping
+			}
 			if rt := cs.ResumeToken(); rt != nil && !invalidated {
-				tr.SetResumePoint(rt)
+				s.resumePoint(tr, tx, rt)
 				token = rt
 			}
 			return token, true, progressed, nil
 		}
 		if rt := cs.ResumeToken(); rt != nil && cs.RemainingBatchLength() == 0 && !frags.pending() {
-			tr.SetResumePoint(rt)
-			token = rt
+			taken, ok := s.txnPostBatch(ctx, tr, tx, rt)
+			if !ok {
+				return token, false, progressed, nil // stopping
+			}
+			if taken {
+				token = rt
+			}
 		}
 	}
 }

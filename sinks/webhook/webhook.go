@@ -366,12 +366,15 @@ const (
 	HeaderNamespace     = "Changegate-Namespace"
 	HeaderDocumentKey   = "Changegate-Document-Key"
 	HeaderClusterTime   = "Changegate-Cluster-Time"
+	// HeaderTxn carries the "txn" object (compact JSON) of an event written
+	// by a multi-document transaction.
+	HeaderTxn = "Changegate-Txn"
 )
 
 // metaHeaders maps event.Event.Metadata names to headers.
 var metaHeaders = map[string]string{
 	"operationType": HeaderOperationType, "ns": HeaderNamespace,
-	"documentKey": HeaderDocumentKey, "clusterTime": HeaderClusterTime,
+	"documentKey": HeaderDocumentKey, "clusterTime": HeaderClusterTime, "txn": HeaderTxn,
 }
 
 // setMetaHeaders sets the metadata headers of a document-form payload.
@@ -394,7 +397,7 @@ func setMetaHeaders(h http.Header, e *event.Event) {
 
 // reservedHeaders cannot be set through Config.Headers.
 var reservedHeaders = map[string]bool{
-	HeaderOperationType: true, HeaderNamespace: true, HeaderDocumentKey: true, HeaderClusterTime: true,
+	HeaderOperationType: true, HeaderNamespace: true, HeaderDocumentKey: true, HeaderClusterTime: true, HeaderTxn: true,
 	HeaderID: true, HeaderTimestamp: true, HeaderSignature: true,
 	"Content-Type": true, "Content-Length": true, "Transfer-Encoding": true,
 	"Host": true, "Connection": true, "Te": true, "Upgrade": true, "Trailer": true,
