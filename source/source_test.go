@@ -330,11 +330,16 @@ func TestReopenAfterStreamError(t *testing.T) {
 			}
 			w.insert(3, 4)
 			rec.waitEvents(t, inserts(1, 2, 3, 4)...)
+			evs := rec.all()
+			// A post-batch token saved after initial was read may move the
+			// checkpoint, but never to insert 1 or past it: it is held.
 			if cp, _ := w.checkpoint(); !bytes.Equal(cp.Token, initial.Token) {
-				t.Fatalf("checkpoint moved past events that were never acknowledged")
+				ct, ok := event.TokenClusterTime(cp.Token)
+				if !ok || ct.Compare(evs[0].ClusterTime) >= 0 {
+					t.Fatalf("checkpoint moved past events that were never acknowledged")
+				}
 			}
 			rec.release()
-			evs := rec.all()
 			waitFor(t, 5*time.Second, "the checkpoint at insert 4", func() bool {
 				cp, _ := w.checkpoint()
 				return bytes.Equal(cp.Token, evs[3].Token)
