@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
 )
 
@@ -60,6 +61,9 @@ type deliverer struct {
 	clk    clock
 	log    *slog.Logger
 	limit  Limiter // nil: none
+	// budget is the byte budget request bodies are charged to while they
+	// are sent (memory.FromContext in the sinks); nil: none.
+	budget *memory.Budget
 
 	// pausedUntil (unix nanos) holds every new request of the sink back:
 	// the destination asked for it with Retry-After.
@@ -145,7 +149,7 @@ func (d *deliverer) send(ctx context.Context, evs []*event.Event) error {
 	}
 	start := d.clk.Now()
 	d.mAttempts.Inc()
-	err := d.sink.Send(ctx, evs)
+	err := d.sink.Send(memory.WithBudget(ctx, d.budget), evs)
 	d.mDuration.Observe(d.clk.Now().Sub(start).Seconds())
 	if release != nil {
 		if err != nil && ctx.Err() != nil {

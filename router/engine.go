@@ -13,6 +13,7 @@ import (
 
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/limit"
@@ -86,6 +87,7 @@ type Engine struct {
 	state   atomic.Pointer[engineState]
 	dl      DeadLetters
 	own     *ownership
+	budget  *memory.Budget // set by SetBudget before Start
 	metrics *metrics.Metrics
 	log     *slog.Logger
 
@@ -173,6 +175,26 @@ func NewEngine(rules *Rules, specs []SinkSpec, dl DeadLetters, m *metrics.Metric
 	return e, nil
 }
 
+// SetBudget sets the process's byte budget (max_in_flight_bytes): the
+// lanes' re-drives admit the parked entries they read against it, and
+// requests bodies built by the sinks are charged to it while they are sent.
+// Call it before Start. A nil budget counts nothing.
+func (e *Engine) SetBudget(b *memory.Budget) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.budget = b
+	for _, l := range e.state.Load().lanes {
+		l.setBudget(b)
+	}
+}
+
+// Budget returns the byte budget set by SetBudget (nil: none).
+func (e *Engine) Budget() *memory.Budget {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.budget
+}
+
 // Start starts the lanes' workers; they run until ctx is cancelled or Stop.
 // Parked backlogs left by a previous run are re-driven.
 func (e *Engine) Start(ctx context.Context) {
@@ -252,6 +274,7 @@ func (e *Engine) Reload(rules *Rules, updates []LaneUpdate) error {
 			return err
 		}
 		l.own = e.own
+		l.setBudget(e.budget)
 		fresh = append(fresh, l)
 		st.lanes = append(st.lanes, l)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/limit"
@@ -39,6 +40,9 @@ type Lane struct {
 	q   *keyQueue
 	d   *deliverer
 	own *ownership // the engine's; every unit when the lane runs alone
+	// budget is the process's byte budget (nil: none), set before start:
+	// the re-drive admits the entries it reads against it.
+	budget *memory.Budget
 
 	auto    bool // max_in_flight = "auto": the pool follows the limiter
 	cancel  context.CancelFunc
@@ -142,6 +146,11 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 
 // Name returns the sink's name.
 func (l *Lane) Name() string { return l.name }
+
+func (l *Lane) setBudget(b *memory.Budget) {
+	l.budget = b
+	l.d.budget = b
+}
 
 // LaneStatus is a snapshot of a lane for status reports.
 type LaneStatus struct {
@@ -272,6 +281,11 @@ func (l *Lane) stop() {
 	}
 	l.q.close()
 	l.wg.Wait()
+	// What is still queued stays unacknowledged; the memory it held is
+	// returned to the byte budget.
+	for _, it := range l.q.discard() {
+		it.release()
+	}
 }
 
 // waitIdle returns once nothing is queued or in progress in the lane (or ctx
@@ -288,6 +302,7 @@ func (l *Lane) waitIdle(ctx context.Context) {
 // enqueue queues ev; key is ev.OrderingKeyHash() (computed once per event
 // by Dispatch for all its sinks).
 func (l *Lane) enqueue(ev *event.Event, key uint64, done func()) {
+	ev.Mem.Retain(1) // the item's reference, released once it is finished (item.release)
 	it := &item{ev: ev, done: done, key: key}
 	l.mode.RLock()
 	l.q.push(it)
@@ -330,6 +345,11 @@ func (l *Lane) serve(ctx context.Context, p *partition) {
 		return
 	}
 	taken := len(batch)
+	// Whatever happens to them below — delivered, dead-lettered, parked,
+	// dropped for a lost tenure, abandoned by a shutdown — the lane holds
+	// none of these items once serve returns: their memory goes back to
+	// the byte budget then.
+	defer releaseItems(batch)
 	if batch = l.dropLost(batch); len(batch) == 0 {
 		l.q.release(taken)
 		return

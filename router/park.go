@@ -230,6 +230,15 @@ const redriveParallel = 64
 // its RetryAt) and deletes it at the version it read; it returns false when
 // ctx ended.
 func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
+	// An entry is read whole only once the byte budget admits the largest
+	// one can be (MaxEntryBytes); the charge is then set to what was read,
+	// and the event rebuilt from it, its shaped views and encodings are
+	// charged to it until it is delivered (or converted).
+	mem, err := l.budget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
+	if err != nil {
+		return false
+	}
+	defer mem.Release()
 	var e deadletter.Entry
 	var found bool
 	if !l.persist(ctx, "get", func(ctx context.Context) error {
@@ -242,6 +251,7 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	if !found || e.Kind != deadletter.KindParked {
 		return true // delivered, converted or purged meanwhile
 	}
+	mem.Resize(int64(len(e.Change) + len(e.Envelope) + len(e.DocumentKey)))
 	ev, err := event.FromChange(e.Source, 0, e.Change)
 	if err != nil {
 		reason, msg := "corrupt", fmt.Sprintf("cannot rebuild parked event: %v", err)
@@ -257,6 +267,7 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		return true
 	}
 	ev.Rules = e.Rules
+	ev.Mem = mem
 	// The entry keeps the raw change: shape it with the current shaping.
 	ev, skip := l.reshape(ev)
 	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
