@@ -1,17 +1,21 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/source"
 )
 
@@ -31,6 +35,37 @@ type statusReport struct {
 	Units   []unitStatus   `json:"units"`
 	Sources []sourceReport `json:"sources"`
 	Sinks   []sinkReport   `json:"sinks"`
+	// Memory is the byte budget (max_in_flight_bytes) and what it holds.
+	Memory memoryReport `json:"memory"`
+}
+
+// memoryReport is the byte budget in /api/v1/status.
+type memoryReport struct {
+	// InflightBytes are the bytes of events held now; BudgetBytes the
+	// budget, BudgetFrom where it comes from.
+	InflightBytes int64  `json:"inflightBytes"`
+	BudgetBytes   int64  `json:"budgetBytes"`
+	BudgetFrom    string `json:"budgetFrom"`
+	// ContainerLimitBytes is the container's memory limit (0: none);
+	// GoMemLimitBytes the Go runtime's soft limit in force (0: none).
+	ContainerLimitBytes int64  `json:"containerLimitBytes,omitempty"`
+	GoMemLimitBytes     int64  `json:"goMemLimitBytes,omitempty"`
+	GoMemLimitFrom      string `json:"goMemLimitFrom"`
+	// HeldBackSince is set while a reader waits for the budget: reading
+	// is held back since then.
+	HeldBackSince time.Time `json:"heldBackSince,omitzero"`
+}
+
+func (g *gateway) memoryReport() memoryReport {
+	r := memoryReport{
+		InflightBytes: g.budget.InUse(), BudgetBytes: g.budget.Limit(), BudgetFrom: g.sizing.BudgetFrom,
+		ContainerLimitBytes: g.sizing.Container.Limit, GoMemLimitFrom: g.sizing.GoMemLimitFrom,
+		HeldBackSince: g.budget.Waiting(),
+	}
+	if l := debug.SetMemoryLimit(-1); l < math.MaxInt64 {
+		r.GoMemLimitBytes = l
+	}
+	return r
 }
 
 type sourceReport struct {
@@ -112,7 +147,7 @@ type sinkReport struct {
 }
 
 func (g *gateway) report() statusReport {
-	r := statusReport{Ready: true, Instance: g.instance, Sources: []sourceReport{}}
+	r := statusReport{Ready: true, Instance: g.instance, Sources: []sourceReport{}, Memory: g.memoryReport()}
 	if g.cl != nil {
 		var healthy bool
 		r.Cluster = true
@@ -230,7 +265,7 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 		writeJSON(w, http.StatusOK, g.report())
 	}))
 	mux.HandleFunc("GET /api/v1/deadletters", g.reading(g.listDeadLetters))
-	mux.HandleFunc("GET /api/v1/deadletters/{id...}", g.reading(g.showDeadLetter(make(chan struct{}, maxPayloads))))
+	mux.HandleFunc("GET /api/v1/deadletters/{id...}", g.reading(g.showDeadLetter()))
 	mux.HandleFunc("POST /api/v1/deadletters/replay", g.mutating(g.replayDeadLetters))
 	mux.HandleFunc("DELETE /api/v1/deadletters", g.mutating(g.purgeDeadLetters))
 	mux.HandleFunc("POST /api/v1/reload", g.mutating(g.reloadHandler))
@@ -242,9 +277,33 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 	return mux
 }
 
-// maxPayloads bounds the whole entries (GET /api/v1/deadletters/{id})
-// rendered at once.
-const maxPayloads = 2
+// AdminReadBudget is the byte budget of the whole dead letters the admin
+// API and the console read and render at once (GET /api/v1/deadletters/{id},
+// /ui/deadletters/{id}): its own, so that reading entries never takes
+// memory from delivery, and small: two entries of MongoDB's 16 MiB limit,
+// rendered.
+const AdminReadBudget = 2 * readCharge * deadletter.MaxEntryBytes
+
+// readCharge is what one whole entry read for display counts, per byte of
+// the entry: the entry and its JSON or HTML rendering (Extended JSON of
+// binary data is larger than the BSON).
+const readCharge = 3
+
+// readEntry reads the whole entry id under the admin read budget; release
+// the returned charge once the reply is written.
+func (g *gateway) readEntry(ctx context.Context, id string) (deadletter.Entry, bool, *memory.Charge, error) {
+	mem, err := g.readBudget.Acquire(ctx, readCharge*deadletter.MaxEntryBytes, "admin dead-letter read")
+	if err != nil {
+		return deadletter.Entry{}, false, nil, err
+	}
+	e, ok, err := g.dls.Get(ctx, id)
+	if err != nil || !ok {
+		mem.Release()
+		return e, ok, nil, err
+	}
+	mem.Resize(readCharge * int64(len(e.Change)+len(e.Envelope)+len(e.DocumentKey)))
+	return e, ok, mem, nil
+}
 
 type apiError struct {
 	Error string `json:"error"`
@@ -320,18 +379,13 @@ func (g *gateway) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 }
 
 // showDeadLetter returns one entry in full (change and envelope included).
-// At most maxPayloads such replies are built at once, each up to a few
-// times MongoDB's 16 MiB document limit.
-func (g *gateway) showDeadLetter(payloads chan struct{}) http.HandlerFunc {
+// The whole entries read and rendered at once are bounded by the admin
+// read budget (AdminReadBudget).
+func (g *gateway) showDeadLetter() http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		select {
-		case payloads <- struct{}{}:
-			defer func() { <-payloads }()
-		case <-r.Context().Done():
-			return
-		}
-		e, ok, err := g.dls.Get(r.Context(), id)
+		e, ok, mem, err := g.readEntry(r.Context(), id)
+		defer mem.Release()
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
 			return
@@ -374,7 +428,7 @@ func (g *gateway) replay(w http.ResponseWriter, r *http.Request, f deadletter.Fi
 	// A replay waits for its deliveries (retries included): no write
 	// deadline for it.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	res, err := g.dls.Replay(r.Context(), f, g.engine.DeliverNow)
+	res, err := g.dls.Replay(memory.WithBudget(r.Context(), g.budget), f, g.engine.DeliverNow)
 	rep := replayReport{Replayed: res.Replayed, Failed: res.Failed, Skipped: res.Skipped}
 	for _, e := range res.Errors {
 		rep.Errors = append(rep.Errors, e.Error())

@@ -22,6 +22,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/internal/mhash"
 	"github.com/changegate/changegate/lease"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/query"
 	"github.com/changegate/changegate/router"
@@ -139,6 +140,9 @@ type backfiller struct {
 	sinksOf  func(source string) []string
 	metrics  *metrics.Metrics
 	log      *slog.Logger
+	// budget is the process's byte budget (nil: none): each document
+	// read is admitted against it before it is handed on.
+	budget *memory.Budget
 
 	mu    sync.Mutex
 	runs  map[string]*backfillRun
@@ -486,8 +490,18 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 				if err != nil {
 					continue
 				}
+				// Admitted against the byte budget as a change is; the
+				// lanes it is handed to hold their own references.
+				mem, err := b.budget.Acquire(ctx, int64(len(ev.Raw)), "backfill "+r.id)
+				if err != nil {
+					_ = cur.Close(context.WithoutCancel(ctx))
+					return err
+				}
+				ev.Mem = mem
 				r.inFlight.Add(1)
-				if !b.sendOrdered(ctx, r, db, coll, ev, idv, mark, finish) {
+				sent := b.sendOrdered(ctx, r, db, coll, ev, idv, mark, finish)
+				mem.Release()
+				if !sent {
 					r.inFlight.Add(-1)
 					continue
 				}
@@ -543,9 +557,12 @@ func (b *backfiller) sendOrdered(ctx context.Context, r *backfillRun, db, coll s
 			}
 			return false
 		}
+		mem := ev.Mem
 		if ev, err = source.SnapshotEvent(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), raw); err != nil {
 			return false
 		}
+		mem.Resize(int64(len(ev.Raw))) // the re-read replaces the first read
+		ev.Mem = mem
 		routed, changed = b.target.sendAfter(ctx, r.req.Sink, ev, mark, done)
 	}
 	if changed {
@@ -714,8 +731,10 @@ func (t *directTarget) send(ctx context.Context, sink string, ev *event.Event, d
 	case <-ctx.Done():
 		return false
 	}
+	ev.Mem.Retain(1) // this goroutine's, until it delivered
 	go func() {
 		defer func() { <-t.sem }()
+		defer ev.Mem.Release()
 		failed := false
 		for _, n := range names {
 			if err := t.engine.DeliverNow(context.WithoutCancel(ctx), n, ev); err != nil {
@@ -767,6 +786,12 @@ func Backfill(ctx context.Context, cfg *config.Config, client *mongo.Client, req
 		host = "cli"
 	}
 	b := newBackfiller(client, client.Database(cfg.Mongo.StateDatabase), host+"/cli", &directTarget{engine: engine, sem: make(chan struct{}, 8), log: log}, engine.SinksOf, nil, log)
+	sizing, err := MemorySizing(cfg)
+	if err != nil {
+		return BackfillStatus{}, err
+	}
+	b.budget = memory.NewBudget(sizing.Budget, log, nil)
+	engine.SetBudget(b.budget)
 	r, err := b.start(ctx, cfg, req)
 	if err != nil {
 		return BackfillStatus{}, err

@@ -200,6 +200,11 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d rules)\n", *path, len(cfg.Sources), len(cfg.Sinks), len(cfg.Rules))
+	if sizing, err := app.MemorySizing(cfg); err == nil {
+		for _, l := range app.SizingText(sizing) {
+			fmt.Fprintf(stdout, "memory: %s\n", l)
+		}
+	}
 	for _, sc := range cfg.Sources {
 		if sc.Partitions > 1 {
 			fmt.Fprintf(stdout, "note: source %q has %d partitions (units %s ... %s), each with its own change stream and checkpoint. "+
