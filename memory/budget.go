@@ -35,6 +35,9 @@ const HeldBackLogAfter = 10 * time.Second
 type Budget struct {
 	limit int64
 	log   *slog.Logger
+	// heldBackAfter is how long an Acquire waits before it logs
+	// (HeldBackLogAfter; tests shorten it).
+	heldBackAfter time.Duration
 	// onChange, when set, is called with the bytes held after every change
 	// (a metrics gauge).
 	onChange func(int64)
@@ -59,7 +62,7 @@ func NewBudget(limit int64, log *slog.Logger, onChange func(int64)) *Budget {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Budget{limit: limit, log: log, onChange: onChange, freed: make(chan struct{})}
+	return &Budget{limit: limit, log: log, onChange: onChange, freed: make(chan struct{}), heldBackAfter: HeldBackLogAfter}
 }
 
 // Limit returns the budget in bytes (0 for a nil budget).
@@ -135,7 +138,7 @@ func (b *Budget) Acquire(ctx context.Context, n int64, what string) (*Charge, er
 		b.waitingSince = start
 	}
 	b.mu.Unlock()
-	logAt := time.NewTimer(HeldBackLogAfter)
+	logAt := time.NewTimer(b.heldBackAfter)
 	defer logAt.Stop()
 	defer func() {
 		b.mu.Lock()
@@ -162,7 +165,7 @@ func (b *Budget) Acquire(ctx context.Context, n int64, what string) (*Charge, er
 			b.log.Warn("reading is held back by the byte budget (max_in_flight_bytes): the events held are not finished yet",
 				"reader", what, "waiting", time.Since(start).Round(time.Second).String(),
 				"want_bytes", n, "inflight_bytes", used, "budget_bytes", b.limit)
-			logAt.Reset(HeldBackLogAfter)
+			logAt.Reset(b.heldBackAfter)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

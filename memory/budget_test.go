@@ -1,8 +1,12 @@
 package memory
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -173,4 +177,52 @@ func TestNilBudget(t *testing.T) {
 	if b.InUse() != 0 || b.Limit() != 0 {
 		t.Fatal("nil budget counts")
 	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A reader held back by the budget for a while says so in the log.
+func TestAcquireLogsWhenHeldBack(t *testing.T) {
+	var out lockedBuffer
+	b := NewBudget(100, slog.New(slog.NewTextHandler(&out, nil)), nil)
+	b.heldBackAfter = 20 * time.Millisecond
+	c, _ := b.Acquire(context.Background(), 100, "orders")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c2, err := b.Acquire(context.Background(), 10, "orders")
+		if err != nil {
+			t.Error(err)
+		}
+		c2.Release()
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "reading is held back by the byte budget") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no held-back line logged: %q", out.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, want := range []string{"reader=orders", "want_bytes=10", "inflight_bytes=100", "budget_bytes=100"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("held-back line lacks %s: %q", want, out.String())
+		}
+	}
+	c.Release()
+	<-done
 }

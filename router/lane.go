@@ -438,7 +438,10 @@ func (l *Lane) deadLetter(items []*item, reason string) {
 		}
 		// Dead-lettering must complete even when the lane's live context
 		// was cancelled by parking; it stops only with the engine.
-		if !l.persist(l.engineCtx(), "dead-letter", func(ctx context.Context) error { return l.dl.Put(ctx, e) }) {
+		mem := l.budget.Force(writeBytes(e))
+		ok := l.persist(l.engineCtx(), "dead-letter", func(ctx context.Context) error { return l.dl.Put(ctx, e) })
+		mem.Release()
+		if !ok {
 			continue
 		}
 		l.log.Warn("event dead-lettered", "event", it.ev.ID, "reason", reason, "attempts", it.attempts, "err", it.lastErr)

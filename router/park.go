@@ -58,6 +58,8 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 		}
 		es = append(es, e)
 	}
+	mem := l.budget.Force(writeBytes(es...))
+	defer mem.Release()
 	if !l.persist(ctx, "park", func(ctx context.Context) error { return l.dl.PutMany(ctx, es) }) {
 		return
 	}
@@ -65,6 +67,19 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 	for _, it := range items {
 		it.done()
 	}
+}
+
+// writeBytes is what writing entries holds beyond their events while the
+// write runs, charged to the byte budget then: each entry's envelope
+// document (decoded from the event's encoding by deadletter.EntryFor) and
+// the BSON of the write (change and envelope again, in the driver's wire
+// message).
+func writeBytes(es ...deadletter.Entry) int64 {
+	var n int64
+	for _, e := range es {
+		n += int64(2*len(e.Envelope) + len(e.Change))
+	}
+	return n
 }
 
 func (l *Lane) setParked(on bool) {
