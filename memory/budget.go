@@ -225,8 +225,8 @@ func (b *Budget) add(d int64, released bool) {
 	if b.onChange != nil {
 		b.onChange(b.used)
 	}
-	if d < 0 || released {
-		close(b.freed)
+	if (d < 0 || released) && b.waiters > 0 {
+		close(b.freed) // wake the waiting readers
 		b.freed = make(chan struct{})
 	}
 	b.mu.Unlock()

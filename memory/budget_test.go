@@ -226,3 +226,19 @@ func TestAcquireLogsWhenHeldBack(t *testing.T) {
 	c.Release()
 	<-done
 }
+
+// BenchmarkEventCharge is one event's accounting on the delivery path:
+// admission, a lane's reference, an encoding, the two releases.
+func BenchmarkEventCharge(b *testing.B) {
+	bu := NewBudget(1<<30, nil, func(int64) {})
+	ctx := context.Background()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c, _ := bu.Acquire(ctx, 1000, "b")
+			c.Retain(1)
+			c.Grow(1500)
+			c.Release()
+			c.Release()
+		}
+	})
+}
