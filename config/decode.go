@@ -18,6 +18,9 @@ type decoder struct {
 	lookupEnv func(string) (string, bool)
 	sinkTypes []sinkType
 	errs      []*Error
+	// rec, when set, records every key asked for (see Describe); absent
+	// tables and arrays of tables are then decoded as one empty table.
+	rec *recorder
 }
 
 func (d *decoder) errorf(path string, line int, format string, args ...any) {
@@ -79,6 +82,7 @@ func (o *obj) lookup(k string) *value {
 		o.known = append(o.known, k)
 	}
 	o.seen[k] = true
+	o.note(k, nil)
 	return o.t.get(k)
 }
 
@@ -90,6 +94,7 @@ func (o *obj) typeError(k string, v *value, want string) {
 
 // missing reports a required key that is absent.
 func (o *obj) missing(k string) {
+	o.note(k, func(key *Key) { key.Required = true })
 	if !o.bad[k] && !o.noMissing {
 		o.d.errorf(o.keyPath(k), o.line, "required key is missing")
 	}
@@ -116,6 +121,11 @@ func (o *obj) done() {
 // or invalid (already reported).
 func (o *obj) str(k string) (s string, v *value, ok bool) {
 	v = o.lookup(k)
+	o.note(k, func(key *Key) {
+		if key.Type == "" {
+			key.Type = "string"
+		}
+	})
 	if v == nil {
 		return "", nil, false
 	}
@@ -132,6 +142,7 @@ func (o *obj) str(k string) (s string, v *value, ok bool) {
 
 // optString returns the string at k, or def when absent or invalid.
 func (o *obj) optString(k, def string) string {
+	o.note(k, func(key *Key) { key.Default = tomlString(def) })
 	s, v, ok := o.str(k)
 	if v == nil || !ok {
 		return def
@@ -151,6 +162,7 @@ func (o *obj) reqString(k string) (string, bool) {
 // secret returns the secret at k (after ${VAR} expansion and file:
 // indirection), or "" when absent or invalid.
 func (o *obj) secret(k string) (Secret, *value) {
+	o.note(k, func(key *Key) { key.Secret = true })
 	s, v, ok := o.str(k)
 	if !ok {
 		return "", v
@@ -183,6 +195,12 @@ func (d *decoder) readSecret(path string, line int, s string) (Secret, bool) {
 // enum returns the string at k, which must be one of allowed; def when absent.
 func (o *obj) enum(k, def string, allowed []string) string {
 	s, v, ok := o.str(k)
+	o.note(k, func(key *Key) {
+		if def != "" {
+			key.Default = tomlString(def)
+		}
+		key.Range = quoteList(allowed)
+	})
 	if v == nil || !ok {
 		return def
 	}
@@ -206,6 +224,7 @@ func (d *decoder) checkEnum(path string, line int, s string, allowed []string) b
 // boolean returns the boolean at k, or def.
 func (o *obj) boolean(k string, def bool) bool {
 	v := o.lookup(k)
+	o.note(k, func(key *Key) { key.Type, key.Default = "boolean", strconv.FormatBool(def) })
 	if v == nil {
 		return def
 	}
@@ -220,6 +239,12 @@ func (o *obj) boolean(k string, def bool) bool {
 // absent or invalid.
 func (o *obj) integer(k string, def, lo, hi int64) int64 {
 	v := o.lookup(k)
+	o.note(k, func(key *Key) {
+		key.Type, key.Range = "integer", intRangeText(lo, hi)
+		if def >= lo && def <= hi {
+			key.Default = strconv.FormatInt(def, 10)
+		}
+	})
 	if v == nil {
 		return def
 	}
@@ -249,6 +274,7 @@ func rangeText(lo, hi int64) string {
 // absent or invalid.
 func (o *obj) float(k string, def, lo, hi float64) float64 {
 	v := o.lookup(k)
+	o.note(k, func(key *Key) { key.Type, key.Default, key.Range = "number", floatText(def), floatRangeText(lo, hi) })
 	if v == nil {
 		return def
 	}
@@ -280,6 +306,12 @@ func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 // def when absent or invalid. present reports whether the key was set.
 func (o *obj) duration(k string, def, min time.Duration) (d time.Duration, present bool) {
 	v := o.lookup(k)
+	o.note(k, func(key *Key) {
+		key.Type, key.Default = "duration", durationText(def)
+		if min > 0 {
+			key.Range = "at least " + min.String()
+		}
+	})
 	if v == nil {
 		return def, false
 	}
@@ -314,6 +346,7 @@ func (o *obj) duration(k string, def, min time.Duration) (d time.Duration, prese
 // of each element for its line; nil when absent or invalid.
 func (o *obj) strings(k string) ([]string, []*value, *value) {
 	v := o.lookup(k)
+	o.note(k, setType("array of strings"))
 	if v == nil {
 		return nil, nil, nil
 	}
@@ -348,7 +381,11 @@ func (o *obj) strings(k string) ([]string, []*value, *value) {
 // sub returns the table at k as an obj, or nil when absent or not a table.
 func (o *obj) sub(k string) *obj {
 	v := o.lookup(k)
+	o.note(k, setType("table"))
 	if v == nil {
+		if o.d.rec != nil {
+			return o.d.obj(o.keyPath(k), &value{kind: kindTable, tbl: newTable()})
+		}
 		return nil
 	}
 	if v.kind != kindTable {
@@ -361,7 +398,11 @@ func (o *obj) sub(k string) *obj {
 // tables returns the array of tables at k ([[k]] or k = [{...}]).
 func (o *obj) tables(k string) []*obj {
 	v := o.lookup(k)
+	o.note(k, setType("array of tables"))
 	if v == nil {
+		if o.d.rec != nil {
+			return []*obj{o.d.obj(indexPath(o.keyPath(k), 0), &value{kind: kindTable, tbl: newTable()})}
+		}
 		return nil
 	}
 	if v.kind != kindArray {

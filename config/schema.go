@@ -55,9 +55,21 @@ func (d *decoder) parse(data []byte) (*Config, error) {
 		msg := "invalid TOML: " + se.msg
 		return nil, d.errFrom(&Error{Msg: msg, File: d.file, Line: se.line, Column: se.column})
 	}
+	cfg, err := d.decodeTree(tree)
+	if err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// decodeTree decodes the schema from a parsed tree.
+func (d *decoder) decodeTree(tree *table) (*Config, error) {
 	cfg := &Config{File: d.file}
 	root := d.obj("", &value{kind: kindTable, tbl: tree, line: 1})
 
+	root.note("max_in_flight_bytes", func(k *Key) {
+		k.Type, k.Range = "integer", fmt.Sprintf("%d (1 MiB) to the container's memory limit", MinMaxInFlightBytes)
+	})
 	if v := root.lookup("max_in_flight_bytes"); v != nil {
 		if n := root.integer("max_in_flight_bytes", 0, math.MinInt64, math.MaxInt64); n != 0 || !root.bad["max_in_flight_bytes"] {
 			if n < MinMaxInFlightBytes {
@@ -121,6 +133,7 @@ func (d *decoder) errFrom(e *Error) error {
 // section returns the table at k, or an empty table when it is absent, so
 // that its required keys are reported as missing.
 func (o *obj) section(k string) *obj {
+	o.note(k, setType("table"))
 	if o.t.get(k) == nil {
 		o.lookup(k)
 		return o.d.obj(k, &value{kind: kindTable, tbl: newTable()})
@@ -187,6 +200,7 @@ func (o *obj) collName(k, def string) string { return o.checkedName(k, def, chec
 // checkedName returns an optional name at k, reporting what check finds wrong with
 // it (and returning def then).
 func (o *obj) checkedName(k, def string, check func(string) string) string {
+	o.note(k, func(key *Key) { key.Default = tomlString(def) })
 	s, v, ok := o.str(k)
 	if v == nil || !ok {
 		return def

@@ -8,7 +8,7 @@ import (
 
 // Shape is the payload shaping of a [[rules]] or [[sinks]] entry (the same
 // keys on both); where a rule and a sink both shape an event, the stricter
-// of the two applies (see event.Stricter and README "Payload shaping").
+// of the two applies (see event.Stricter and docs/shaping.md).
 // The zero value shapes nothing.
 type Shape struct {
 	// Fields is the projection (fields): MongoDB projection semantics

@@ -60,6 +60,13 @@ func (d *decoder) sinkTypeKeys() map[string][]string {
 // sink decodes one [[sinks]] entry; nameVal is nil when the name is missing
 // or invalid.
 func (d *decoder) sink(o *obj) (s Sink, nameVal *value) {
+	if d.rec != nil {
+		// Describe mode: record this entry's keys under its type.
+		if v := o.t.get("type"); v != nil {
+			d.rec.variant = v.str
+		}
+		defer func() { d.rec.variant = "" }()
+	}
 	s.Name, nameVal = o.name()
 	var typeNames []string
 	for _, t := range d.sinkTypes {

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Envelope is one change event as changegate delivers it (README "What a
-// receiver gets"). Document-valued fields are MongoDB Extended JSON
+// Envelope is one change event as changegate delivers it (see
+// docs/receivers.md). Document-valued fields are MongoDB Extended JSON
 // (relaxed by default, canonical with json = "canonical" on the sink), kept
 // raw so the receiver decodes them into its own types; a field the change
 // does not have is nil.

@@ -28,6 +28,17 @@ import (
 // screenshots (default: the test's temporary directory).
 const EnvArtifacts = "CHANGEGATE_TEST_ARTIFACTS"
 
+// EnvUpdateScreenshot, set to 1, makes TestConsoleInBrowser copy its
+// overview screenshot (console-overview-traffic.png, rendered on every run)
+// to docs/console.png, the picture the docs show:
+//
+//	CHANGEGATE_UPDATE_SCREENSHOT=1 go test ./test/e2e -run 'TestConsoleInBrowser$'
+const EnvUpdateScreenshot = "CHANGEGATE_UPDATE_SCREENSHOT"
+
+// docsScreenshot is the console's picture in the docs, relative to this
+// package.
+const docsScreenshot = "../../docs/console.png"
+
 // xssError is what the failing webhook answers: it ends up in the dead
 // letter's error text, which the console must show as text.
 const xssError = `<script>alert(1)</script>`
@@ -296,6 +307,16 @@ admin_token = "`+token+`"`, 1))
 	})()`)
 	shot(t, bctx, artifacts, "console-overview-traffic.png")
 	t.Logf("screenshots in %s", artifacts)
+	if os.Getenv(EnvUpdateScreenshot) == "1" {
+		png, err := os.ReadFile(filepath.Join(artifacts, "console-overview-traffic.png"))
+		if err == nil {
+			err = os.WriteFile(docsScreenshot, png, 0o644)
+		}
+		if err != nil {
+			t.Fatalf("%s=1: %v", EnvUpdateScreenshot, err)
+		}
+		t.Logf("wrote %s", docsScreenshot)
+	}
 }
 
 // TestConsoleTokenInBrowser: with console_auth = "token" the console loads
