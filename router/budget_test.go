@@ -267,3 +267,66 @@ func TestBudgetReleasedLostTenureAndShutdown(t *testing.T) {
 	eng.Stop()
 	waitBudgetEmpty(t, b, "shutdown")
 }
+
+// A re-drive retrying entries of a sink that is still down holds at most
+// the re-drives' share of the budget (RedriveSharePercent), so the live
+// stream keeps the rest: here one whole-entry reservation, so one entry
+// at a time, and room for a live event meanwhile.
+func TestBudgetRedriveShare(t *testing.T) {
+	const size = 2 << 20
+	b := memory.NewBudget(4*deadletter.MaxEntryBytes, nil, nil) // share: one reservation
+	dl := newMemDL()
+	for i := 0; i < 12; i++ {
+		e, err := deadletter.EntryFor(bigEvent(t, i, i, size), "sick", deadletter.KindParked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dl.Put(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &fakeSink{name: "sick"}
+	var inSend, maxInSend, attempts atomic.Int64
+	var down atomic.Bool
+	down.Store(true)
+	s.setFail(func(e *event.Event) error {
+		cur := inSend.Add(1)
+		defer inSend.Add(-1)
+		for {
+			m := maxInSend.Load()
+			if cur <= m || maxInSend.CompareAndSwap(m, cur) {
+				break
+			}
+		}
+		attempts.Add(1)
+		time.Sleep(2 * time.Millisecond)
+		if down.Load() {
+			return sinks.Retryable("http_503", 0, errors.New("503"))
+		}
+		return nil
+	})
+	eng, err := NewEngine(mustRules(t, "sick"), []SinkSpec{{
+		Sink: s, Retry: sinks.RetryPolicy{MaxAttempts: 1000, InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond, Multiplier: 2},
+		MaxInFlight: 8, ParkAfter: time.Hour,
+	}}, dl, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetBudget(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	eng.Start(ctx)
+	t.Cleanup(func() { cancel(); eng.Stop() })
+	waitUntil(t, "the re-drive retrying", func() bool { return attempts.Load() > 20 })
+	if m := maxInSend.Load(); m > 1 {
+		t.Fatalf("%d parked entries re-driven at once against a sink that is down, in a share of one entry", m)
+	}
+	live, ok := b.TryAcquire(deadletter.MaxEntryBytes)
+	if !ok {
+		t.Fatalf("no room for a live event while the re-drive retries: %d of %d bytes held", b.InUse(), b.Limit())
+	}
+	live.Release()
+	down.Store(false)
+	waitUntil(t, "everything re-driven", func() bool { return len(s.received()) == 12 })
+	checkPerDocOrder(t, s.received())
+	waitBudgetEmpty(t, b, "re-driven")
+}

@@ -88,6 +88,7 @@ type Engine struct {
 	dl      DeadLetters
 	own     *ownership
 	budget  *memory.Budget // set by SetBudget before Start
+	redrive *memory.Budget // the re-drives' share of budget (RedriveSharePercent)
 	metrics *metrics.Metrics
 	log     *slog.Logger
 
@@ -183,10 +184,20 @@ func (e *Engine) SetBudget(b *memory.Budget) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.budget = b
+	e.redrive = nil
+	if b != nil {
+		e.redrive = memory.NewBudget(max(b.Limit()*RedriveSharePercent/100, deadletter.MaxEntryBytes), nil, nil)
+	}
 	for _, l := range e.state.Load().lanes {
-		l.setBudget(b)
+		l.setBudget(b, e.redrive)
 	}
 }
+
+// RedriveSharePercent is the share of the byte budget that the re-drives
+// of every parked lane together may hold (at least one whole entry): a
+// re-drive retries its entries until the sink takes them, so the live
+// stream keeps the rest.
+const RedriveSharePercent = 25
 
 // Budget returns the byte budget set by SetBudget (nil: none).
 func (e *Engine) Budget() *memory.Budget {
@@ -274,7 +285,7 @@ func (e *Engine) Reload(rules *Rules, updates []LaneUpdate) error {
 			return err
 		}
 		l.own = e.own
-		l.setBudget(e.budget)
+		l.setBudget(e.budget, e.redrive)
 		fresh = append(fresh, l)
 		st.lanes = append(st.lanes, l)
 	}

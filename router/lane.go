@@ -41,8 +41,9 @@ type Lane struct {
 	d   *deliverer
 	own *ownership // the engine's; every unit when the lane runs alone
 	// budget is the process's byte budget (nil: none), set before start:
-	// the re-drive admits the entries it reads against it.
-	budget *memory.Budget
+	// the re-drive admits the entries it reads against it, and against
+	// redriveBudget, the engine's share of it for every lane's re-drive.
+	budget, redriveBudget *memory.Budget
 
 	auto    bool // max_in_flight = "auto": the pool follows the limiter
 	cancel  context.CancelFunc
@@ -147,8 +148,8 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 // Name returns the sink's name.
 func (l *Lane) Name() string { return l.name }
 
-func (l *Lane) setBudget(b *memory.Budget) {
-	l.budget = b
+func (l *Lane) setBudget(b, redrive *memory.Budget) {
+	l.budget, l.redriveBudget = b, redrive
 	l.d.budget = b
 }
 

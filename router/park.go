@@ -249,6 +249,15 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	// one can be (MaxEntryBytes); the charge is then set to what was read,
 	// and the event rebuilt from it, its shaped views and encodings are
 	// charged to it until it is delivered (or converted).
+	//
+	// It is admitted first by the re-drives' share of the budget, so that
+	// re-drives retrying a sink that is still down never hold more than
+	// RedriveSharePercent of it, then by the budget itself.
+	share, err := l.redriveBudget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
+	if err != nil {
+		return false
+	}
+	defer share.Release()
 	mem, err := l.budget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
 	if err != nil {
 		return false
@@ -266,7 +275,9 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	if !found || e.Kind != deadletter.KindParked {
 		return true // delivered, converted or purged meanwhile
 	}
-	mem.Resize(int64(len(e.Change) + len(e.Envelope) + len(e.DocumentKey)))
+	read := int64(len(e.Change) + len(e.Envelope) + len(e.DocumentKey))
+	share.Resize(read)
+	mem.Resize(read)
 	ev, err := event.FromChange(e.Source, 0, e.Change)
 	if err != nil {
 		reason, msg := "corrupt", fmt.Sprintf("cannot rebuild parked event: %v", err)
