@@ -19,7 +19,7 @@ import (
 // and returns every byte.
 func TestReplayLargeEntriesUnderBudget(t *testing.T) {
 	s, ctx := newStore(t)
-	const size = 3 << 20
+	const size = 512 << 10
 	pad := strings.Repeat("x", size)
 	for i := range 3 {
 		ts := bson.Timestamp{T: 1795000000 + uint32(i), I: 1}

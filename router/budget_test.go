@@ -146,10 +146,13 @@ func bigEvent(t *testing.T, seq, doc, size int) *event.Event {
 // them (each reserves deadletter.MaxEntryBytes before it is read, then
 // counts what it holds), and returns every byte.
 func TestBudgetParkedAndRedrive(t *testing.T) {
-	// One reservation of a whole entry plus one 3 MiB entry read: two
-	// entries at a time at most.
-	const size = 3 << 20
-	b := memory.NewBudget(deadletter.MaxEntryBytes+size+size/2, nil, nil)
+	// The re-drives' share is one whole-entry reservation (the budget's
+	// 25% is less): once an entry is read, the next reservation does not
+	// fit beside it, so one entry at a time, two at most while one
+	// finishes. (The entries are small: what is reserved before a read is
+	// a whole entry whatever its size.)
+	const size = 256 << 10
+	b := memory.NewBudget(4*deadletter.MaxEntryBytes, nil, nil)
 	dl := newMemDL()
 	s := &fakeSink{name: "sick"}
 	var down atomic.Bool
@@ -202,7 +205,7 @@ func TestBudgetParkedAndRedrive(t *testing.T) {
 	checkPerDocOrder(t, s.received())
 	waitBudgetEmpty(t, b, "re-driven")
 	if m := maxInSend.Load(); m > 2 {
-		t.Fatalf("the re-drive delivered %d entries at once in a budget of two", m)
+		t.Fatalf("the re-drive delivered %d entries at once in a share of one whole entry", m)
 	}
 	if m := maxInSend.Load(); m < 1 {
 		t.Fatal("nothing re-driven")
@@ -273,7 +276,7 @@ func TestBudgetReleasedLostTenureAndShutdown(t *testing.T) {
 // stream keeps the rest: here one whole-entry reservation, so one entry
 // at a time, and room for a live event meanwhile.
 func TestBudgetRedriveShare(t *testing.T) {
-	const size = 2 << 20
+	const size = 256 << 10
 	b := memory.NewBudget(4*deadletter.MaxEntryBytes, nil, nil) // share: one reservation
 	dl := newMemDL()
 	for i := 0; i < 12; i++ {
