@@ -9,6 +9,8 @@ import (
 	"math"
 	"net/http"
 	"runtime/debug"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -265,7 +267,10 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 		writeJSON(w, http.StatusOK, g.report())
 	}))
 	mux.HandleFunc("GET /api/v1/deadletters", g.reading(g.listDeadLetters))
-	mux.HandleFunc("GET /api/v1/deadletters/{id...}", g.reading(g.showDeadLetter()))
+	if g.payloads == nil {
+		g.payloads = newPayloadGate(maxPayloads)
+	}
+	mux.HandleFunc("GET /api/v1/deadletters/{id...}", g.reading(g.showDeadLetter(g.payloads)))
 	mux.HandleFunc("POST /api/v1/deadletters/replay", g.mutating(g.replayDeadLetters))
 	mux.HandleFunc("DELETE /api/v1/deadletters", g.mutating(g.purgeDeadLetters))
 	mux.HandleFunc("POST /api/v1/reload", g.mutating(g.reloadHandler))
@@ -274,35 +279,66 @@ func (g *gateway) handler(reg *prometheus.Registry) http.Handler {
 	mux.HandleFunc("GET /api/v1/backfills/{id}", g.reading(g.showBackfill))
 	mux.HandleFunc("DELETE /api/v1/backfills/{id}", g.mutating(g.cancelBackfill))
 	g.consoleRoutes(mux)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") || r.URL.Path == "/readyz" {
+			apiHeaders(w.Header())
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
-// AdminReadBudget is the byte budget of the whole dead letters the admin
-// API and the console read and render at once (GET /api/v1/deadletters/{id},
-// /ui/deadletters/{id}): its own, so that reading entries never takes
-// memory from delivery, and small: two entries of MongoDB's 16 MiB limit,
-// rendered.
-const AdminReadBudget = 2 * readCharge * deadletter.MaxEntryBytes
+// apiHeaders sets the headers of every /api/v1 and /readyz response: they
+// carry data (documents of dead letters, error texts, positions) that no
+// cache may keep and no browser may sniff into another type, as the
+// console's pages do.
+func apiHeaders(h http.Header) {
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+}
 
-// readCharge is what one whole entry read for display counts, per byte of
-// the entry: the entry and its JSON or HTML rendering (Extended JSON of
-// binary data is larger than the BSON).
-const readCharge = 3
+// maxPayloads bounds the whole entries read and rendered at once, by GET
+// /api/v1/deadletters/{id} and the console's dead-letter page together.
+const maxPayloads = 2
 
-// readEntry reads the whole entry id under the admin read budget; release
-// the returned charge once the reply is written.
-func (g *gateway) readEntry(ctx context.Context, id string) (deadletter.Entry, bool, *memory.Charge, error) {
-	mem, err := g.readBudget.Acquire(ctx, readCharge*deadletter.MaxEntryBytes, "admin dead-letter read")
-	if err != nil {
-		return deadletter.Entry{}, false, nil, err
+// payloadGate bounds the requests that hold a whole dead-letter entry in
+// memory (up to a few times MongoDB's 16 MiB document limit each). Safe for
+// concurrent use.
+type payloadGate struct {
+	slots chan struct{}
+	// held, when set, runs while a slot is held (tests).
+	held func()
+	// inside and waiting count the requests holding a slot and those
+	// waiting for one; most is the highest inside seen (tests).
+	inside, waiting, most atomic.Int64
+}
+
+func newPayloadGate(n int) *payloadGate {
+	return &payloadGate{slots: make(chan struct{}, n)}
+}
+
+// enter waits for a slot; false when ctx ended first. A true enter must be
+// followed by leave.
+func (p *payloadGate) enter(ctx context.Context) bool {
+	p.waiting.Add(1)
+	select {
+	case p.slots <- struct{}{}:
+		p.waiting.Add(-1)
+		n := p.inside.Add(1)
+		for m := p.most.Load(); n > m && !p.most.CompareAndSwap(m, n); m = p.most.Load() {
+		}
+		if p.held != nil {
+			p.held()
+		}
+		return true
+	case <-ctx.Done():
+		p.waiting.Add(-1)
+		return false
 	}
-	e, ok, err := g.dls.Get(ctx, id)
-	if err != nil || !ok {
-		mem.Release()
-		return e, ok, nil, err
-	}
-	mem.Resize(readCharge * int64(len(e.Change)+len(e.Envelope)+len(e.DocumentKey)))
-	return e, ok, mem, nil
+}
+
+func (p *payloadGate) leave() {
+	p.inside.Add(-1)
+	<-p.slots
 }
 
 type apiError struct {
@@ -379,13 +415,16 @@ func (g *gateway) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 }
 
 // showDeadLetter returns one entry in full (change and envelope included).
-// The whole entries read and rendered at once are bounded by the admin
-// read budget (AdminReadBudget).
-func (g *gateway) showDeadLetter() http.HandlerFunc {
+// At most maxPayloads such replies are built at once, each up to a few
+// times MongoDB's 16 MiB document limit.
+func (g *gateway) showDeadLetter(payloads *payloadGate) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		e, ok, mem, err := g.readEntry(r.Context(), id)
-		defer mem.Release()
+		if !payloads.enter(r.Context()) {
+			return
+		}
+		defer payloads.leave()
+		e, ok, err := g.dls.Get(r.Context(), id)
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, apiError{err.Error()})
 			return
@@ -416,6 +455,8 @@ func (g *gateway) replayDeadLetters(w http.ResponseWriter, r *http.Request) {
 
 // replay re-delivers the dead letters f selects (no kind: the
 // failed ones; parked ones are refused) and answers with a replayReport.
+// deliver_unrouted=true also delivers those no current rule routes to
+// their sink (ReplayOptions).
 // The admin API and the console share it.
 func (g *gateway) replay(w http.ResponseWriter, r *http.Request, f deadletter.Filter) {
 	switch f.Kind {
@@ -425,10 +466,19 @@ func (g *gateway) replay(w http.ResponseWriter, r *http.Request, f deadletter.Fi
 		writeJSON(w, http.StatusBadRequest, apiError{"parked entries are re-driven automatically, in order, once their sink accepts again; only failed entries can be replayed"})
 		return
 	}
+	var opts ReplayOptions
+	switch v := r.URL.Query().Get("deliver_unrouted"); v {
+	case "", "false":
+	case "true":
+		opts.DeliverUnrouted = true
+	default:
+		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("deliver_unrouted=%q: want true or false", v)})
+		return
+	}
 	// A replay waits for its deliveries (retries included): no write
 	// deadline for it.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	res, err := g.dls.Replay(memory.WithBudget(r.Context(), g.budget), f, g.engine.DeliverNow)
+	res, err := g.dls.Replay(memory.WithBudget(r.Context(), g.budget), f, opts.deliverer(g.engine))
 	rep := replayReport{Replayed: res.Replayed, Failed: res.Failed, Skipped: res.Skipped}
 	for _, e := range res.Errors {
 		rep.Errors = append(rep.Errors, e.Error())

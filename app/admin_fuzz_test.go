@@ -1,10 +1,14 @@
 package app
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/deadletter"
 )
@@ -26,6 +30,12 @@ func FuzzDeadLetterQueryParams(f *testing.F) {
 		"document_key=" + url.QueryEscape(`{"a": {"b": {"$where": "1"}}}`),
 		"limit=0", "limit=1001", "limit=-1", "limit=99999999999999999999", "kind=weird",
 		"since=2026-01-02T03:04:05Z", "since=-5h", "since=%zz", "document_key=%7B", "a=1&a=2&limit=1&limit=2",
+		// document_key_bson (issue 24): a key JSON cannot name, an operator,
+		// both key forms, not base64, not BSON.
+		"sink=crm&document_key_bson=" + url.QueryEscape(fuzzKeyBSON(bson.D{{Key: "_id", Value: "\xff-not-utf8"}})),
+		"document_key_bson=" + url.QueryEscape(fuzzKeyBSON(bson.D{{Key: "_id", Value: bson.D{{Key: "$ne", Value: nil}}}})),
+		"document_key=%7B%7D&document_key_bson=" + url.QueryEscape(fuzzKeyBSON(bson.D{{Key: "_id", Value: 1}})),
+		"document_key_bson=!!!", "document_key_bson=AAAA",
 	} {
 		f.Add(seed)
 	}
@@ -48,8 +58,58 @@ func FuzzDeadLetterQueryParams(f *testing.F) {
 	})
 }
 
+func fuzzKeyBSON(d bson.D) string {
+	b, err := bson.Marshal(d)
+	if err != nil {
+		panic(err)
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// FuzzConsoleActionBody feeds arbitrary JSON bodies of the console's bulk
+// actions (POST /ui/api/replay, DELETE /ui/api/deadletters) through
+// selection. It must never panic; what it accepts is safe to hand to
+// MongoDB (as FuzzDeadLetterQueryParams), and a selection of everything is
+// flagged unless it says "all": true.
+func FuzzConsoleActionBody(f *testing.F) {
+	for _, seed := range []string{
+		`{}`, `{"all":true}`, `{"ids":["a/hook"]}`, `{"ids":[]}`, `{"sink":"crm"}`,
+		`{"sink":"crm","document_key_bson":"` + fuzzKeyBSON(bson.D{{Key: "_id", Value: "\xff"}}) + `","until":"2026-11-26T14:00:00.001Z"}`,
+		`{"document_key_bson":"` + fuzzKeyBSON(bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: 1}}}}) + `"}`,
+		`{"document_key":"{\"_id\":{\"$ne\":1}}"}`, `{"until":"yesterday"}`, `{"until":"2026-11-26T14:00:00Z"}`,
+		`{"since":"24h","kind":"failed"}`, `{"kind":"weird"}`, `{"sinks":"x"}`, `[1]`, `null`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		sel, refuse, err := selection(b)
+		if err != nil {
+			return
+		}
+		checkFuzzedFilter(t, string(b), sel)
+		if sel.Limit != 0 || sel.AfterID != "" {
+			t.Fatalf("a bulk action pages (limit %d, after %q) from %s", sel.Limit, sel.AfterID, b)
+		}
+		everything := sel.IDs == nil && sel.Sink == "" && sel.Source == "" && sel.Kind == "" && sel.Since.IsZero() &&
+			sel.DocumentKey == nil && sel.ExactDocumentKey == nil
+		var body struct{ All bool }
+		_ = json.Unmarshal(b, &body)
+		if everything && !body.All && !refuse {
+			t.Fatalf("a selection of everything is not flagged: %s", b)
+		}
+	})
+}
+
 func checkFuzzedFilter(t *testing.T, raw string, f deadletter.Filter) {
 	t.Helper()
+	if f.ExactDocumentKey != nil {
+		if err := f.ExactDocumentKey.Validate(); err != nil {
+			t.Fatalf("invalid exact document key accepted from %q: %v", raw, err)
+		}
+		if err := deadletter.CheckDocumentKey(f.ExactDocumentKey); err != nil {
+			t.Fatalf("operator in exact document key accepted from %q: %v", raw, err)
+		}
+	}
 	if f.Kind != "" && !f.Kind.Valid() {
 		t.Fatalf("kind %q accepted from %q", f.Kind, raw)
 	}

@@ -246,6 +246,23 @@ func TestAdminAccess(t *testing.T) {
 		}
 	}
 
+	// Replies carrying data are neither cached nor sniffed, refusals
+	// included.
+	for _, r := range []struct{ method, path, token string }{
+		{"GET", "/api/v1/status", "s3cret-admin-token"},
+		{"GET", "/api/v1/deadletters", "s3cret-admin-token"},
+		{"GET", "/api/v1/deadletters/x/hook", "s3cret-admin-token"},
+		{"GET", "/api/v1/deadletters", ""},
+		{"GET", "/api/v1/backfills", "s3cret-admin-token"},
+		{"GET", "/readyz", "s3cret-admin-token"},
+	} {
+		resp, body := do(t, r.method, g.admin, r.path, r.token, nil)
+		if resp.Header.Get("Cache-Control") != "no-store" || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s %s (token %q): %d %s: Cache-Control %q, X-Content-Type-Options %q, want no-store and nosniff",
+				r.method, r.path, r.token, resp.StatusCode, body, resp.Header.Get("Cache-Control"), resp.Header.Get("X-Content-Type-Options"))
+		}
+	}
+
 	// The open /readyz gives the verdict, not the details.
 	_, open := call(t, "GET", g.admin, "/readyz", "")
 	_, full := call(t, "GET", g.admin, "/readyz", "s3cret-admin-token")

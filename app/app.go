@@ -28,8 +28,11 @@ import (
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/eventbridge"
+	"github.com/changegate/changegate/sinks/kafka"
+	"github.com/changegate/changegate/sinks/kinesis"
 	"github.com/changegate/changegate/sinks/lambda"
 	"github.com/changegate/changegate/sinks/limit"
+	"github.com/changegate/changegate/sinks/sns"
 	"github.com/changegate/changegate/sinks/sqs"
 	"github.com/changegate/changegate/sinks/webhook"
 	"github.com/changegate/changegate/source"
@@ -76,7 +79,6 @@ type gateway struct {
 	engine     *router.Engine
 	budget     *memory.Budget // max_in_flight_bytes, shared by every unit, lane and replay
 	sizing     memory.Sizing  // where the budget and GOMEMLIMIT came from
-	readBudget *memory.Budget // whole dead letters read by the admin API and the console
 	stuckAfter time.Duration  // a stream whose getMore takes this much longer than max_await is not ready
 
 	instance string       // [cluster] instance: names this replica
@@ -90,6 +92,9 @@ type gateway struct {
 	stopped  chan struct{}     // closed when Run no longer reads unitDone
 
 	backfills *backfiller // on-demand backfills (backfill.go)
+	// payloads bounds the whole dead-letter entries read at once (the API's
+	// and the console's); handler creates it when nil.
+	payloads *payloadGate
 }
 
 // oversizePolicy returns the sink's oversize policy, counting in m (when
@@ -194,6 +199,29 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 			ClientContext: l.ClientContext, BatchSize: sc.BatchSize, MaxPayloadBytes: l.MaxRequestBytes,
 			Oversize: oversize, Canonical: sc.JSON == "canonical",
 			Region: l.Region, Endpoint: l.Endpoint, RoleARN: l.RoleARN, Timeout: l.Timeout, MaxConns: conns,
+		}, log.With("sink", sc.Name))
+	case sc.Kinesis != nil:
+		k := sc.Kinesis
+		sk, err = kinesis.New(kinesis.Config{
+			Name: sc.Name, Stream: k.Stream, PartitionKey: k.PartitionKey,
+			Region: k.Region, Endpoint: k.Endpoint, RoleARN: k.RoleARN, MaxRequestBytes: k.MaxRequestBytes,
+			Canonical: sc.JSON == "canonical", Timeout: k.Timeout, MaxConns: conns, Oversize: oversize,
+		}, log.With("sink", sc.Name))
+	case sc.SNS != nil:
+		n := sc.SNS
+		sk, err = sns.New(sns.Config{
+			Name: sc.Name, TopicARN: n.TopicARN, GroupBy: n.MessageGroupID,
+			Region: n.Region, Endpoint: n.Endpoint, RoleARN: n.RoleARN, MaxRequestBytes: n.MaxRequestBytes,
+			Canonical: sc.JSON == "canonical", Timeout: n.Timeout, MaxConns: conns, Oversize: oversize,
+		}, log.With("sink", sc.Name))
+	case sc.Kafka != nil:
+		k := sc.Kafka
+		sk, err = kafka.New(kafka.Config{
+			Name: sc.Name, Brokers: k.Brokers, Topic: k.Topic, MaxRequestBytes: k.MaxRequestBytes,
+			Oversize: oversize, Canonical: sc.JSON == "canonical", Timeout: k.Timeout,
+			TLS: k.TLS, TLSCAFile: k.TLSCAFile, TLSCertFile: k.TLSCertFile, TLSKeyFile: k.TLSKeyFile,
+			TLSInsecureSkipVerify: k.TLSInsecureSkipVerify,
+			SASLMechanism:         k.SASLMechanism, SASLUsername: k.SASLUsername.Value(), SASLPassword: k.SASLPassword.Value(),
 		}, log.With("sink", sc.Name))
 	default:
 		err = fmt.Errorf("sink type %q is not supported", sc.Type)
@@ -326,7 +354,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	engine.SetBudget(budget)
 	log = log.With("instance", cfg.Cluster.Instance)
-	g := &gateway{log: log, metrics: m, budget: budget, sizing: sizing, readBudget: memory.NewBudget(AdminReadBudget, log, nil), noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, stuckAfter: 5 * time.Second,
+	g := &gateway{log: log, metrics: m, budget: budget, sizing: sizing, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, stuckAfter: 5 * time.Second,
 		loadConfig: opts.LoadConfig, instance: cfg.Cluster.Instance, defs: unitDefs(cfg),
 		units:    units{running: map[string]*runningUnit{}, pushdowns: pushdowns{}},
 		unitDone: make(chan *runningUnit), stopped: make(chan struct{})}
@@ -499,10 +527,28 @@ func (g *gateway) drain(grace time.Duration, hard <-chan struct{}) {
 	}
 }
 
+// ReplayOptions are an operator's choices for a replay.
+type ReplayOptions struct {
+	// DeliverUnrouted also delivers the entries that no current rule routes
+	// to their sink (CLI -deliver-unrouted, API deliver_unrouted=true),
+	// shaped with the strictest shape of the sink's current rules. Without
+	// it they are skipped (deadletter.ErrNotRouted) and stay.
+	DeliverUnrouted bool
+}
+
+// deliverer returns the engine's delivery for a replay with opts.
+func (o ReplayOptions) deliverer(e *router.Engine) func(context.Context, string, *event.Event) error {
+	if o.DeliverUnrouted {
+		return e.DeliverUnrouted
+	}
+	return e.DeliverNow
+}
+
 // Replay re-delivers the dead letters matching f through their sinks (built
-// from cfg) with each sink's retry policy; an entry is deleted only after its
-// sink accepted it.
-func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f deadletter.Filter, log *slog.Logger) (deadletter.ReplayResult, error) {
+// from cfg) with each sink's retry policy, routed and shaped as the current
+// configuration would a live change (router.Rules.ReshapeStored); an entry
+// is deleted only after its sink accepted it.
+func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f deadletter.Filter, opts ReplayOptions, log *slog.Logger) (deadletter.ReplayResult, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -528,7 +574,7 @@ func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f dea
 	}
 	budget := memory.NewBudget(sizing.Budget, log, nil)
 	engine.SetBudget(budget)
-	return dls.Replay(memory.WithBudget(ctx, budget), f, engine.DeliverNow)
+	return dls.Replay(memory.WithBudget(ctx, budget), f, opts.deliverer(engine))
 }
 
 // countDeadLetters refreshes the dead-letter gauge until ctx is done.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -46,8 +47,12 @@ const (
 	// backfillCollection holds the per-sink backfill locks (lease
 	// documents "backfill:<sink>") in the state database.
 	backfillCollection = "backfills"
-	// backfillHistory is how many finished backfills the API lists.
+	// backfillHistory is how many finished backfills the API lists (the
+	// newest); running ones are listed besides, at most one per sink.
 	backfillHistory = 20
+	// backfillKeptFilter bounds the filter text a finished backfill keeps
+	// for the listing (a longer one is cut, marked with "…").
+	backfillKeptFilter = 512
 )
 
 // ErrBackfillInput wraps every reason a backfill request was refused
@@ -134,6 +139,7 @@ const backfillRereads = 10
 // document per sink in the state database, so also across processes).
 type backfiller struct {
 	client   *mongo.Client
+	stateDB  string // never read by a cluster-level backfill
 	locks    *lease.Store
 	instance string
 	target   backfillTarget
@@ -157,7 +163,7 @@ func newBackfiller(client *mongo.Client, stateDB *mongo.Database, instance strin
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &backfiller{
-		client: client, locks: lease.NewStore(stateDB, backfillCollection, backfillLeaseTTL),
+		client: client, stateDB: stateDB.Name(), locks: lease.NewStore(stateDB, backfillCollection, backfillLeaseTTL),
 		instance: instance, target: target, sinksOf: sinksOf, metrics: m, log: log,
 		runs: map[string]*backfillRun{},
 	}
@@ -200,7 +206,9 @@ func (r *backfillRun) status() BackfillStatus {
 
 // ParseBackfillFilter parses a backfill filter: a JSON object in MongoDB
 // query syntax (as accepted by rules' filters: the query operators, no
-// $where, $expr or $function), at most 16 KiB. Empty means every document.
+// $where, $expr or $function, no regular expression MongoDB could backtrack
+// on catastrophically: query.BacktrackRisk), at most 16 KiB. Empty means
+// every document.
 func ParseBackfillFilter(s string) (bson.Raw, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -222,6 +230,11 @@ func ParseBackfillFilter(s string) (bson.Raw, error) {
 	}
 	if _, err := query.Compile(raw); err != nil {
 		return nil, fmt.Errorf("filter is not a valid query: %v", err)
+	}
+	// The filter runs inside MongoDB (find, count): a pattern its
+	// backtracking regex engine could take exponential time on is refused.
+	if why := query.BacktrackRisk(raw); why != "" {
+		return nil, fmt.Errorf("filter refused: %s; rewrite the pattern without the nested repetition", why)
 	}
 	return raw, nil
 }
@@ -313,14 +326,7 @@ func (b *backfiller) start(ctx context.Context, cfg *config.Config, req Backfill
 	b.mu.Lock()
 	b.runs[id] = r
 	b.order = append(b.order, id)
-	for len(b.order) > backfillHistory {
-		old := b.runs[b.order[0]]
-		if old.status().State == "running" {
-			break
-		}
-		delete(b.runs, b.order[0])
-		b.order = b.order[1:]
-	}
+	b.pruneLocked()
 	b.mu.Unlock()
 	// A shutdown of the process (ctx) cancels the backfill too.
 	stopOnCtx := context.AfterFunc(ctx, cancel)
@@ -361,10 +367,51 @@ func (b *backfiller) start(ctx context.Context, cfg *config.Config, req Backfill
 			r.st.State, r.st.Error = "failed", err.Error()
 		}
 		st := r.st
+		// What a finished run keeps is small: the filter's text cut, its
+		// parsed form dropped.
+		r.st.Filter = cutFilter(r.st.Filter)
+		r.filter = nil
 		r.mu.Unlock()
 		log.Info("backfill ended", "state", st.State, "scanned", st.Scanned, "sent", st.Sent, "err", st.Error)
+		b.mu.Lock()
+		b.pruneLocked()
+		b.mu.Unlock()
 	}()
 	return r, nil
+}
+
+// pruneLocked forgets all but the newest backfillHistory finished
+// backfills, whatever runs (a long-running old backfill does not keep
+// later finished ones listed). b.mu must be held.
+func (b *backfiller) pruneLocked() {
+	finished := 0
+	keep := b.order[:0:0]
+	for i := len(b.order) - 1; i >= 0; i-- {
+		id := b.order[i]
+		if b.runs[id].status().State != "running" {
+			finished++
+			if finished > backfillHistory {
+				delete(b.runs, id)
+				continue
+			}
+		}
+		keep = append(keep, id)
+	}
+	slices.Reverse(keep)
+	b.order = keep
+}
+
+// cutFilter returns a backfill filter's text cut to backfillKeptFilter
+// bytes (on a rune boundary, marked with "…").
+func cutFilter(s string) string {
+	if len(s) <= backfillKeptFilter {
+		return s
+	}
+	n := backfillKeptFilter
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // renew keeps the sinks' locks while the backfill runs; a lock it cannot
@@ -402,7 +449,7 @@ func (b *backfiller) renew(ctx context.Context, held []lease.Lease, lost chan st
 // backfillInFlight unfinished, and never while the sinks have live
 // changes queued.
 func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source, log *slog.Logger) error {
-	nss, err := source.Namespaces(ctx, b.client, src.Database, src.Collection)
+	nss, err := source.Namespaces(ctx, b.client, src.Database, src.Collection, b.stateDB)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,5 +99,76 @@ func TestBackfillYieldsToLiveChanges(t *testing.T) {
 		if id, _ := ev.DocumentKey.Lookup("_id").AsInt64OK(); id != int64(i) || ev.OperationType != "snapshot" {
 			t.Fatalf("event %d: %s %s", i, ev.OperationType, ev.DocumentKey)
 		}
+	}
+}
+
+// slowSinkTarget is fakeTarget, reporting live changes queued ahead of
+// every backfill of sink "slow" (which therefore never sends) and none for
+// the others.
+type slowSinkTarget struct{ fakeTarget }
+
+func (s *slowSinkTarget) liveQueued(sinks []string, _ int64) int64 {
+	if slices.Contains(sinks, "slow") {
+		return 1
+	}
+	return 0
+}
+
+// The backfill history is bounded whatever runs: with an old backfill
+// still running, 150 later ones that finished (each with a 15 KB filter)
+// leave the newest backfillHistory listed, their filters cut, and the
+// running one.
+func TestBackfillHistoryBounded(t *testing.T) {
+	uri, _ := mongotest.URI(t)
+	client := mongotest.Client(t, uri)
+	db := mongotest.UniqueName("cgbfh_")
+	ctx := context.Background()
+	if _, err := client.Database(db).Collection("items").InsertMany(ctx, []any{bson.D{{Key: "_id", Value: 1}}, bson.D{{Key: "_id", Value: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.Database(db).Drop(context.Background())
+		_ = client.Database(db + "_state").Drop(context.Background())
+	})
+	cfg := &config.Config{
+		Sources: []config.Source{{Name: "items", Database: db, Collection: "items"}},
+		Sinks:   []config.Sink{{Name: "slow"}, {Name: "fast"}},
+	}
+	b := newBackfiller(client, client.Database(db+"_state"), "test", &slowSinkTarget{},
+		func(string) []string { return []string{"slow", "fast"} }, nil, nil)
+	old, err := b.start(ctx, cfg, BackfillRequest{Source: "items", Sink: "slow", Rate: 100000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = b.cancelRun(context.Background(), old.id) })
+	filter := `{"pad": {"$ne": "` + strings.Repeat("x", 15000) + `"}}`
+	for i := range 150 {
+		r, err := b.start(ctx, cfg, BackfillRequest{Source: "items", Sink: "fast", Filter: filter, Rate: 100000})
+		if err != nil {
+			t.Fatalf("backfill %d: %v", i, err)
+		}
+		select {
+		case <-r.done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("backfill %d did not finish", i)
+		}
+		if st := r.status(); st.State != "done" || st.Sent != 2 {
+			t.Fatalf("backfill %d: %+v", i, st)
+		}
+	}
+	list := b.list()
+	if len(list) != backfillHistory+1 || list[0].ID != old.id || list[0].State != "running" {
+		t.Fatalf("%d backfills listed (first %s %s), want the running one and the last %d finished", len(list), list[0].ID, list[0].State, backfillHistory)
+	}
+	for _, st := range list[1:] {
+		if st.State != "done" || len(st.Filter) > backfillKeptFilter+len("…") || !strings.HasSuffix(st.Filter, "…") {
+			t.Fatalf("finished backfill %s: state %s, filter of %d bytes kept", st.ID, st.State, len(st.Filter))
+		}
+	}
+	b.mu.Lock()
+	n := len(b.runs)
+	b.mu.Unlock()
+	if n != backfillHistory+1 {
+		t.Errorf("%d backfills kept in memory, want %d", n, backfillHistory+1)
 	}
 }

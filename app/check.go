@@ -56,3 +56,23 @@ func PushdownNotes(cfg *config.Config) []string {
 	}
 	return out
 }
+
+// StateDatabaseNotes says, one line per cluster-level source, that
+// changegate's own state database (mongo.state_database) is left out of
+// its stream, snapshot and backfills: its checkpoint saves and dead
+// letters would otherwise be events (a database-level source of it is
+// refused by the configuration); and, per source of one collection of the
+// state database, what watching it on purpose implies. check prints them;
+// they are not errors.
+func StateDatabaseNotes(cfg *config.Config) []string {
+	var out []string
+	for i, sc := range cfg.Sources {
+		switch {
+		case sc.Database == "":
+			out = append(out, fmt.Sprintf("sources[%d] (%s) watches the whole cluster except changegate's state database %q (mongo.state_database): its changes are left out of the stream (a $match on ns.db), the snapshot and backfills", i, sc.Name, cfg.Mongo.StateDatabase))
+		case sc.Database == cfg.Mongo.StateDatabase:
+			out = append(out, fmt.Sprintf("sources[%d] (%s) watches %s.%s, a collection of changegate's own state database: its documents hold raw, unshaped changes (other sinks' redactions do not apply to them), and a delivery of this source that is dead-lettered becomes one of its events again", i, sc.Name, sc.Database, sc.Collection))
+		}
+	}
+	return out
+}

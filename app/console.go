@@ -31,13 +31,15 @@ import (
 // embedded files, one embedded script and style sheet, no external assets.
 //
 // Security model:
-//   - Reads. With server.console_auth = "none" the pages render their data
-//     for anyone who can reach the listener. With "token" a page requested
-//     without the admin token is its empty shell (401, no data); the shell's
-//     script, given the token once (kept in the tab's sessionStorage, never
-//     in a cookie), fetches the same URL with Authorization: Bearer and
-//     swaps the rendered content in. server.public_read governs /api/v1
-//     only.
+//   - Reads. The console follows the API's read policy unless
+//     server.console_auth says otherwise: unset, it is "none" with
+//     server.public_read and "token" without (config.Server.ConsoleReadAuth).
+//     With "none" the pages render their data for anyone who can reach the
+//     listener. With "token" a page requested without the admin token is
+//     its empty shell (401, no data; 403 when no token is configured); the
+//     shell's script, given the token once (kept in the tab's
+//     sessionStorage, never in a cookie), fetches the same URL with
+//     Authorization: Bearer and swaps the rendered content in.
 //   - Actions (replay, purge, reload) are POST/DELETE requests to /ui/api/...
 //     with a JSON body: they need Content-Type: application/json (a form or
 //     a "simple" cross-site request cannot send it without a CORS
@@ -143,8 +145,11 @@ type consolePage struct {
 	Nav   string // overview, deadletters, rules
 	// Locked is set when the page's data needs the admin token and the
 	// request carried none: the template renders the shell only.
-	Locked   bool
-	Auth     string // server.console_auth
+	Locked bool
+	// NoToken is set with Locked when no admin token is configured: no
+	// token can unlock the page (the API refuses reads too).
+	NoToken  bool
+	Auth     string // server.console_auth, as in effect (ConsoleReadAuth)
 	Refresh  int    // seconds between self-refreshes; 0: none
 	Instance string
 	Error    string
@@ -384,10 +389,20 @@ func perMinute(samples []consoleSample, get func(consoleSample) (float64, bool))
 }
 
 type consoleDeadLetters struct {
-	Filter  url.Values // the filter as given (sink, source, kind, since, document_key)
-	Sinks   []string
-	Sources []string
-	Entries []consoleEntrySummary
+	Filter url.Values // the filter as given (sink, source, kind, since, document_key, document_key_bson)
+	// Selection is the listing's filter as the JSON body of the bulk
+	// actions (consoleActionBody): since made absolute and until set to
+	// when the listing was read, so "Purge matching" and "Replay matching"
+	// act on exactly the entries the filter matched then, never on more.
+	// PurgeCount and ReplayCount are how many those are (ReplayCount: the
+	// failed ones; Replayable is false for a kind replay refuses).
+	Selection   string
+	PurgeCount  int64
+	ReplayCount int64
+	Replayable  bool
+	Sinks       []string
+	Sources     []string
+	Entries     []consoleEntrySummary
 	// Next is the URL of the next page, empty on the last. It is built
 	// with url.Values.Encode, so the template may use it as is.
 	Next    template.URL
@@ -407,9 +422,11 @@ type consoleEntry struct {
 	ChangeDropped                  bool
 	FirstFailedAt, LastFailedAt    time.Time
 	// JSON is the whole entry (envelope and change included), indented;
-	// Cut is set when it was cut at consoleShownBytes.
+	// Cut is set when it was cut at consoleShownBytes (then compact), Size
+	// is its whole length in bytes.
 	JSON string
 	Cut  bool
+	Size int
 }
 
 func summaryOf(e deadletter.Entry) consoleEntrySummary {
@@ -610,12 +627,15 @@ func (g *gateway) consoleOn(h http.HandlerFunc) http.HandlerFunc {
 func (g *gateway) consolePage(name string, fill func(*http.Request, *consolePage) int) http.HandlerFunc {
 	return g.consoleOn(func(w http.ResponseWriter, r *http.Request) {
 		cfg := g.config()
-		p := consolePage{Nav: name, Title: consoleTitles[name], Auth: cfg.Server.ConsoleAuth, Instance: g.instance}
-		if p.Auth == "" {
-			p.Auth = config.ConsoleAuthNone
-		}
+		p := consolePage{Nav: name, Title: consoleTitles[name], Auth: cfg.Server.ConsoleReadAuth(), Instance: g.instance}
 		if p.Auth == config.ConsoleAuthToken && !g.authorized(r) {
 			p.Locked = true
+			if cfg.Server.AdminToken.Value() == "" {
+				// As the API: reads are refused, and no token can help.
+				p.NoToken = true
+				renderConsole(w, http.StatusForbidden, name, p)
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="changegate"`)
 			renderConsole(w, http.StatusUnauthorized, name, p)
 			return
@@ -642,7 +662,8 @@ func (g *gateway) consoleDeadLetters(r *http.Request, p *consolePage) int {
 	}
 	p.DeadLetters = d
 	q := queryOf(r)
-	for k, v := range map[string]string{"sink": q.Sink, "source": q.Source, "kind": q.Kind, "since": q.Since, "document_key": q.DocumentKey} {
+	for k, v := range map[string]string{"sink": q.Sink, "source": q.Source, "kind": q.Kind, "since": q.Since,
+		"document_key": q.DocumentKey, "document_key_bson": q.DocumentKeyBSON} {
 		if v != "" {
 			d.Filter.Set(k, v)
 		}
@@ -650,10 +671,15 @@ func (g *gateway) consoleDeadLetters(r *http.Request, p *consolePage) int {
 	if q.Limit == "" {
 		q.Limit = strconv.Itoa(consoleListLimit)
 	}
-	f, err := q.ListFilter(time.Now())
+	now := time.Now()
+	f, err := q.ListFilter(now)
 	if err != nil {
 		p.Error = err.Error()
 		return http.StatusBadRequest
+	}
+	if err := g.selection(r, d, q, f, now); err != nil {
+		p.Error = err.Error()
+		return http.StatusInternalServerError
 	}
 	started := false
 	err = g.dls.Summaries(r.Context(), f, func() { started = true }, func(e deadletter.Entry) error {
@@ -684,12 +710,47 @@ func (g *gateway) consoleDeadLetters(r *http.Request, p *consolePage) int {
 	return http.StatusOK
 }
 
+// selection fills d's bulk-action selection from the listing's query q
+// (filter f, read at now) and counts what it selects.
+func (g *gateway) selection(r *http.Request, d *consoleDeadLetters, q DeadLetterQuery, f deadletter.Filter, now time.Time) error {
+	// Entries are created with millisecond times: until is just after
+	// now's millisecond, so every entry the listing could see is in.
+	until := now.Truncate(time.Millisecond).Add(time.Millisecond)
+	body := consoleActionBody{Sink: q.Sink, Source: q.Source, Kind: q.Kind, DocumentKey: q.DocumentKey,
+		DocumentKeyBSON: q.DocumentKeyBSON, Until: until.UTC().Format(time.RFC3339Nano)}
+	if !f.Since.IsZero() {
+		body.Since = f.Since.UTC().Format(time.RFC3339Nano)
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	d.Selection = string(b)
+	all := f
+	all.Limit, all.AfterID, all.Until = 0, "", until
+	if d.PurgeCount, err = g.dls.Count(r.Context(), all); err != nil {
+		return err
+	}
+	switch all.Kind {
+	case "", deadletter.KindFailed:
+		d.Replayable = true
+		all.Kind = deadletter.KindFailed
+		d.ReplayCount, err = g.dls.Count(r.Context(), all)
+	}
+	return err
+}
+
 func (g *gateway) consoleEntry(r *http.Request, p *consolePage) int {
 	id := r.PathValue("id")
-	e, ok, mem, err := g.readEntry(r.Context(), id)
-	// The charge covers the entry and entryView's rendering of it; the
-	// template writes that rendering out after this returns, uncounted.
-	defer mem.Release()
+	// The whole entry is read (up to a few times 16 MiB): at most
+	// maxPayloads at once, with the API's reads; what the page keeps of it
+	// is cut at consoleShownBytes.
+	if !g.payloads.enter(r.Context()) {
+		p.Error = "the request ended while waiting for a turn to read the entry"
+		return http.StatusServiceUnavailable
+	}
+	defer g.payloads.leave()
+	e, ok, err := g.dls.Get(r.Context(), id)
 	if err != nil {
 		p.Error = err.Error()
 		return http.StatusInternalServerError
@@ -708,12 +769,19 @@ func entryView(e deadletter.Entry) *consoleEntry {
 		Rules: e.Rules, ChangeDropped: e.ChangeDropped, FirstFailedAt: e.FirstFailedAt, LastFailedAt: e.LastFailedAt,
 	}
 	if b, err := e.MarshalJSON(); err == nil {
-		var ind bytes.Buffer
-		if json.Indent(&ind, b, "", "  ") == nil {
-			b = ind.Bytes()
-		}
+		v.Size = len(b)
 		if len(b) > consoleShownBytes {
+			// Too large to show whole: the start of it, compact (no
+			// indented copy of the whole).
 			b, v.Cut = b[:consoleShownBytes], true
+		} else {
+			var ind bytes.Buffer
+			if json.Indent(&ind, b, "", "  ") == nil {
+				b = ind.Bytes()
+			}
+			if len(b) > consoleShownBytes {
+				b, v.Cut = b[:consoleShownBytes], true
+			}
 		}
 		v.JSON = strings.ToValidUTF8(string(b), "\uFFFD")
 	} else {
@@ -734,14 +802,18 @@ func (g *gateway) consoleRules(_ *http.Request, p *consolePage) int {
 // consoleActionBody is the JSON body of the console's actions: a
 // dead-letter selection (ids, or a filter as on the dead-letter page).
 type consoleActionBody struct {
-	IDs         []string `json:"ids"`
-	Sink        string   `json:"sink"`
-	Source      string   `json:"source"`
-	Kind        string   `json:"kind"`
-	Since       string   `json:"since"`
-	DocumentKey string   `json:"document_key"`
-	// All must be true to purge with an empty selection.
-	All bool `json:"all"`
+	IDs             []string `json:"ids,omitempty"`
+	Sink            string   `json:"sink,omitempty"`
+	Source          string   `json:"source,omitempty"`
+	Kind            string   `json:"kind,omitempty"`
+	Since           string   `json:"since,omitempty"`
+	DocumentKey     string   `json:"document_key,omitempty"`
+	DocumentKeyBSON string   `json:"document_key_bson,omitempty"`
+	// Until (RFC 3339) selects entries created before it: the time the
+	// listing the action comes from was read.
+	Until string `json:"until,omitempty"`
+	// All must be true to purge with an empty selection (until aside).
+	All bool `json:"all,omitempty"`
 }
 
 // consoleMaxIDs bounds the ids of one action.
@@ -777,10 +849,16 @@ func selection(b []byte) (deadletter.Filter, bool, error) {
 	if err := dec.Decode(&body); err != nil {
 		return deadletter.Filter{}, false, fmt.Errorf("body: %w", err)
 	}
-	q := DeadLetterQuery{Sink: body.Sink, Source: body.Source, Kind: body.Kind, Since: body.Since, DocumentKey: body.DocumentKey}
+	q := DeadLetterQuery{Sink: body.Sink, Source: body.Source, Kind: body.Kind, Since: body.Since,
+		DocumentKey: body.DocumentKey, DocumentKeyBSON: body.DocumentKeyBSON}
 	f, err := q.Filter(time.Now(), 0)
 	if err != nil {
 		return f, false, err
+	}
+	if body.Until != "" {
+		if f.Until, err = time.Parse(time.RFC3339Nano, body.Until); err != nil {
+			return f, false, fmt.Errorf("until: %q is not an RFC 3339 time", body.Until)
+		}
 	}
 	if body.IDs != nil {
 		if len(body.IDs) == 0 || len(body.IDs) > consoleMaxIDs {
@@ -788,7 +866,8 @@ func selection(b []byte) (deadletter.Filter, bool, error) {
 		}
 		f.IDs = slices.Clone(body.IDs)
 	}
-	everything := body.IDs == nil && f.Sink == "" && f.Source == "" && f.Kind == "" && f.Since.IsZero() && f.DocumentKey == nil
+	everything := body.IDs == nil && f.Sink == "" && f.Source == "" && f.Kind == "" && f.Since.IsZero() &&
+		f.DocumentKey == nil && f.ExactDocumentKey == nil
 	return f, everything && !body.All, nil
 }
 

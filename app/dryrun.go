@@ -107,8 +107,12 @@ type Delivery struct {
 // changes of namespace db.coll, in config order: a cluster source, a
 // database source of db, a collection source of db.coll. A change without
 // a namespace (invalidate) may come from any source; a database-level
-// change (coll empty: dropDatabase) from any source of db.
+// change (coll empty: dropDatabase) from any source of db. No source
+// carries the changes of the state database (mongo.state_database).
 func (d *DryRun) Sources(db, coll string) []string {
+	if db != "" && db == d.cfg.Mongo.StateDatabase {
+		return nil
+	}
 	var out []string
 	for _, sc := range d.cfg.Sources {
 		switch {
@@ -178,16 +182,18 @@ func (d *DryRun) Route(source string, seq uint64, raw bson.Raw) (*Routed, error)
 // shaped for the sink (event.Event.Shaped; Route shapes it) — routed to it
 // by rules: the bytes of sinks.EncodeEnvelope in the sink's json format,
 // which the webhook sink posts as the body, the lambda sink sends as the
-// Invoke payload and the SQS sink sends as the message body; or of
-// sinks.EncodeRecord (the same but for envelope = "document", whose
-// metadata then goes beside fullDocument) for the EventBridge detail and
-// the elements of a batching webhook's or lambda's JSON array. An error
+// Invoke payload, the SQS and SNS sinks send as the message body and the
+// Kafka sink as the record value; or of sinks.EncodeRecord (the same but
+// for envelope = "document", whose metadata then goes beside fullDocument)
+// for the EventBridge detail, the Kinesis record and the elements of a
+// batching webhook's or lambda's JSON array. An error
 // means the sink fails the event permanently (reason "encode") and
 // dead-letters it. It is the one place dry runs take a sink's payload
 // from.
 func SinkEnvelope(e *event.Event, sc *config.Sink, rules []string) ([]byte, error) {
 	canonical := sc.JSON == config.JSONCanonical
-	if sc.EventBridge != nil || (sc.SQS == nil && sc.BatchSize > 1) {
+	attributes := sc.SQS != nil || sc.SNS != nil // the metadata goes in message attributes
+	if sc.EventBridge != nil || sc.Kinesis != nil || (!attributes && sc.Kafka == nil && sc.BatchSize > 1) {
 		return sinks.EncodeRecord(e, canonical)
 	}
 	return sinks.EncodeEnvelope(e, canonical)

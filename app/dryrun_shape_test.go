@@ -67,3 +67,42 @@ sinks = ["partner", "keys", "status"]
 		t.Errorf("status: skipped %t, %s", s.Skipped, s.Envelope)
 	}
 }
+
+// TestDryRunKafkaIsTheRecordValue: a batching kafka sink sends each event's
+// envelope as its record value (with envelope = "document", the post-image
+// alone, the metadata going to headers), not a batch element's record form.
+func TestDryRunKafkaIsTheRecordValue(t *testing.T) {
+	cfg, err := config.Parse("dry.toml", []byte(`
+[mongo]
+uri = "mongodb://localhost:27017/?replicaSet=rs0"
+[[sources]]
+name = "users"
+database = "shop"
+collection = "users"
+[[sinks]]
+name = "cdc"
+type = "kafka"
+brokers = ["kafka:9092"]
+topic = "cdc.{db}.{coll}"
+batch_size = 100
+envelope = "document"
+[[rules]]
+name = "all"
+source = "users"
+sinks = ["cdc"]
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	change := `{"_id":{"_data":"8264F1A000000000012B022C0100296E5A1004"},"operationType":"update",` +
+		`"ns":{"db":"shop","coll":"users"},"documentKey":{"_id":1},` +
+		`"fullDocument":{"_id":1,"status":"new"},` +
+		`"updateDescription":{"updatedFields":{"status":"new"},"removedFields":[]}}`
+	_, rt := dryRoute(t, cfg, "users", change)
+	if len(rt.Deliveries) != 1 {
+		t.Fatalf("%d deliveries", len(rt.Deliveries))
+	}
+	if got := string(rt.Deliveries[0].Envelope); got != `{"_id":1,"status":"new"}` {
+		t.Errorf("kafka record value %s, want the post-image alone", got)
+	}
+}

@@ -282,3 +282,37 @@ sinks = ["hook"]
 		t.Errorf("%d changes pass the pushdown, want 5", wantPass)
 	}
 }
+
+// TestDryRunSourcesLeaveOutTheStateDatabase: a cluster source does not
+// carry the changes of the state database (its stream leaves them out), so
+// a dry run routes them nowhere; other databases' changes it carries.
+func TestDryRunSourcesLeaveOutTheStateDatabase(t *testing.T) {
+	cfg, err := config.Parse("dry.toml", []byte(`
+[mongo]
+uri = "mongodb://localhost:27017/?replicaSet=rs0"
+state_database = "cgstate"
+[[sources]]
+name = "all"
+[[sinks]]
+name = "s"
+type = "webhook"
+url = "https://example.com/hook"
+[[rules]]
+name = "everything"
+source = "all"
+sinks = ["s"]
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	dry, err := app.NewDryRun(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := dry.Sources("cgstate", "deadletters"); len(got) != 0 {
+		t.Errorf("sources of cgstate.deadletters = %v, want none", got)
+	}
+	if got := dry.Sources("shop", "orders"); len(got) != 1 || got[0] != "all" {
+		t.Errorf("sources of shop.orders = %v, want [all]", got)
+	}
+}

@@ -33,7 +33,7 @@ func unitDefs(cfg *config.Config) []unitDef {
 			name := source.UnitName(sc.Name, i, n)
 			out = append(out, unitDef{name: name, source: sc.Name, spec: source.Spec{
 				Name: sc.Name, Unit: name, Partition: i, Partitions: n,
-				Database: sc.Database, Collection: sc.Collection,
+				Database: sc.Database, Collection: sc.Collection, StateDatabase: cfg.Mongo.StateDatabase,
 				FullDocument: sc.FullDocument, FullDocumentBeforeChange: sc.FullDocumentBeforeChange,
 				Pipeline: pipeline, StartAt: sc.StartAt, OnHistoryLost: string(sc.OnHistoryLost),
 				SplitLargeEvents: sc.SplitLargeEvents, OnOversizeEvent: sc.OnOversizeEvent,

@@ -133,11 +133,27 @@ type Server struct {
 	// listener (default true).
 	Console bool
 	// ConsoleAuth says who may read the console's pages: ConsoleAuthNone
-	// (default: anyone who can reach the listener, like public_read for
-	// the console's pages) or ConsoleAuthToken (the admin token, which the
-	// page's script sends as a bearer token). Actions always need the
-	// admin token.
+	// (anyone who can reach the listener, as PublicRead is for the API) or
+	// ConsoleAuthToken (the admin token, which the page's script sends as
+	// a bearer token). Unset, it follows the API's read policy: "none"
+	// with PublicRead, "token" otherwise (see ConsoleReadAuth); with
+	// "token" and no AdminToken the pages show no data at all, as the API
+	// refuses reads then. Actions always need the admin token.
 	ConsoleAuth string
+}
+
+// ConsoleReadAuth returns s.ConsoleAuth, or when it is empty (a Server not
+// decoded from a file) the value it defaults to: ConsoleAuthNone with
+// PublicRead, else ConsoleAuthToken. The console reads data for a request
+// only as the API would, unless console_auth = "none" says otherwise.
+func (s Server) ConsoleReadAuth() string {
+	switch {
+	case s.ConsoleAuth != "":
+		return s.ConsoleAuth
+	case s.PublicRead:
+		return ConsoleAuthNone
+	}
+	return ConsoleAuthToken
 }
 
 // Values of [Server.ConsoleAuth].
@@ -367,6 +383,13 @@ type Sink struct {
 	SQS *SQSSink
 	// Lambda holds the options of a lambda sink; nil for other types.
 	Lambda *LambdaSink
+
+	// Kinesis holds the options of a kinesis sink; nil for other types.
+	Kinesis *KinesisSink
+	// SNS holds the options of an sns sink; nil for other types.
+	SNS *SNSSink
+	// Kafka holds the options of a kafka sink; nil for other types.
+	Kafka *KafkaSink
 }
 
 // Retry is a sink's retry policy: exponential backoff with jitter.

@@ -124,7 +124,7 @@ sinks = ["hook"]
 			CheckpointCollection: "checkpoints",
 			DeadLetterCollection: "deadletters",
 		},
-		Server: Server{Listen: ":9464", ShutdownGrace: 30 * time.Second, ReadyMaxLag: 30 * time.Second, Console: true, ConsoleAuth: ConsoleAuthNone},
+		Server: Server{Listen: ":9464", ShutdownGrace: 30 * time.Second, ReadyMaxLag: 30 * time.Second, Console: true, ConsoleAuth: ConsoleAuthToken},
 		Cluster: Cluster{
 			LeaseTTL:         15 * time.Second,
 			RenewEvery:       5 * time.Second,
@@ -576,5 +576,35 @@ func TestMaxInFlightBytes(t *testing.T) {
 	cfg, _ = Parse("c.toml", []byte("[mongo]\nuri = \"mongodb://localhost\"\n"), nil)
 	if cfg.MaxInFlightBytes != 0 || cfg.CheckContainerLimit(1) != nil {
 		t.Fatal("unset max_in_flight_bytes")
+	}
+}
+
+// TestSourceOfTheStateDatabase: a database-level source of
+// mongo.state_database is refused with its file:line; one collection of it
+// may be watched on purpose (the dead-letter collection); a cluster-level
+// source is accepted (the state database is left out of its stream).
+func TestSourceOfTheStateDatabase(t *testing.T) {
+	head := `
+[mongo]
+uri = "mongodb://localhost:27017"
+%s
+[[sources]]
+name = "a"
+%s
+`
+	for _, tc := range []struct{ mongo, source, want string }{
+		{"", `database = "changegate"`, `sources[0].database: "changegate" is changegate's own state database (mongo.state_database): its checkpoint saves and dead letters would become events of this source; watch another database, set mongo.state_database to one no source watches, or name one collection of it (collection = "deadletters") to watch dead letters on purpose at c.toml:6`},
+		{`state_database = "cg_state"`, `database = "cg_state"`, `sources[0].database: "cg_state" is changegate's own state database`},
+		{`state_database = "cg_state"`, "database = \"cg_state\"\ncollection = \"deadletters\"", ``},
+		{`state_database = "cg_state"`, `database = "changegate"`, ``},
+		{"", ``, ``},
+	} {
+		_, err := Parse("c.toml", src(fmt.Sprintf(head, tc.mongo, tc.source)), nil)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q/%q: %v", tc.mongo, tc.source, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q/%q: %v, want %q", tc.mongo, tc.source, err, tc.want)
+		}
 	}
 }

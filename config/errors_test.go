@@ -234,7 +234,7 @@ type = "webhok"
 url = "https://example.com/"
 `, nil, `sources[0].full_document: invalid value "updatelookup" (did you mean "updateLookup"?); allowed values: "default", "updateLookup", "whenAvailable", "required" at config.toml:6
 sources[0].on_history_lost: invalid value "ignore"; allowed values: "fail", "resume_from_now" at config.toml:7
-sinks[0].type: invalid value "webhok" (did you mean "webhook"?); allowed values: "webhook", "eventbridge", "sqs", "lambda", "testbus" at config.toml:10`},
+sinks[0].type: invalid value "webhok" (did you mean "webhook"?); allowed values: "webhook", "eventbridge", "sqs", "lambda", "kinesis", "sns", "kafka", "testbus" at config.toml:10`},
 
 		{"bad cluster", head + `
 [cluster]

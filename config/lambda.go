@@ -186,6 +186,11 @@ func (d *decoder) webhookAuth(o *obj, w *WebhookSink) {
 			d.errorf(o.keyPath("region"), o.lineOf("auth"), `required with auth = %q: the url is not a function URL (*.lambda-url.<region>.on.aws) or execute-api host to take the region from`, WebhookAuthSigV4)
 		}
 	}
+	if w.URL != "" && w.AWSService != "s3" {
+		if msg := SigV4PathProblem(w.URL); msg != "" {
+			d.errorf(o.keyPath("url"), o.lineOf("url"), `%s: with auth = %q (line %d) AWS normalizes the path before it checks the signature (every service but s3), so the request would be refused; write the path in normal form`, msg, WebhookAuthSigV4, o.lineOf("auth"))
+		}
+	}
 	for _, k := range []string{"bearer_token", "basic_auth"} {
 		if v := o.t.get(k); v != nil {
 			d.errorf(o.keyPath(k), v.line, `cannot be combined with auth = %q (line %d): SigV4 sets the Authorization header`, WebhookAuthSigV4, o.lineOf("auth"))
@@ -196,4 +201,39 @@ func (d *decoder) webhookAuth(o *obj, w *WebhookSink) {
 			d.errorf(o.keyPath("headers"), o.lineOf("headers"), `header %s cannot be set with auth = %q (line %d): SigV4 sets it`, h.Name, WebhookAuthSigV4, o.lineOf("auth"))
 		}
 	}
+}
+
+// SigV4PathProblem says what keeps rawURL's path from being signed with
+// SigV4 as it is sent, or "" when nothing does. AWS services other than S3
+// normalize the path before they compute the canonical request (RFC 3986
+// dot-segment removal, and empty segments collapsed, as botocore's
+// remove_dot_segments does), while the signer (aws-sdk-go-v2's v4.Signer)
+// and net/http keep it as written: a path with a "." or ".." segment or an
+// empty segment ("//") would be signed differently from what the service
+// checks. Such URLs are refused rather than rewritten, so the request goes
+// out exactly as configured. A trailing slash is kept by both sides and is
+// fine. The message never quotes the path (it may hold a secret).
+func SigV4PathProblem(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	p := u.EscapedPath()
+	if p == "" || p == "/" {
+		return ""
+	}
+	segs := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	for i, seg := range segs {
+		dec, err := url.PathUnescape(seg)
+		if err != nil {
+			dec = seg
+		}
+		switch {
+		case dec == "." || dec == "..":
+			return `the path has a "` + dec + `" segment`
+		case seg == "" && i < len(segs)-1:
+			return `the path has an empty segment ("//")`
+		}
+	}
+	return ""
 }

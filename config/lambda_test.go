@@ -178,6 +178,42 @@ sinks[2].auth: invalid value "sigv4"; allowed values: "aws_sigv4" at config.toml
 sinks[3].aws_service: applies only with auth = "aws_sigv4" at config.toml:31
 sinks[3].role_arn: applies only with auth = "aws_sigv4" at config.toml:32
 sinks[3].role_arn: must be an IAM role ARN like "arn:aws:iam::123456789012:role/changegate", got "arn:aws:iam::1:user/x" at config.toml:32`},
+		{"sigv4 path", head + `
+[[sinks]]
+name = "a"
+type = "webhook"
+url = "https://abc.lambda-url.us-east-1.on.aws/a//b/./c/../d"
+auth = "aws_sigv4"
+[[sinks]]
+name = "b"
+type = "webhook"
+url = "https://xyz.execute-api.us-west-2.amazonaws.com/prod/%2E%2E/hooks"
+auth = "aws_sigv4"
+aws_service = "execute-api"
+[[sinks]]
+name = "c"
+type = "webhook"
+url = "https://xyz.execute-api.us-west-2.amazonaws.com/prod//hooks"
+auth = "aws_sigv4"
+[[sinks]]
+name = "d"
+type = "webhook"
+url = "https://bucket.s3.us-west-2.amazonaws.com/a//b/./c"
+auth = "aws_sigv4"
+aws_service = "s3"
+region = "us-west-2"
+[[sinks]]
+name = "e"
+type = "webhook"
+url = "https://xyz.execute-api.us-west-2.amazonaws.com/prod/hooks/?a=..&b=//"
+auth = "aws_sigv4"
+[[sinks]]
+name = "f"
+type = "webhook"
+url = "https://hooks.example.com/a//b"
+`, `sinks[0].url: the path has an empty segment ("//"): with auth = "aws_sigv4" (line 8) AWS normalizes the path before it checks the signature (every service but s3), so the request would be refused; write the path in normal form at config.toml:7
+sinks[1].url: the path has a ".." segment: with auth = "aws_sigv4" (line 13) AWS normalizes the path before it checks the signature (every service but s3), so the request would be refused; write the path in normal form at config.toml:12
+sinks[2].url: the path has an empty segment ("//"): with auth = "aws_sigv4" (line 19) AWS normalizes the path before it checks the signature (every service but s3), so the request would be refused; write the path in normal form at config.toml:18`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse("config.toml", src(tt.toml), nil)

@@ -84,7 +84,7 @@ func (d *decoder) decodeTree(tree *table) (*Config, error) {
 	cfg.Cluster = d.cluster(root.section("cluster"), cfg.Mongo)
 	sources := map[string]*value{}
 	for _, o := range root.tables("sources") {
-		s, nameVal := d.source(o)
+		s, nameVal := d.source(o, cfg.Mongo.StateDatabase)
 		if nameVal != nil {
 			if first, dup := sources[s.Name]; dup {
 				d.errorf(o.keyPath("name"), nameVal.line, "duplicate source name %q (first defined at line %d)", s.Name, first.line)
@@ -287,8 +287,11 @@ func (d *decoder) server(o *obj) Server {
 		}
 	}
 	s.Console = o.boolean("console", true)
-	s.ConsoleAuth = o.enum("console_auth", ConsoleAuthNone, []string{ConsoleAuthNone, ConsoleAuthToken})
-	if s.ConsoleAuth == ConsoleAuthToken && s.AdminToken.Value() == "" && !o.bad["admin_token"] {
+	s.ConsoleAuth = o.enum("console_auth", "", []string{ConsoleAuthNone, ConsoleAuthToken})
+	if o.t.get("console_auth") == nil {
+		// The console follows the API's read policy unless told otherwise.
+		s.ConsoleAuth = s.ConsoleReadAuth()
+	} else if s.ConsoleAuth == ConsoleAuthToken && s.AdminToken.Value() == "" && !o.bad["admin_token"] {
 		d.errorf(o.keyPath("console_auth"), o.lineOf("console_auth"), `is "token" but server.admin_token is not set: set the token the console's pages then need, or console_auth = "none"`)
 	}
 	o.done()

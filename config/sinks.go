@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/changegate/changegate/sinks/kafka"
 	"github.com/changegate/changegate/sinks/limit"
 )
 
@@ -36,6 +37,9 @@ func builtinSinkTypes() []sinkType {
 		{name: SinkEventBridge, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeEventBridge},
 		{name: SinkSQS, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeSQS},
 		{name: SinkLambda, maxBatchSize: 1000, decode: decodeLambda},
+		{name: SinkKinesis, maxBatchSize: MaxKinesisBatchSize, defaultBatchSize: MaxKinesisBatchSize, decode: decodeKinesis},
+		{name: SinkSNS, maxBatchSize: 10, defaultBatchSize: 10, decode: decodeSNS},
+		{name: SinkKafka, maxBatchSize: kafka.MaxRecords, defaultBatchSize: DefaultKafkaBatchSize, decode: decodeKafka},
 	}
 }
 

@@ -22,14 +22,19 @@ var (
 )
 
 // source decodes one [[sources]] entry; nameVal is nil when the name is
-// missing or invalid.
-func (d *decoder) source(o *obj) (s Source, nameVal *value) {
+// missing or invalid. stateDB is mongo.state_database: a database-level
+// source of it is refused (its checkpoint saves and dead letters would
+// become events); a collection of it may be watched on purpose (the
+// dead-letter collection, to act on dead letters).
+func (d *decoder) source(o *obj, stateDB string) (s Source, nameVal *value) {
 	s.Name, nameVal = o.name()
 	if db, v, ok := o.str("database"); v != nil && ok {
 		if db == "" {
 			d.errorf(o.keyPath("database"), v.line, "must not be empty (omit it to watch the whole cluster)")
 		} else if msg := checkDBName(db); msg != "" {
 			d.errorf(o.keyPath("database"), v.line, "%s", msg)
+		} else if db == stateDB && o.t.get("collection") == nil {
+			d.errorf(o.keyPath("database"), v.line, "%q is changegate's own state database (mongo.state_database): its checkpoint saves and dead letters would become events of this source; watch another database, set mongo.state_database to one no source watches, or name one collection of it (collection = \"deadletters\") to watch dead letters on purpose", db)
 		} else {
 			s.Database = db
 		}

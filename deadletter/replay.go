@@ -26,6 +26,13 @@ var ErrHeldBack = errors.New("held back behind an undelivered entry of the same 
 // entries of its document and sink are held back as well.
 var ErrClaimed = errors.New("being replayed by another replay")
 
+// ErrNotRouted is returned (wrapped) by a replay's or a re-drive's
+// delivery for a stored change that no current rule routes to its sink: it
+// is not delivered without the operator's explicit choice
+// (deliver_unrouted), since nothing says how it should be shaped. Replay
+// counts such an entry as skipped and leaves it as it is.
+var ErrNotRouted = errors.New("no current rule routes this change to the sink: not delivered (replay with deliver_unrouted to deliver it with the strictest shape of the sink's rules)")
+
 // ReplayResult reports what Replay did.
 type ReplayResult struct {
 	// Replayed entries were delivered and deleted.
@@ -34,7 +41,8 @@ type ReplayResult struct {
 	// their attempts, lastError and lastFailedAt updated.
 	Failed int
 	// Skipped entries were not attempted: gaps, entries stored without their
-	// change (ErrNotReplayable), entries another replay is delivering
+	// change (ErrNotReplayable), entries no current rule routes to their
+	// sink (ErrNotRouted), entries another replay is delivering
 	// (ErrClaimed) and entries held back behind an undelivered entry of the
 	// same document and sink (ErrHeldBack). They stay in the store.
 	Skipped int
@@ -209,6 +217,15 @@ func (s *Store) replayOne(ctx context.Context, id string, head Entry, claim stri
 	if err := ctx.Err(); err != nil {
 		s.release(ctx, id, claim)
 		return res, true, fmt.Errorf("dead letters: replay: %w", err)
+	}
+	if errors.Is(derr, ErrNotRouted) {
+		// Not attempted: the entry stays as it was, and so do the
+		// later entries of its document for this sink.
+		res.Skipped++
+		res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", id, derr))
+		holdBack(e)
+		s.release(ctx, id, claim)
+		return res, false, nil
 	}
 	res.Failed++
 	res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: sink %s: %w", id, e.Sink, derr))

@@ -507,6 +507,11 @@ func TestKubernetesManifests(t *testing.T) {
 	env["WEBHOOK_SECRET"] = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	cfg := parseConfig(t, "configmap.yaml", data, env)
 	port := listenPort(t, cfg)
+	// The config map says reads of data need the token: the API's and the
+	// console's.
+	if cfg.Server.PublicRead || cfg.Server.ConsoleAuth != config.ConsoleAuthToken {
+		t.Errorf("configmap: public_read %v, console_auth %q: the comment says reads need the token", cfg.Server.PublicRead, cfg.Server.ConsoleAuth)
+	}
 
 	// The config is mounted where the image's CMD reads it.
 	df := readDockerfile(t)

@@ -1,6 +1,7 @@
 package event
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -122,13 +123,19 @@ type redaction struct {
 type Shape struct {
 	pats    []pattern
 	incSets [][]int // each an inclusion (indexes into pats): a value must be kept by every set
-	exc     []int
-	red     []redaction
-	form    Form
-	dropUD  bool
-	skip    bool
-	maxUF   int
-	fp      string
+	// dotted marks the patterns (exclusions and redactions) that read a
+	// field name with dots ("card.number", allowed since MongoDB 5.0) as
+	// the path it spells as well: such a field is redacted or excluded as
+	// card.number is. Inclusions match real nested fields only, so a
+	// dotted field is left out by an inclusion unless its parent is included.
+	dotted []bool
+	exc    []int
+	red    []redaction
+	form   Form
+	dropUD bool
+	skip   bool
+	maxUF  int
+	fp     string
 }
 
 // Fingerprint identifies the shape's effect: two shapes with the same
@@ -239,8 +246,22 @@ func CompileShape(spec ShapeSpec) (*Shape, error) {
 	if s.identity() {
 		return nil, nil
 	}
+	s.markDotted()
 	s.fp = s.fingerprint()
 	return s, nil
+}
+
+// markDotted sets dotted: every pattern but the inclusions'.
+func (s *Shape) markDotted() {
+	s.dotted = make([]bool, len(s.pats))
+	for i := range s.dotted {
+		s.dotted[i] = true
+	}
+	for _, set := range s.incSets {
+		for _, i := range set {
+			s.dotted[i] = false
+		}
+	}
 }
 
 func (s *Shape) identity() bool {
@@ -292,6 +313,7 @@ func Stricter(a, b *Shape) *Shape {
 		r.pat += off
 		s.red = append(s.red, r)
 	}
+	s.markDotted()
 	s.fp = s.fingerprint()
 	return s
 }
@@ -473,11 +495,30 @@ func (w *walk) child(st state, key []byte, depth int) state {
 		w.bufs = append(w.bufs, make(state, len(w.s.pats)))
 	}
 	out := w.bufs[depth]
+	dots := bytes.IndexByte(key, '.') >= 0
 	for i, p := range w.s.pats {
+		if dots && w.s.dotted[i] {
+			// A literal dotted field name: the state after the path it
+			// spells, and after the whole name as one field (which only
+			// "**" can match).
+			n, rest := st[i], key
+			for n != 0 {
+				seg, tail, more := bytes.Cut(rest, dot)
+				n = p.stepBytes(n, seg)
+				if !more {
+					break
+				}
+				rest = tail
+			}
+			out[i] = n | p.stepBytes(st[i], key)
+			continue
+		}
 		out[i] = p.stepBytes(st[i], key)
 	}
 	return out
 }
+
+var dot = []byte{'.'}
 
 // stepBytes is step with the field name as bytes.
 func (p pattern) stepBytes(b uint64, seg []byte) uint64 {

@@ -393,3 +393,106 @@ func TestShapedOncePerShape(t *testing.T) {
 		t.Fatal("a view's views are its event's")
 	}
 }
+
+// TestShapeLiteralDottedFields: MongoDB 5.0+ stores field names with dots
+// ({"card.number": ...}). A redact path or an exclusion matches such a
+// field as the path its dots spell, as well as the nested field, and mixed
+// forms ({"card": {"number.last4": ...}}); an inclusion keeps real nested
+// fields only (a dotted field is left out, never let through unshaped).
+func TestShapeLiteralDottedFields(t *testing.T) {
+	doc := bson.D{
+		{Key: "_id", Value: 7},
+		{Key: "card.number", Value: "4111-dotted"},
+		{Key: "card", Value: bson.D{{Key: "number", Value: "4222-nested"}, {Key: "number.last4", Value: "1111"}, {Key: "exp", Value: "12/30"}}},
+		{Key: "card.exp", Value: "1/31"},
+		{Key: "cardx.number", Value: "keep"},
+		{Key: "person.ssn", Value: "123-45-6789"},
+		{Key: "a", Value: bson.D{{Key: "b.ssn", Value: "987-65-4321"}, {Key: "c", Value: 1}}},
+	}
+	raw, err := bson.Marshal(bson.D{
+		{Key: "_id", Value: bson.D{{Key: "_data", Value: "8200000001"}}},
+		{Key: "operationType", Value: "replace"},
+		{Key: "clusterTime", Value: bson.Timestamp{T: 1700000000, I: 1}},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: "shop"}, {Key: "coll", Value: "users"}}},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: 7}}},
+		{Key: "fullDocument", Value: doc},
+		{Key: "fullDocumentBeforeChange", Value: doc},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := FromChange("src", 1, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const m = `"[REDACTED]"`
+	cases := []struct {
+		name string
+		spec ShapeSpec
+		want string
+	}{
+		{
+			name: "redact a path",
+			spec: ShapeSpec{Redact: []string{"fullDocument.card.number"}},
+			want: `{"_id":7,"card.number":` + m + `,"card":{"number":` + m + `,"number.last4":` + m + `,"exp":"12/30"},"card.exp":"1/31","cardx.number":"keep",` +
+				`"person.ssn":"123-45-6789","a":{"b.ssn":"987-65-4321","c":1}}`,
+		},
+		{
+			name: "redact a parent",
+			spec: ShapeSpec{Redact: []string{"fullDocument.card"}},
+			want: `{"_id":7,"card.number":` + m + `,"card":` + m + `,"card.exp":` + m + `,"cardx.number":"keep",` +
+				`"person.ssn":"123-45-6789","a":{"b.ssn":"987-65-4321","c":1}}`,
+		},
+		{
+			name: "redact with **",
+			spec: ShapeSpec{Redact: []string{"fullDocument.**.ssn"}},
+			want: `{"_id":7,"card.number":"4111-dotted","card":{"number":"4222-nested","number.last4":"1111","exp":"12/30"},"card.exp":"1/31","cardx.number":"keep",` +
+				`"person.ssn":` + m + `,"a":{"b.ssn":` + m + `,"c":1}}`,
+		},
+		{
+			name: "redact hash",
+			spec: ShapeSpec{Redact: []string{"fullDocument.person.ssn"}, RedactHash: true, RedactKey: []byte("k-0123456789abcdef")},
+			want: `{"_id":7,"card.number":"4111-dotted","card":{"number":"4222-nested","number.last4":"1111","exp":"12/30"},"card.exp":"1/31","cardx.number":"keep",` +
+				`"person.ssn":"` + hmacHex("k-0123456789abcdef", "123-45-6789") + `","a":{"b.ssn":"987-65-4321","c":1}}`,
+		},
+		{
+			name: "exclude",
+			spec: ShapeSpec{Fields: excl("fullDocument.card.number", "fullDocument.a.b")},
+			want: `{"_id":7,"card":{"exp":"12/30"},"card.exp":"1/31","cardx.number":"keep","person.ssn":"123-45-6789","a":{"c":1}}`,
+		},
+		{
+			name: "include",
+			spec: ShapeSpec{Fields: incl("fullDocument.card.exp", "fullDocument.a")},
+			want: `{"_id":7,"card":{"exp":"12/30"},"a":{"b.ssn":"987-65-4321","c":1}}`,
+		},
+		{
+			name: "include with a redaction",
+			spec: ShapeSpec{Fields: incl("fullDocument.a"), Redact: []string{"fullDocument.a.b.ssn"}},
+			want: `{"_id":7,"a":{"b.ssn":` + m + `,"c":1}}`,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v, _ := e.Shaped(mustShape(t, tc.spec))
+			for _, k := range []string{"fullDocument", "fullDocumentBeforeChange"} {
+				if got, want := part(t, v, k), normJSON(t, tc.want); got != want {
+					t.Errorf("%s:\n got %s\nwant %s", k, got, want)
+				}
+			}
+			env, err := v.Envelope(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(tc.name, "redact a") && strings.Contains(string(env), "4111-dotted") {
+				t.Errorf("the envelope leaks the dotted field: %s", env)
+			}
+		})
+	}
+	// Stricter keeps the dotted reading of each side's redactions.
+	a := mustShape(t, ShapeSpec{Redact: []string{"fullDocument.card.number"}})
+	b := mustShape(t, ShapeSpec{Fields: incl("fullDocument.card", "fullDocument.cardx")})
+	v, _ := e.Shaped(Stricter(b, a))
+	if got, want := part(t, v, "fullDocument"), normJSON(t, `{"_id":7,"card":{"number":`+m+`,"number.last4":`+m+`,"exp":"12/30"}}`); got != want {
+		t.Errorf("stricter:\n got %s\nwant %s", got, want)
+	}
+}

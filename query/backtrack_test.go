@@ -55,3 +55,86 @@ func TestBacktrackRisk(t *testing.T) {
 		t.Error("a backreference compiled")
 	}
 }
+
+// TestBacktrackRiskPatterns: a table of patterns known to take exponential
+// time in a backtracking engine (PCRE, MongoDB's) must all be flagged, and
+// a table of everyday patterns that run in linear time there must not be
+// (they are pushed down and accepted in backfill filters).
+func TestBacktrackRiskPatterns(t *testing.T) {
+	catastrophic := []struct{ pattern, options string }{
+		{`^(a+)+$`, ""},
+		{`(x+x+)+y`, ""},
+		{`(a|aa)+`, ""},
+		{`(a|a?)+`, ""},
+		{`(.*a){12}`, ""},
+		{`^(\w+\s?)*$`, ""},
+		{`^(a*)*$`, ""},
+		// An optional element inside a repetition (issue 24).
+		{`^(aa?)+$`, ""},
+		{`^(a?){25}a{25}$`, ""},
+		{`^(a?a?)+$`, ""},
+		{`^(a{0,1})+$`, ""},
+		{`^(ab{0,3}b?)+$`, ""},
+		{`^(?:a?b?)*c$`, ""},
+		{`^(a|)+$`, ""},
+		{`^(|a)+$`, ""},
+		{`^(a(?:))+$`, ""},
+		{`^( a a ? ) + $`, "x"},
+		{`^(a # one
+		  a?)+$`, "x"},
+		// Alternatives Go's parser merges into one class; PCRE tries each.
+		{`^(\w|\d)+$`, ""},
+		{`^(\d|[0-9])*x$`, ""},
+		{`^(?:[a-c]|b)+$`, ""},
+		{`^((a|b)c?)+$`, ""},
+		{`^(?:(?:a|b)x)+$`, ""},
+		{`^((a|b)){2,}$`, ""},
+		// OWASP's ReDoS examples.
+		{`^(([a-z])+.)+[A-Z]([a-z])+$`, ""},
+		{`^[a-zA-Z]+(([\'\,\.\- ][a-zA-Z ])?[a-zA-Z]*)*$`, ""},
+		{`^([a-zA-Z0-9])(([\-.]|[_]+)?([a-zA-Z0-9]+))*(@){1}[a-z0-9]+[.]{1}(([a-z]{2,3})|([a-z]{2,3}[.]{1}[a-z]{2,3}))$`, ""},
+	}
+	safe := []struct{ pattern, options string }{
+		{`^[a-z]+@example\.com$`, ""},
+		{`^(ab){2,3}$`, ""},
+		{`^(a+)?b$`, ""},
+		{`^(a|b)c+$`, ""},
+		{`^\d{3}-\d{4}$`, ""},
+		{`^https?://`, ""},
+		{`colou?r`, "i"},
+		{`^(?:\+?1)?\d{10}$`, ""},
+		{`^[^@\s]+@[^@\s]+\.[a-z]{2,}$`, ""},
+		{`^abc$|^def$`, ""},
+		{`^(?:cat|dog)s?$`, ""},
+		{`^(cat|dog)?$`, ""},
+		{`^\(a|b\)+$`, ""},
+		{`^[(|)]+$`, ""},
+		{`^[]|]+$`, ""},
+		{`^[[:alpha:]|]+$`, ""},
+		{`^\Q(a|b)\E+$`, ""},
+		{`^(a|b){1}$`, ""},
+		{`^(a|b){0,1}c$`, ""},
+		{`^a{2,}b?$`, ""},
+		{`^(ab)+$`, ""},
+		{`^( a b ) + $`, "x"},
+	}
+	check := func(pattern, options string, want bool) {
+		t.Helper()
+		raw, err := bson.Marshal(bson.D{{Key: "f", Value: bson.D{{Key: "$regex", Value: pattern}, {Key: "$options", Value: options}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Compile(raw); err != nil {
+			t.Fatalf("%q: Compile: %v", pattern, err)
+		}
+		if got := BacktrackRisk(raw); (got != "") != want {
+			t.Errorf("%q (options %q): BacktrackRisk = %q, want risky %v", pattern, options, got, want)
+		}
+	}
+	for _, c := range catastrophic {
+		check(c.pattern, c.options, true)
+	}
+	for _, c := range safe {
+		check(c.pattern, c.options, false)
+	}
+}

@@ -64,7 +64,7 @@ type SinkSpec struct {
 
 	// reshape shapes an event rebuilt from a parked entry with the
 	// engine's current shaping for this sink (set by the engine).
-	reshape func(*event.Event) (*event.Event, bool)
+	reshape func(*event.Event) (*event.Event, bool, error)
 }
 
 // DeadLetters is the part of the dead-letter store the engine uses.
@@ -428,11 +428,26 @@ var ErrParked = errors.New("sink is parked")
 
 // DeliverNow delivers one event through the named sink with the sink's retry
 // policy, synchronously, bypassing the lanes. The event (rebuilt from a dead
-// letter's raw change, with its rules) is shaped with the current shaping
-// of the sink and its rules; one that the sink skips (skip_empty_updates)
-// counts as delivered. It is used to replay dead
+// letter's raw change) is routed and shaped as the current configuration
+// routes and shapes it arriving live (Rules.ReshapeStored); one that no
+// current rule routes to the sink is not delivered (an error wrapping
+// deadletter.ErrNotRouted; see DeliverUnrouted), one that the sink skips
+// (skip_empty_updates) counts as delivered. It is used to replay dead
 // letters; it returns the last error when the event could not be delivered.
 func (e *Engine) DeliverNow(ctx context.Context, sink string, ev *event.Event) error {
+	return e.deliverNow(ctx, sink, ev, false)
+}
+
+// DeliverUnrouted is DeliverNow for an operator who asked for changes that
+// no current rule routes to their sink to be delivered all the same
+// (deliver_unrouted): such a change is shaped with the strictest shape of
+// the sink's current rules. A change a current rule routes there is shaped
+// as by DeliverNow.
+func (e *Engine) DeliverUnrouted(ctx context.Context, sink string, ev *event.Event) error {
+	return e.deliverNow(ctx, sink, ev, true)
+}
+
+func (e *Engine) deliverNow(ctx context.Context, sink string, ev *event.Event, unrouted bool) error {
 	l := e.Lane(sink)
 	if l == nil {
 		return fmt.Errorf("unknown sink %q", sink)
@@ -441,11 +456,14 @@ func (e *Engine) DeliverNow(ctx context.Context, sink string, ev *event.Event) e
 		// Delivering now would overtake the parked backlog of this sink.
 		return fmt.Errorf("sink %s: %w: its parked backlog is being re-driven; replay once it is live again", sink, ErrParked)
 	}
-	ev, skip := e.state.Load().rules.Reshape(ev, sink)
+	ev, skip, err := e.state.Load().rules.ReshapeStored(ev, sink, unrouted)
+	if err != nil {
+		return err
+	}
 	if skip {
 		return nil // skip_empty_updates: nothing to deliver
 	}
-	_, err := l.d.deliver(ctx, []*item{{ev: ev}}, modeReplay, nil)
+	_, err = l.d.deliver(ctx, []*item{{ev: ev}}, modeReplay, nil)
 	return err
 }
 

@@ -293,9 +293,20 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		return true
 	}
 	ev.Rules = e.Rules
-	ev.Mem = mem
-	// The entry keeps the raw change: shape it with the current shaping.
-	ev, skip := l.reshape(ev)
+	ev.Mem = mem // views made by reshape share it
+	// The entry keeps the raw change: route and shape it as the current
+	// configuration would live. One no current rule routes to this sink is
+	// not delivered: it stays as failed, for an operator to replay (with
+	// deliver_unrouted) or purge.
+	ev, skip, err := l.reshape(ev)
+	if err != nil {
+		l.log.Warn("parked event is no longer routed to its sink by any rule; it stays in the dead-letter collection as failed", "event", e.EventID, "rules", e.Rules, "err", err)
+		l.persist(ctx, "convert", func(ctx context.Context) error {
+			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, "not_routed", err.Error())
+		})
+		l.mDead.Inc()
+		return true
+	}
 	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
 	if !skip { // skip_empty_updates: nothing to send, done
 		_, err = l.d.deliver(ctx, []*item{it}, modeRedrive, nil)

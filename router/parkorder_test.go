@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -421,5 +422,48 @@ func TestRetryAfterPausesWholeSink(t *testing.T) {
 		if c.Before(t0.Add(2 * time.Second)) {
 			t.Fatalf("request %d at %v, before the pause ended", i+2, c)
 		}
+	}
+}
+
+// A parked change that no current rule routes to its sink any more (the
+// configuration changed while it was parked) is not delivered by the
+// re-drive: its entry turns into a failed one (reason not_routed), kept
+// for an operator, and the re-drive goes on with the others, in order.
+func TestRedriveOfUnroutedChangeKeepsIt(t *testing.T) {
+	dl := realStore(t)
+	s := &scriptSink{clk: newFakeClock()}
+	rules, err := CompileRules([]RuleSpec{{Name: "not-2", Source: "orders", Sinks: []string{"parking"},
+		Filter: bson.D{{Key: "fullDocument.seq", Value: bson.D{{Key: "$ne", Value: 2}}}}}}, []string{"parking"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parkDirect(t, dl, posEvent(t, 1, 7), posEvent(t, 2, 7), posEvent(t, 3, 7))
+	l, err := newLaneClock(SinkSpec{
+		Sink: s, MaxInFlight: 4,
+		Retry:   sinks.RetryPolicy{MaxAttempts: 100, InitialInterval: time.Second, MaxInterval: 8 * time.Second, Multiplier: 2},
+		reshape: func(ev *event.Event) (*event.Event, bool, error) { return rules.ReshapeStored(ev, "parking", false) },
+	}, dl, metrics.New(nil), slog.New(slog.DiscardHandler), s.clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.start(ctx)
+	t.Cleanup(func() { cancel(); l.stop() })
+	waitUntil(t, "lane live again", func() bool { return !l.Status().Parked })
+	if got := s.delivered(); !slices.Equal(got, []int{1, 3}) {
+		t.Fatalf("re-driven %v, want [1 3]", got)
+	}
+	if seqs, _ := parkedSeqs(t, dl); len(seqs) != 0 {
+		t.Fatalf("parked entries left: %v", seqs)
+	}
+	failed, err := dl.List(context.Background(), deadletter.Filter{Kind: deadletter.KindFailed, Sink: "parking"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failed) != 1 || failed[0].Reason != "not_routed" || !strings.Contains(failed[0].LastError, "no current rule routes") {
+		t.Fatalf("failed entries %+v, want change 2's, not_routed", failed)
+	}
+	if ev, err := failed[0].Event(); err != nil || seqOf(ev) != 2 {
+		t.Fatalf("failed entry is not change 2's: %v", err)
 	}
 }

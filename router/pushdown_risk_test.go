@@ -39,3 +39,25 @@ func TestPushdownKeepsBacktrackingRegexInProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestPushdownKeepsOptionalInRepetitionInProcess (issue 24): an optional
+// element inside a repetition (^(aa?)+$, ^(a?){25}a{25}$, ^(a?a?)+$) is a
+// backtracking risk too: such a filter stays out of the pushed-down $match.
+func TestPushdownKeepsOptionalInRepetitionInProcess(t *testing.T) {
+	for _, p := range []string{`^(aa?)+$`, `^(a?){25}a{25}$`, `^(a?a?)+$`, `^(\w|\d)+$`} {
+		rules, err := CompileRules([]RuleSpec{
+			{Name: "risky", Source: "s", Operations: []string{"update"}, Sinks: []string{"a"},
+				Filter: bson.D{{Key: "fullDocument.name", Value: bson.D{{Key: "$regex", Value: p}}}}},
+		}, []string{"a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, ok := rules.Pushdown("s")
+		if !ok {
+			t.Fatalf("%s: no pushdown", p)
+		}
+		if text := fmt.Sprint(m); strings.Contains(text, "$regex") || !strings.Contains(text, "update") {
+			t.Errorf("%s: pushdown %s: want the operations only", p, text)
+		}
+	}
+}

@@ -2,9 +2,11 @@ package router
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
 )
 
@@ -71,8 +73,9 @@ func (rs *Rules) sinkIndex(name string) int {
 
 // ShapeNamed returns the current shape of the named sink for an event
 // routed by the named rules (names no longer configured, or of rules that
-// do not route to the sink, are ignored): what a replayed or re-driven
-// dead letter is shaped with. ok is false for an unknown sink.
+// do not route to the sink, are ignored; none left: the sink's own shape).
+// It is for dry runs, which name the rules; a stored change is shaped with
+// ReshapeStored, which routes it again. ok is false for an unknown sink.
 func (rs *Rules) ShapeNamed(ruleNames []string, sink string) (s *event.Shape, ok bool) {
 	si := rs.sinkIndex(sink)
 	if si < 0 {
@@ -90,12 +93,52 @@ func (rs *Rules) ShapeNamed(ruleNames []string, sink string) (s *event.Shape, ok
 	return rs.shapeFor(idxs, si), true
 }
 
-// Reshape returns ev (rebuilt from a dead letter's raw change, with its
-// rules) shaped for sink with the current shaping, and whether the sink
-// skips it (skip_empty_updates): then there is nothing to deliver.
-func (rs *Rules) Reshape(ev *event.Event, sink string) (*event.Event, bool) {
-	s, _ := rs.ShapeNamed(ev.Rules, sink)
-	return ev.Shaped(s)
+// ReshapeStored shapes ev, rebuilt from a stored change (a dead letter
+// being replayed, a parked entry being re-driven), for sink exactly as the
+// current configuration shapes the same change arriving live: it routes ev
+// through today's rules (the rule names stored with the entry do not
+// count: a rule renamed or removed since must not loosen the shape) and
+// applies the shape of the matching rules that route to sink; ev.Rules
+// becomes today's matching rules. When no current rule routes ev to sink
+// it returns an error wrapping deadletter.ErrNotRouted and nothing to
+// deliver, unless unrouted is set (the operator's explicit choice): ev is
+// then shaped with the strictest shape of the sink's current rules
+// (event.Stricter of every rule that routes to sink, and of the sink's own
+// shape). skip reports that the sink skips the shaped event
+// (skip_empty_updates): there is nothing to deliver.
+func (rs *Rules) ReshapeStored(ev *event.Event, sink string, unrouted bool) (view *event.Event, skip bool, err error) {
+	si := rs.sinkIndex(sink)
+	if si < 0 {
+		return nil, false, fmt.Errorf("unknown sink %q", sink)
+	}
+	var idxs []int
+	m := rs.route(ev, func(idx int) { idxs = append(idxs, idx) })
+	routed := false
+	for _, i := range idxs {
+		routed = routed || rs.rules[i].routesTo(si)
+	}
+	if routed {
+		ev.Rules = slices.Clone(m.Rules)
+		view, skip = ev.Shaped(rs.shapeFor(idxs, si))
+		return view, skip, nil
+	}
+	if !unrouted {
+		return nil, false, fmt.Errorf("sink %s: %w", sink, deadletter.ErrNotRouted)
+	}
+	view, skip = ev.Shaped(rs.strictestShape(si))
+	return view, skip, nil
+}
+
+// strictestShape is event.Stricter of the sink's own shape and the shape of
+// every rule that routes to sink si, whatever its source.
+func (rs *Rules) strictestShape(si int) *event.Shape {
+	s := rs.sinkShapes[si]
+	for _, r := range rs.rules {
+		if r.routesTo(si) {
+			s = event.Stricter(s, r.sinkShapes[si])
+		}
+	}
+	return s
 }
 
 // Payload returns what sink receives for ev when the rule named rule
@@ -129,18 +172,19 @@ func (rs *Rules) Payload(ev *event.Event, rule, sink string, canonical bool) (bo
 	return body, false, err
 }
 
-// reshaper returns the function that shapes an event rebuilt from a dead
-// letter for the named sink with the engine's current rules.
-func (e *Engine) reshaper(sink string) func(*event.Event) (*event.Event, bool) {
-	return func(ev *event.Event) (*event.Event, bool) {
-		return e.state.Load().rules.Reshape(ev, sink)
+// reshaper returns the function that shapes an event rebuilt from a
+// parked entry for the named sink with the engine's current rules
+// (Rules.ReshapeStored, never for an unrouted change).
+func (e *Engine) reshaper(sink string) func(*event.Event) (*event.Event, bool, error) {
+	return func(ev *event.Event) (*event.Event, bool, error) {
+		return e.state.Load().rules.ReshapeStored(ev, sink, false)
 	}
 }
 
 // reshape shapes an event rebuilt from a parked entry for the lane's sink.
-func (l *Lane) reshape(ev *event.Event) (*event.Event, bool) {
+func (l *Lane) reshape(ev *event.Event) (*event.Event, bool, error) {
 	if l.spec.reshape == nil {
-		return ev, false
+		return ev, false, nil
 	}
 	return l.spec.reshape(ev)
 }

@@ -2,7 +2,9 @@ package router
 
 import (
 	"context"
+	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -224,7 +226,7 @@ func TestReplayAndDeadLetterShaped(t *testing.T) {
 		t.Fatalf("replayed %v", got)
 	}
 	// The re-drive hook shapes too.
-	if v, _ := e.Lane("s").reshape(ev); v.Raw.Lookup("fullDocument", "email").StringValue() != event.RedactMask {
+	if v, _, err := e.Lane("s").reshape(ev); err != nil || v.Raw.Lookup("fullDocument", "email").StringValue() != event.RedactMask {
 		t.Fatal("re-drive not shaped")
 	}
 }
@@ -261,4 +263,114 @@ func TestShapePushdownUnchanged(t *testing.T) {
 	if _, _, err := shaped.Payload(ev, "nope", "s", false); err == nil {
 		t.Error("unknown rule accepted")
 	}
+}
+
+// A stored change (dead letter, parked entry) is never delivered less
+// shaped than the current configuration shapes it live (issue 24): replay
+// and re-drive route it through today's rules, so renaming the rule that
+// carried a redaction keeps it; a change no current rule routes to the
+// sink is refused (deadletter.ErrNotRouted) unless the operator asks for
+// it, and then gets the strictest shape of the sink's rules.
+func TestReplayShapedByTodaysRules(t *testing.T) {
+	s := &fakeSink{name: "s"}
+	redactEmail := shapeOf(t, event.ShapeSpec{Redact: []string{"fullDocument.email"}})
+	e, dl := shapedEngine(t,
+		[]RuleSpec{{Name: "old-name", Source: "users", Sinks: []string{"s"}, Shape: redactEmail}},
+		[]SinkSpec{{Sink: s, Retry: fastRetry(1)}}, nil)
+	s.setFail(func(*event.Event) error { return context.DeadlineExceeded })
+	var acked atomic.Bool
+	e.Dispatch(userEvent(t, 1, "ann@x.org", bson.D{{Key: "email", Value: "ann@x.org"}}), func() { acked.Store(true) })
+	waitUntil(t, "dead letter", func() bool { return acked.Load() })
+	var entry deadletter.Entry
+	for _, en := range dl.entries {
+		entry = en
+	}
+	if !slices.Equal(entry.Rules, []string{"old-name"}) {
+		t.Fatalf("entry rules %v", entry.Rules)
+	}
+	s.setFail(func(*event.Event) error { return nil })
+	reload := func(rules []RuleSpec) {
+		t.Helper()
+		rs, err := CompileRulesShaped(rules, []string{"s"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Reload(rs, []LaneUpdate{{Name: "s", Keep: true}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replay := func(deliver func(context.Context, string, *event.Event) error) (*event.Event, error) {
+		t.Helper()
+		ev, err := entry.Event()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(s.received())
+		if err := deliver(context.Background(), "s", ev); err != nil {
+			if len(s.received()) != n {
+				t.Fatal("delivered and failed")
+			}
+			return nil, err
+		}
+		got := s.received()
+		if len(got) != n+1 {
+			t.Fatalf("%d deliveries, want %d", len(got), n+1)
+		}
+		return got[n], nil
+	}
+	email := func(v *event.Event) string { return v.Raw.Lookup("fullDocument", "email").StringValue() }
+
+	// The rule renamed, same redaction: still redacted, named as today.
+	reload([]RuleSpec{{Name: "new-name", Source: "users", Sinks: []string{"s"}, Shape: redactEmail}})
+	v, err := replay(e.DeliverNow)
+	if err != nil || email(v) != event.RedactMask || !slices.Equal(v.Rules, []string{"new-name"}) {
+		t.Fatalf("replay after a rename: %v, email %q, rules %v", err, email(v), v.Rules)
+	}
+	if rv, _, err := e.Lane("s").reshape(mustEvent(t, entry)); err != nil || email(rv) != event.RedactMask {
+		t.Fatalf("re-drive after a rename: %v", err)
+	}
+	// Today's rule shapes more than the stored one did: today's shape.
+	reload([]RuleSpec{{Name: "other", Source: "users", Sinks: []string{"s"}, Shape: shapeOf(t, event.ShapeSpec{Envelope: event.FormKey})}})
+	v, err = replay(e.DeliverNow)
+	if err != nil {
+		t.Fatalf("replay under a stricter rule: %v", err)
+	}
+	if body, err := v.Envelope(false); err != nil || strings.Contains(string(body), "ann@x.org") {
+		t.Fatalf("replay under a key-only rule sent %s (%v)", body, err)
+	}
+
+	// No rule routes the change to s any more (the filter no longer
+	// matches): refused by replay and re-drive...
+	unrouted := []RuleSpec{
+		{Name: "paid-only", Source: "users", Filter: bson.D{{Key: "fullDocument.status", Value: "refunded"}}, Sinks: []string{"s"}, Shape: redactEmail},
+		{Name: "notes", Source: "users", Filter: bson.D{{Key: "fullDocument.status", Value: "void"}}, Sinks: []string{"s"},
+			Shape: shapeOf(t, event.ShapeSpec{Redact: []string{"fullDocument.note"}})},
+	}
+	reload(unrouted)
+	if _, err := replay(e.DeliverNow); !errors.Is(err, deadletter.ErrNotRouted) {
+		t.Fatalf("replay of an unrouted change: %v, want ErrNotRouted", err)
+	}
+	if _, _, err := e.Lane("s").reshape(mustEvent(t, entry)); !errors.Is(err, deadletter.ErrNotRouted) {
+		t.Fatalf("re-drive of an unrouted change: %v, want ErrNotRouted", err)
+	}
+	// ...and delivered on request with the strictest shape of s's rules.
+	v, err = replay(e.DeliverUnrouted)
+	if err != nil || email(v) != event.RedactMask || v.Raw.Lookup("fullDocument", "note").StringValue() != event.RedactMask {
+		t.Fatalf("unrouted replay on request: %v %s", err, v.Raw)
+	}
+	// A routed change is shaped as live even with the operator's flag.
+	reload([]RuleSpec{{Name: "plain", Source: "users", Sinks: []string{"s"}}, unrouted[1]})
+	v, err = replay(e.DeliverUnrouted)
+	if err != nil || email(v) != "ann@x.org" || !slices.Equal(v.Rules, []string{"plain"}) {
+		t.Fatalf("routed replay with the flag: %v %s %v", err, v.Raw, v.Rules)
+	}
+}
+
+func mustEvent(t *testing.T, e deadletter.Entry) *event.Event {
+	t.Helper()
+	ev, err := e.Event()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
 }

@@ -204,3 +204,25 @@ func BenchmarkRetryPolicyNext(b *testing.B) {
 		p.Next(i%7+1, t0, t0, err, nil)
 	}
 }
+
+// Printable removes what a terminal would execute (ESC sequences, BEL, C1
+// controls such as CSI) from a receiver's text; an *Error's text is
+// printable whatever its cause says.
+func TestPrintable(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"plain text é", "plain text é"},
+		{"Bad\x1b]0;pwned\x07Request", "Bad ]0;pwned Request"},
+		{"\x1b[2Jcleared", " [2Jcleared"},
+		{"csi\u009b2J and del\x7f", "csi 2J and del "},
+		{"bad utf-8 \xff", "bad utf-8 \uFFFD"},
+		{"tab\tnew\nline\r", "tab new line "},
+	} {
+		if got := Printable(tc.in); got != tc.want {
+			t.Errorf("Printable(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	err := Permanent("http_400", errors.New("HTTP 400 Bad\x1b]0;pwned\x07\x1b[2J"))
+	if got := err.Error(); strings.ContainsAny(got, "\x1b\x07") {
+		t.Errorf("Error() = %q: control characters kept", got)
+	}
+}

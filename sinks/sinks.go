@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/changegate/changegate/event"
 )
@@ -41,7 +43,34 @@ type Error struct {
 	Reason string
 }
 
-func (e *Error) Error() string { return e.Err.Error() }
+// Error returns the failure's text, made printable (see Printable): the
+// text may quote what a receiver said (an HTTP reason phrase, a body, an
+// entry's error message), and it ends up in logs, dead letters, the admin
+// API, the console and the CLI's terminal output.
+func (e *Error) Error() string { return Printable(e.Err.Error()) }
+
+// Printable returns s with every control character (C0 but for none, DEL
+// and C1, such as ESC, BEL and CSI, which a terminal would execute)
+// replaced by a space, and invalid UTF-8 by U+FFFD. s itself is returned
+// when it has nothing to replace.
+func Printable(s string) string {
+	clean := utf8.ValidString(s)
+	for i := 0; clean && i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c == 0x7f || (c == 0xc2 && i+1 < len(s) && s[i+1] >= 0x80 && s[i+1] <= 0x9f) {
+			clean = false
+		}
+	}
+	if clean {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+}
 func (e *Error) Unwrap() error { return e.Err }
 
 // Permanent wraps err as a permanent delivery failure.

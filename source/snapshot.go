@@ -216,8 +216,9 @@ func AfterIDFilter(id bson.RawValue, extra bson.Raw) bson.D {
 // Namespaces lists the collections a source of database db and collection
 // coll covers, as "<db>.<coll>", sorted: the collection itself; every
 // collection (not views, not system.*) of a database; of every database but
-// admin, local and config for a cluster-level source.
-func Namespaces(ctx context.Context, client *mongo.Client, db, coll string) ([]string, error) {
+// admin, local, config and stateDB (changegate's state database) for a
+// cluster-level source.
+func Namespaces(ctx context.Context, client *mongo.Client, db, coll, stateDB string) ([]string, error) {
 	if db != "" && coll != "" {
 		return []string{db + "." + coll}, nil
 	}
@@ -229,7 +230,7 @@ func Namespaces(ctx context.Context, client *mongo.Client, db, coll string) ([]s
 		}
 		dbs = dbs[:0]
 		for _, n := range names {
-			if n != "admin" && n != "local" && n != "config" {
+			if n != "admin" && n != "local" && n != "config" && n != stateDB {
 				dbs = append(dbs, n)
 			}
 		}
@@ -464,7 +465,7 @@ func (s *Source) scanAll(ctx context.Context, tr *checkpoint.Tracker, st *snapSt
 	backoff := 100 * time.Millisecond
 	for {
 		var err error
-		nss, err = Namespaces(ctx, s.client, s.spec.Database, s.spec.Collection)
+		nss, err = Namespaces(ctx, s.client, s.spec.Database, s.spec.Collection, s.spec.StateDatabase)
 		if err == nil {
 			break
 		}

@@ -56,8 +56,15 @@ type Spec struct {
 	// epoch. A save refused by a newer epoch (or one that would move the
 	// checkpoint backwards) ends the tenure and stops the Source. Nil
 	// outside cluster mode.
-	Tenure                   *event.Tenure
-	Database, Collection     string // empty Database: the whole cluster; empty Collection: the database
+	Tenure               *event.Tenure
+	Database, Collection string // empty Database: the whole cluster; empty Collection: the database
+	// StateDatabase is changegate's own state database (checkpoints, dead
+	// letters, leases): a cluster-level Source never reads it, neither in
+	// its stream (StateFilter, first in the pipeline, and again on each
+	// change read) nor in its snapshot. Its writes would otherwise become
+	// events, and a dead letter (which holds the raw change) an event
+	// again. The configuration refuses a source of that database.
+	StateDatabase            string
 	FullDocument             string // default, updateLookup, whenAvailable, required
 	FullDocumentBeforeChange string // off, whenAvailable, required
 	Pipeline                 bson.A // extra stages after $changeStream (pushdown first, then these)
@@ -626,6 +633,9 @@ func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timesta
 		opts.SetStartAtOperationTime(startAt)
 	}
 	pipeline := bson.A{}
+	if s.spec.Database == "" && s.spec.StateDatabase != "" {
+		pipeline = append(pipeline, StateFilter(s.spec.StateDatabase))
+	}
 	if s.spec.Partitions > 1 && !s.clientFilter {
 		pipeline = append(pipeline, PartitionFilter(s.spec.Partition, s.spec.Partitions))
 	}
@@ -822,6 +832,8 @@ func (s *Source) recordGap(ctx context.Context, tr *checkpoint.Tracker, cause er
 // when the server lacks $toHashedIndexKey.
 func (s *Source) mine(ev *event.Event) bool {
 	switch {
+	case s.spec.Database == "" && s.spec.StateDatabase != "" && ev.DB == s.spec.StateDatabase:
+		return false // StateFilter keeps them out; a server that ignored it
 	case s.spec.Partitions <= 1:
 		return true
 	case ev.DocumentKey == nil:
@@ -861,6 +873,14 @@ func ParseUnit(unit string) (source string, i, n int, ok bool) {
 		return src, 0, 0, false
 	}
 	return src, i, n, true
+}
+
+// StateFilter is the $match stage that leaves the changes of database db
+// (changegate's state database) out of a cluster-level change stream:
+// {"ns.db": {"$ne": db}}. A change without a namespace (none reaches a
+// cluster-level stream today) passes.
+func StateFilter(db string) bson.D {
+	return bson.D{{Key: "$match", Value: bson.D{{Key: "ns.db", Value: bson.D{{Key: "$ne", Value: db}}}}}}
 }
 
 // PartitionFilter is the $match stage that keeps partition i of n of a

@@ -282,6 +282,10 @@ func TestReopenAfterStreamError(t *testing.T) {
 		name      string
 		fault     func(*mongowire.Server)
 		reconnect bool // the source (not the driver) reopens the stream
+		opens     int  // aggregates with $changeStream expected in all (0: not checked)
+		// driverResume: the second aggregate is the driver's own resume
+		// (resumeAfter; the source opens with startAfter).
+		driverResume bool
 	}{{
 		name: "getMore error the driver does not resume",
 		fault: func(s *mongowire.Server) {
@@ -291,10 +295,15 @@ func TestReopenAfterStreamError(t *testing.T) {
 	}, {
 		name: "the driver's own resume fails too",
 		fault: func(s *mongowire.Server) {
+			// A resumable getMore failure after the cursor checkout (a
+			// failCommand fault before it is not labelled resumable): the
+			// driver resumes by itself, and that aggregate fails.
 			s.FailCommand(mongowire.FailPoint{Commands: []string{"aggregate"}, Times: 1, ErrorCode: 2, AppName: srcApp})
-			s.FailCommand(mongowire.FailPoint{Commands: []string{"getMore"}, Times: 1, ErrorCode: 6, AppName: srcApp})
+			s.FailCommand(mongowire.FailPoint{Commands: []string{"getMore"}, Times: 1, ErrorCode: 6, AppName: srcApp, AfterCursorCheckout: true})
 		},
-		reconnect: true,
+		reconnect:    true,
+		opens:        3, // the source's, the driver's failed resume, the source's reopen
+		driverResume: true,
 	}, {
 		name: "server restart",
 		fault: func(s *mongowire.Server) {
@@ -335,6 +344,12 @@ func TestReopenAfterStreamError(t *testing.T) {
 				return
 			}
 			opens := w.streamOpens()
+			if tc.opens != 0 && len(opens) != tc.opens {
+				t.Fatalf("%d change stream aggregates, want %d", len(opens), tc.opens)
+			}
+			if opt, _ := resumeOption(opens[1]); tc.driverResume && opt != "resumeAfter" {
+				t.Fatalf("second aggregate with %q, want the driver's own resume (resumeAfter)", opt)
+			}
 			last := opens[len(opens)-1]
 			opt, v := resumeOption(last)
 			if opt != "startAfter" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/sinks"
 )
 
 const deadlettersUsage = `Usage: changegate deadletters COMMAND -config FILE [filters]
@@ -23,9 +24,11 @@ Commands:
   show     print one dead letter in full: -id ID (for a sink that shapes its
            payload, "shaped": true, the envelope is the shaped payload and
            the raw change, kept for replay, is not printed)
-  replay   re-deliver matching dead letters through their sinks, shaped as
-           the config says now; an entry is removed only once its sink
-           accepted it
+  replay   re-deliver matching dead letters through their sinks, routed and
+           shaped as the config would a live change now; an entry is removed
+           only once its sink accepted it. An entry no current rule routes to
+           its sink is skipped unless -deliver-unrouted is given: it is then
+           shaped with the strictest shape of the sink's rules
   purge    delete matching dead letters (requires -yes)
 
 Filters: -sink NAME -source NAME -kind failed|parked|gap -since TIME (RFC 3339 or
@@ -65,6 +68,7 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&q.After, "after", "", "list: the entries after this id (paging)")
 	id := fs.String("id", "", "the entry's id (show)")
 	yes := fs.Bool("yes", false, "confirm purge")
+	unrouted := fs.Bool("deliver-unrouted", false, "replay: also deliver entries that no current rule routes to their sink, with the strictest shape of the sink's rules")
 	if ok, code := parseFlags(fs, rest); !ok {
 		return code
 	}
@@ -124,13 +128,15 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 		if f.Kind == "" {
 			f.Kind = deadletter.KindFailed
 		}
-		res, err := app.Replay(ctx, cfg, client, f, nil)
+		res, err := app.Replay(ctx, cfg, client, f, app.ReplayOptions{DeliverUnrouted: *unrouted}, nil)
 		fmt.Fprintf(stdout, "replayed %d, failed %d, skipped %d\n", res.Replayed, res.Failed, res.Skipped)
+		// Errors quote receivers (sinks.Error is printable already); print
+		// them so whatever wraps them.
 		for _, e := range res.Errors {
-			fmt.Fprintf(stderr, "  %v\n", e)
+			fmt.Fprintf(stderr, "  %s\n", sinks.Printable(e.Error()))
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "changegate deadletters replay: %v\n", err)
+			fmt.Fprintf(stderr, "changegate deadletters replay: %s\n", sinks.Printable(err.Error()))
 			return 1
 		}
 		if res.Failed > 0 {

@@ -1,5 +1,5 @@
 // Command changegate tails MongoDB change streams and delivers every change
-// to webhooks, EventBridge, SQS and Lambda according to the rules of a TOML file.
+// to webhooks, EventBridge, SQS, SNS, Kinesis, Lambda and Kafka according to the rules of a TOML file.
 package main
 
 import (
@@ -25,8 +25,8 @@ import (
 var version = "dev"
 
 const usage = `changegate tails MongoDB change streams and delivers every change to
-webhooks, AWS EventBridge buses, AWS SQS queues and AWS Lambda functions,
-routed by rules in a TOML file. Deliveries are at-least-once with stable
+webhooks, AWS EventBridge buses, SQS queues, SNS topics, Kinesis data
+streams, Lambda functions and Kafka topics, routed by rules in a TOML file. Deliveries are at-least-once with stable
 event ids; what cannot be delivered goes to a dead-letter collection in
 MongoDB.
 
@@ -198,6 +198,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	for _, n := range app.PushdownNotes(cfg) {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
+	for _, n := range app.StateDatabaseNotes(cfg) {
 		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d rules)\n", *path, len(cfg.Sources), len(cfg.Sinks), len(cfg.Rules))

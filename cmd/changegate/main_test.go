@@ -96,3 +96,50 @@ func TestCheckSaysMemoryBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckStateDatabase: check notes that a cluster-level source leaves
+// the state database out, and refuses a source of the state database with
+// its file:line.
+func TestCheckStateDatabase(t *testing.T) {
+	base := `[mongo]
+uri = "mongodb://localhost:27017/?replicaSet=rs0"
+state_database = "cgstate"
+[[sources]]
+name = "all"
+%s
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/hook"
+[[rules]]
+name = "all"
+source = "all"
+sinks = ["hook"]
+`
+	for _, tc := range []struct {
+		extra, out string
+		code       int
+	}{
+		{"", `note: sources[0] (all) watches the whole cluster except changegate's state database "cgstate" (mongo.state_database)`, 0},
+		{`database = "shop"`, `: ok (1 sources`, 0},
+		{`database = "cgstate"`, `sources[0].database: "cgstate" is changegate's own state database (mongo.state_database)`, 1},
+		{"database = \"cgstate\"\ncollection = \"deadletters\"", `note: sources[0] (all) watches cgstate.deadletters, a collection of changegate's own state database`, 0},
+	} {
+		path := filepath.Join(t.TempDir(), "c.toml")
+		if err := os.WriteFile(path, []byte(strings.Replace(base, "%s", tc.extra, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		code := run([]string{"check", "-config", path}, &out, &errOut)
+		all := out.String() + errOut.String()
+		if code != tc.code || !strings.Contains(all, tc.out) {
+			t.Errorf("%q: exit %d, output %q; want exit %d and %q", tc.extra, code, all, tc.code, tc.out)
+		}
+		if tc.code != 0 && !strings.Contains(all, "c.toml:6") {
+			t.Errorf("%q: the error does not name the line: %q", tc.extra, all)
+		}
+		if tc.extra != "" && strings.Contains(all, "the whole cluster") {
+			t.Errorf("%q: a note for a database-level source: %q", tc.extra, all)
+		}
+	}
+}

@@ -66,8 +66,6 @@ package sqs
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -80,7 +78,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
@@ -110,23 +107,18 @@ const (
 	// DefaultTimeout bounds one Send when Config.Timeout is 0.
 	DefaultTimeout = 10 * time.Second
 	// MaxIDLen is SQS's limit on MessageGroupId and MessageDeduplicationId.
-	MaxIDLen = 128
-
-	stringType = "String"
+	MaxIDLen = awsutil.MaxGroupIDLen
 )
 
-// Message attribute names.
+// Message attribute names (shared with the SNS sink).
 const (
-	AttrSource        = "source"
-	AttrOperationType = "operationType"
-	AttrDB            = "db"
-	AttrColl          = "coll"
-	// With envelope = "document" (the body is the post-image alone), the
-	// rest of the event's metadata: its id, the documentKey as relaxed
-	// Extended JSON and the cluster time (RFC 3339).
-	AttrID          = "id"
-	AttrDocumentKey = "documentKey"
-	AttrClusterTime = "clusterTime"
+	AttrSource        = awsutil.AttrSource
+	AttrOperationType = awsutil.AttrOperationType
+	AttrDB            = awsutil.AttrDB
+	AttrColl          = awsutil.AttrColl
+	AttrID            = awsutil.AttrID
+	AttrDocumentKey   = awsutil.AttrDocumentKey
+	AttrClusterTime   = awsutil.AttrClusterTime
 )
 
 // Config configures an SQS sink.
@@ -196,58 +188,41 @@ func New(cfg Config, logger *slog.Logger) (*SQS, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	errs := confcheck.New("sqs", cfg.Name)
-	prefix := errs.Prefix()
-	switch {
-	case cfg.QueueURL == "" && cfg.QueueName == "":
-		errs.Addf("queue_url or queue_name is required")
-	case cfg.QueueURL != "" && cfg.QueueName != "":
-		errs.Addf("queue_url and queue_name are exclusive")
-	}
-	if cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > MaxRequestBytesLimit {
-		errs.Addf("max_request_bytes must be between 1 and %d, got %d", MaxRequestBytesLimit, cfg.MaxRequestBytes)
-	}
-	if cfg.Timeout < 0 {
-		errs.Addf("timeout must not be negative, got %s", cfg.Timeout)
+	c := awsutil.Common{
+		Options: awsutil.Options{
+			Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN, Credentials: cfg.Credentials, MaxConns: cfg.MaxConns,
+		},
+		MaxRequestBytes: cfg.MaxRequestBytes, DefaultMaxRequestBytes: DefaultMaxRequestBytes, MaxRequestBytesLimit: MaxRequestBytesLimit,
+		Timeout: cfg.Timeout, DefaultTimeout: DefaultTimeout,
 	}
 	var groupBy []string
-	if cfg.GroupBy != "" {
-		groupBy = strings.Split(cfg.GroupBy, ".")
-		for _, p := range groupBy {
-			if p == "" {
-				errs.Addf("message_group_id: %q is not a dotted field path", cfg.GroupBy)
-				break
-			}
+	awsCfg, err := c.Load("sqs", func(errs *confcheck.Errors) {
+		switch {
+		case cfg.QueueURL == "" && cfg.QueueName == "":
+			errs.Addf("queue_url or queue_name is required")
+		case cfg.QueueURL != "" && cfg.QueueName != "":
+			errs.Addf("queue_url and queue_name are exclusive")
 		}
-	}
-	if err := errs.Err(); err != nil {
-		return nil, err
-	}
-	awsCfg, err := awsutil.LoadConfig(awsutil.Options{
-		Name: cfg.Name, Region: cfg.Region, RoleARN: cfg.RoleARN,
-		Credentials: cfg.Credentials, MaxConns: cfg.MaxConns,
+		var ok bool
+		if groupBy, ok = awsutil.FieldPath(cfg.GroupBy); !ok {
+			errs.Addf("message_group_id: %q is not a dotted field path", cfg.GroupBy)
+		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", prefix, err)
+		return nil, err
 	}
-	client := sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
-		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
-	})
 	s := &SQS{
 		name: cfg.Name, queueName: cfg.QueueName, groupBy: groupBy,
-		maxBytes: cfg.MaxRequestBytes, oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: cfg.Timeout,
-		client: client, log: logger,
+		maxBytes: c.MaxRequestBytes, oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: c.Timeout,
+		client: sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
+		}),
+		log:  logger,
 		fifo: strings.HasSuffix(cfg.QueueURL, ".fifo") || strings.HasSuffix(cfg.QueueName, ".fifo"),
 	}
 	if cfg.QueueURL != "" {
 		u := cfg.QueueURL
 		s.queueURL.Store(&u)
-	}
-	if s.maxBytes == 0 {
-		s.maxBytes = DefaultMaxRequestBytes
-	}
-	if s.timeout == 0 {
-		s.timeout = DefaultTimeout
 	}
 	return s, nil
 }
@@ -291,94 +266,22 @@ func (s *SQS) url(ctx context.Context) (string, error) {
 }
 
 // DeduplicationID returns the MessageDeduplicationId of an event: the hex
-// SHA-256 of its id.
-func DeduplicationID(e *event.Event) string {
-	sum := sha256.Sum256([]byte(e.ID))
-	return hex.EncodeToString(sum[:])
-}
+// SHA-256 of its id (awsutil.DeduplicationID).
+func DeduplicationID(e *event.Event) string { return awsutil.DeduplicationID(e) }
 
 // GroupID returns the MessageGroupId of e: the field at path (nil: the
 // default) or the namespace and document key; see the package
-// documentation.
-func GroupID(e *event.Event, path []string) string {
-	var g string
-	if len(path) > 0 {
-		v, err := e.Raw.LookupErr(path...)
-		if err != nil && path[0] == "fullDocument" {
-			// A delete has no fullDocument: its pre-image (with
-			// full_document_before_change) holds the same field, so the
-			// delete joins the group of the document's earlier changes.
-			v, err = e.Raw.LookupErr(append([]string{"fullDocumentBeforeChange"}, path[1:]...)...)
-		}
-		if err == nil {
-			if str, ok := v.StringValueOK(); ok {
-				g = str
-			} else if b, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: v}}, false, false); err == nil {
-				g = string(b[len(`{"v":`) : len(b)-1])
-			}
-		}
-	}
-	if g == "" {
-		g = e.DB
-		if e.Coll != "" {
-			g += "." + e.Coll
-		}
-		if len(e.DocumentKey) > 0 {
-			if b, err := bson.MarshalExtJSON(e.DocumentKey, false, false); err == nil {
-				g += ":" + string(b)
-			} else {
-				g += ":" + hex.EncodeToString(e.DocumentKey)
-			}
-		}
-	}
-	if len(g) > MaxIDLen || !validID(g) {
-		sum := sha256.Sum256([]byte(g))
-		return "sha256:" + hex.EncodeToString(sum[:])
-	}
-	return g
-}
-
-// validID reports whether s is a valid MessageGroupId: non-empty,
-// alphanumeric characters and punctuation only.
-func validID(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c >= 0x7f {
-			return false
-		}
-	}
-	return true
-}
+// documentation (awsutil.GroupID).
+func GroupID(e *event.Event, path []string) string { return awsutil.GroupID(e, path) }
 
 // entry builds the message of e and returns it with its size.
 func (s *SQS) entry(id int, e *event.Event, env []byte) (types.SendMessageBatchRequestEntry, int) {
-	attrs := make(map[string]types.MessageAttributeValue, 4)
-	size := len(env)
-	add := func(name, v string) {
-		if v == "" {
-			return
-		}
-		attrs[name] = types.MessageAttributeValue{DataType: aws.String(stringType), StringValue: aws.String(v)}
-		size += len(name) + len(stringType) + len(v)
+	list, attrSize := awsutil.Attributes(e)
+	attrs := make(map[string]types.MessageAttributeValue, len(list))
+	for _, a := range list {
+		attrs[a.Name] = types.MessageAttributeValue{DataType: aws.String(awsutil.AttrStringType), StringValue: aws.String(a.Value)}
 	}
-	add(AttrSource, e.Source)
-	add(AttrOperationType, e.OperationType)
-	add(AttrDB, e.DB)
-	add(AttrColl, e.Coll)
-	if e.Form() == event.FormDocument {
-		for _, m := range e.Metadata() {
-			switch m.Name {
-			case "id":
-				add(AttrID, m.Value)
-			case "documentKey":
-				add(AttrDocumentKey, m.Value)
-			case "clusterTime":
-				add(AttrClusterTime, m.Value)
-			}
-		}
-	}
+	size := len(env) + attrSize
 	m := types.SendMessageBatchRequestEntry{
 		Id: aws.String(strconv.Itoa(id)),
 		// The envelope is cached and never modified (event.Envelope's
@@ -467,43 +370,15 @@ func (s *SQS) sendBatch(ctx context.Context, url string, batch []*event.Event, e
 	if len(out.Failed) == 0 && len(out.Successful) == len(idx) {
 		return nil
 	}
+	succeeded := make([]string, len(out.Successful))
+	for j, r := range out.Successful {
+		succeeded[j] = aws.ToString(r.Id)
+	}
+	failed := make([]awsutil.EntryFailure, len(out.Failed))
+	for j, f := range out.Failed {
+		failed[j] = awsutil.EntryFailure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+	}
 	// Entry ids are the events' indexes in batch.
-	done := make(map[int]bool, len(idx))
-	for _, r := range out.Successful {
-		if i, err := strconv.Atoi(aws.ToString(r.Id)); err == nil {
-			done[i] = true
-		}
-	}
-	for _, f := range out.Failed {
-		i, err := strconv.Atoi(aws.ToString(f.Id))
-		if err != nil || i < 0 || i >= len(batch) {
-			continue
-		}
-		done[i] = true
-		fail(i, EntryError(prefix, batch[i].ID, aws.ToString(f.Code), aws.ToString(f.Message), f.SenderFault))
-	}
-	for _, i := range idx {
-		if !done[i] {
-			fail(i, sinks.Retryable("missing_result", 0, fmt.Errorf("%s: event %s: SendMessageBatch returned no result for the message", prefix, batch[i].ID)))
-		}
-	}
+	awsutil.ReportEntries(prefix, "SendMessageBatch", batch, idx, succeeded, failed, fail)
 	return nil
-}
-
-// EntryError classifies the failure of one message of a batch: permanent
-// when senderFault, otherwise retryable ("throttled" for throttling codes);
-// the reason is the code.
-func EntryError(prefix, eventID, code, message string, senderFault bool) *sinks.Error {
-	if code == "" {
-		code = "unknown"
-	}
-	err := fmt.Errorf("%s: event %s: %s: %s", prefix, eventID, code, message)
-	switch {
-	case senderFault:
-		return sinks.Permanent(code, err)
-	case awsutil.IsThrottle(code):
-		return sinks.Retryable("throttled", 0, err)
-	default:
-		return sinks.Retryable(code, 0, err)
-	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/sinktest"
 )
 
 type attr struct{ DataType, StringValue string }
@@ -145,30 +146,10 @@ func newTestSink(t *testing.T, f *fakeQueue, mod func(*Config)) (*SQS, string) {
 	return s, srv.URL
 }
 
-func changeDoc(t testing.TB, n int, docID any, padding int) *event.Event {
-	t.Helper()
-	doc := bson.D{
-		{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("82%08d%s", n, strings.Repeat("A", 200))}}},
-		{Key: "operationType", Value: "update"},
-		{Key: "ns", Value: bson.D{{Key: "db", Value: "shop"}, {Key: "coll", Value: "orders"}}},
-		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: docID}}},
-		{Key: "fullDocument", Value: bson.D{{Key: "_id", Value: docID}, {Key: "customerId", Value: int32(42)}, {Key: "pad", Value: strings.Repeat("x", padding)}}},
-	}
-	raw, err := bson.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := event.FromChange("orders", uint64(n), raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
 func events(t testing.TB, n, padding int) []*event.Event {
 	out := make([]*event.Event, n)
 	for i := range out {
-		out[i] = changeDoc(t, i, i%3, padding)
+		out[i] = sinktest.Change(t, i, i%3, padding)
 	}
 	return out
 }
@@ -233,9 +214,9 @@ func TestStandardQueueHasNoFIFOIDs(t *testing.T) {
 }
 
 func TestGroupID(t *testing.T) {
-	long := changeDoc(t, 1, strings.Repeat("k", 200), 0)
-	spaced := changeDoc(t, 1, "John Smith", 0)
-	e := changeDoc(t, 1, bson.ObjectID{}, 0)
+	long := sinktest.Change(t, 1, strings.Repeat("k", 200), 0)
+	spaced := sinktest.Change(t, 1, "John Smith", 0)
+	e := sinktest.Change(t, 1, bson.ObjectID{}, 0)
 	tests := []struct {
 		name string
 		e    *event.Event
@@ -345,7 +326,7 @@ func TestByteLimitAndOversize(t *testing.T) {
 	f := &fakeQueue{}
 	s, _ := newTestSink(t, f, func(c *Config) { c.MaxRequestBytes = 3000 })
 	evs := events(t, 10, 700) // ~1 KiB each: 2 per call
-	big := changeDoc(t, 99, 99, 4000)
+	big := sinktest.Change(t, 99, 99, 4000)
 	batch := append(evs[:5:5], big)
 	batch = append(batch, evs[5:]...)
 	err := s.Send(context.Background(), batch)
@@ -455,8 +436,8 @@ func TestCallErrors(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	_, err := New(Config{Name: "x", QueueURL: "u", QueueName: "n", MaxRequestBytes: 2 << 20, GroupBy: "a..b"}, nil)
 	want := `sqs x: queue_url and queue_name are exclusive
-max_request_bytes must be between 1 and 1048576, got 2097152
-message_group_id: "a..b" is not a dotted field path`
+message_group_id: "a..b" is not a dotted field path
+max_request_bytes must be between 1 and 1048576, got 2097152`
 	if err == nil || err.Error() != want {
 		t.Errorf("err = %v\nwant %s", err, want)
 	}

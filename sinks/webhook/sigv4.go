@@ -90,7 +90,16 @@ func payloadHash(body []byte) string {
 
 // sign sets X-Amz-Content-Sha256, X-Amz-Date, X-Amz-Security-Token (with
 // temporary credentials) and Authorization on r, replacing those of an
-// earlier attempt. r.Header must be r's own (not shared).
+// earlier attempt. r.Header must be r's own (not shared); r.URL may be
+// shared (the sink's request template): it is not written.
+//
+// The SDK's signer rewrites the URL's query into its canonical form (sorted,
+// re-encoded) as a side effect. The request keeps the query as configured,
+// byte for byte: the signer works on a copy of the URL, and its canonical
+// query is that of the configured one (both parse to the same parameters,
+// which is what the receiver canonicalizes), so what is sent is what is
+// signed. The path is signed as sent; config refuses paths that AWS would
+// normalize first (dot segments, empty segments), see config.SigV4PathProblem.
 func (s *awsSigner) sign(ctx context.Context, r *http.Request, hash string) error {
 	creds, err := s.creds.Retrieve(ctx)
 	if err != nil {
@@ -100,5 +109,10 @@ func (s *awsSigner) sign(ctx context.Context, r *http.Request, hash string) erro
 		delete(r.Header, k)
 	}
 	r.Header["X-Amz-Content-Sha256"] = []string{hash}
-	return s.signer.SignHTTP(ctx, creds, r, hash, s.service, s.region, s.now())
+	sent := r.URL
+	u := *sent
+	r.URL = &u
+	err = s.signer.SignHTTP(ctx, creds, r, hash, s.service, s.region, s.now())
+	r.URL = sent
+	return err
 }

@@ -839,7 +839,9 @@ func (w *Webhook) classify(resp *http.Response) error {
 	snippet := readSnippet(resp.Body)
 	drain(resp.Body)
 
-	status := resp.Status
+	// The reason phrase is the receiver's text: no control characters
+	// (terminal escapes) in what logs, dead letters and the CLI show.
+	status := sinks.Printable(resp.Status)
 	if status == "" {
 		status = strconv.Itoa(code)
 	}
@@ -896,16 +898,10 @@ func retryAfter(v string, now time.Time) time.Duration {
 // followed by at most snippetMax printable bytes of it ("" when empty).
 func readSnippet(body io.Reader) string {
 	b, _ := io.ReadAll(io.LimitReader(body, respSnippetCap))
-	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
+	s := strings.TrimSpace(sinks.Printable(string(b)))
 	if s == "" {
 		return ""
 	}
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return ' '
-		}
-		return r
-	}, s)
 	return ": " + truncate(s, snippetMax)
 }
 

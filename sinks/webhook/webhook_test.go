@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bufio"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -73,6 +74,7 @@ func envelope(tb testing.TB, e *event.Event, canonical bool) []byte {
 // recorded is one request seen by a recorder.
 type recorded struct {
 	path   string
+	query  string // the raw query, as on the wire
 	header http.Header
 	body   []byte
 }
@@ -1257,5 +1259,37 @@ func TestOversizeSingle(t *testing.T) {
 	}
 	if stripped.Load() != 1 {
 		t.Errorf("counted %d stripped, want 1", stripped.Load())
+	}
+}
+
+// A receiver's reason phrase carrying terminal escapes (a title change
+// ESC]0;...BEL, a screen clear ESC[2J) reaches the error text, and so
+// dead letters and the CLI, without its control characters.
+func TestReasonPhraseControlCharacters(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 400 Bad\x1b]0;pwned\x07\x1b[2J Request\r\nContent-Length: 12\r\nConnection: close\r\n\r\nbody\x1b[31mred")
+			}()
+		}
+	}()
+	err = newSink(t, Config{URL: "http://" + ln.Addr().String() + "/", AllowPrivateNetworks: true}).Send(context.Background(), []*event.Event{testEvent(t, 1)})
+	de := asSinkError(t, err)
+	msg := err.Error()
+	if !de.Permanent || strings.ContainsAny(msg, "\x1b\x07") || !strings.Contains(msg, "HTTP 400 Bad ]0;pwned  [2J Request: body [31mred") {
+		t.Fatalf("error %q (permanent %v): want the reason phrase and body without control characters", msg, de.Permanent)
 	}
 }

@@ -109,7 +109,11 @@ func (ebService) signingName() string  { return "events" }
 func (ebService) targetPrefix() string { return "AWSEvents" }
 func (ebService) contentType() string  { return "application/x-amz-json-1.1" }
 
-func (ebService) authError(a *authError) apiError {
+func (ebService) authError(a *authError) apiError { return jsonAuthError(a) }
+
+// jsonAuthError is the answer of the AWS JSON 1.1 services (EventBridge,
+// Kinesis) to a request that failed authentication.
+func jsonAuthError(a *authError) apiError {
 	switch a.kind {
 	case authMissing:
 		return apiError{status: http.StatusForbidden, typ: "MissingAuthenticationTokenException", message: a.msg}
@@ -167,7 +171,7 @@ func validationError(msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, typ: "ValidationException", message: msg}
 }
 
-func (s ebService) handle(op string, body []byte) (any, *apiError) {
+func (s ebService) handle(op string, body []byte, _ http.Header) (any, *apiError) {
 	if op != "PutEvents" {
 		return nil, &apiError{status: http.StatusBadRequest, typ: "UnknownOperationException", message: "The test server does not implement AWSEvents." + op}
 	}

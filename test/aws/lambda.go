@@ -178,7 +178,7 @@ func (lambdaService) targetPrefix() string { return "" }
 func (lambdaService) contentType() string  { return "application/json" }
 
 // handle is not used: Lambda is a restService.
-func (lambdaService) handle(string, []byte) (any, *apiError) {
+func (lambdaService) handle(string, []byte, http.Header) (any, *apiError) {
 	return nil, &apiError{status: http.StatusNotFound, typ: "UnknownOperationException", message: "Unknown operation"}
 }
 

@@ -2,12 +2,15 @@
 // protocols the aws-sdk-go-v2 clients use, for tests: an EventBridge server
 // (AWS JSON 1.1, AWSEvents.PutEvents), an SQS server (AWS JSON 1.0 with
 // awsQueryCompatible errors, AmazonSQS.SendMessageBatch and
-// AmazonSQS.GetQueueUrl) and a Lambda server (REST-JSON, Invoke; see
-// lambda.go).
+// AmazonSQS.GetQueueUrl), a Lambda server (REST-JSON, Invoke; see
+// lambda.go), a Kinesis Data Streams server (AWS JSON 1.1,
+// Kinesis_20131202.PutRecords; see kinesis.go) and an SNS server (AWS query
+// protocol: form-encoded Action=PublishBatch, XML answers; see sns.go).
 //
 // Each service is a separate server ([NewEventBridge], [NewSQS],
-// [NewLambda]) because each has its own SigV4 signing name ("events",
-// "sqs", "lambda") and its own error shapes. [VerifySigV4] checks the
+// [NewLambda], [NewKinesis], [NewSNS]) because each has its own SigV4
+// signing name ("events", "sqs", "lambda", "kinesis", "sns") and its own
+// error shapes. [VerifySigV4] checks the
 // signature of any request, for receivers of SigV4-signed webhooks.
 // Both listen on 127.0.0.1 only. Point a real SDK client at URL() through
 // BaseEndpoint (or use the server's Config helper):
@@ -37,6 +40,19 @@
 //	                                                          BatchRequestTooLong, BatchEntryIdsNotDistinct,
 //	                                                          InvalidBatchEntryId, EmptyBatchRequest,
 //	                                                          QueueDoesNotExist (code AWS.SimpleQueueService.*)
+//
+// Kinesis answers as EventBridge does (JSON 1.1, same authentication
+// errors), with 400 *types.ProvisionedThroughputExceededException for
+// Throttle, 500 InternalFailure, 503 ServiceUnavailable, 400
+// *types.ResourceNotFoundException for an unknown stream, ValidationException
+// (records count, partition key length, record size) and
+// InvalidArgumentException (request size). SNS answers with an XML
+// ErrorResponse (Type, Code, Message): 403 InvalidClientTokenId /
+// SignatureDoesNotMatch, 429 *types.ThrottledException, 500
+// *types.InternalErrorException, 503 ServiceUnavailable, 404
+// *types.NotFoundException, 400 BatchRequestTooLong,
+// TooManyEntriesInBatchRequest, BatchEntryIdsNotDistinct, EmptyBatchRequest,
+// InvalidBatchEntryId.
 //
 // Throttling codes and 5xx statuses are retryable for the SDK's standard
 // retryer; the signature-expired answers carry a Date header from the server
@@ -137,8 +153,9 @@ type service interface {
 	throttleError() apiError
 	statusError(status int) apiError
 	// handle answers one authenticated request for operation op (the part of
-	// X-Amz-Target after the dot); it returns the response body or an error.
-	handle(op string, body []byte) (any, *apiError)
+	// X-Amz-Target after the dot) with headers h; it returns the response
+	// body or an error.
+	handle(op string, body []byte, h http.Header) (any, *apiError)
 	targetPrefix() string
 }
 
@@ -156,6 +173,17 @@ type restService interface {
 // and body shape of its protocol).
 type errorShaper interface {
 	writeError(w http.ResponseWriter, e apiError)
+}
+
+// queryService is a service of the AWS query protocol (SNS): the operation
+// is the Action field of the form-encoded body, not X-Amz-Target, and
+// answers are XML.
+type queryService interface {
+	errorShaper
+	// action returns the Action of a request body, or "".
+	action(body []byte) string
+	// writeResponse writes the successful answer out of operation op.
+	writeResponse(w http.ResponseWriter, op string, out any)
 }
 
 // core is the HTTP plumbing, SigV4 check, counters and fault injection shared
@@ -308,6 +336,11 @@ func (c *core) serve(w http.ResponseWriter, r *http.Request) {
 		op = rest.route(r)
 		hasPrefix = op != ""
 	}
+	query, isQuery := c.svc.(queryService)
+	if isQuery {
+		op = query.action(body)
+		hasPrefix = op != ""
+	}
 	c.mu.Lock()
 	if hasPrefix {
 		c.calls[op]++
@@ -369,9 +402,13 @@ func (c *core) serve(w http.ResponseWriter, r *http.Request) {
 		c.writeError(w, apiError{status: http.StatusBadRequest, typ: "SerializationException", message: "Unexpected Content-Type " + ct})
 		return
 	}
-	out, aerr := c.svc.handle(op, body)
+	out, aerr := c.svc.handle(op, body, r.Header)
 	if aerr != nil {
 		c.writeError(w, *aerr)
+		return
+	}
+	if isQuery {
+		query.writeResponse(w, op, out)
 		return
 	}
 	b, err := json.Marshal(out)

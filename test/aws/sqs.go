@@ -249,7 +249,7 @@ func missingParameter(name string) *apiError {
 	return sqsError(http.StatusBadRequest, "com.amazon.coral.validate#ValidationException", "MissingParameter", "Sender", "The request must contain the parameter "+name+".")
 }
 
-func (s sqsService) handle(op string, body []byte) (any, *apiError) {
+func (s sqsService) handle(op string, body []byte, _ http.Header) (any, *apiError) {
 	switch op {
 	case "GetQueueUrl":
 		return s.getQueueURL(body)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/changegate/changegate/deadletter"
 	awstest "github.com/changegate/changegate/test/aws"
@@ -145,18 +146,27 @@ func parseEnvelope(t *testing.T, s string) envelope {
 // twice (n = 1000+i, then 2000+i); it returns the number of changes.
 func writeChanges(t *testing.T, e *env, docs, updated int) int {
 	t.Helper()
-	c := e.coll("items")
-	insertN(t, c, 0, docs)
+	if err := changeDocs(e.coll("items"), docs, updated); err != nil {
+		t.Fatal(err)
+	}
+	return docs + 2*updated
+}
+
+// changeDocs is writeChanges for a goroutine: it returns the first error.
+func changeDocs(c *mongo.Collection, docs, updated int) error {
+	if err := insertDocs(c, 0, docs); err != nil {
+		return err
+	}
 	for round := 1; round <= 2; round++ {
 		for i := 0; i < updated; i++ {
 			_, err := c.UpdateOne(context.Background(), bson.D{{Key: "_id", Value: i}},
 				bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: round*1000 + i}}}})
 			if err != nil {
-				t.Fatal(err)
+				return err
 			}
 		}
 	}
-	return docs + 2*updated
+	return nil
 }
 
 // checkDocOrder checks that the envelopes of each document come as insert,

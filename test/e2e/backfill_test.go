@@ -159,6 +159,10 @@ func TestBackfillToOneSink(t *testing.T) {
 		{`{"source": "items", "filter": {"$where": "sleep(100)"}}`, `filter is not a valid query`},
 		{`{"source": "items", "filter": "{not json"}`, `filter is not valid Extended JSON`},
 		{`{"source": "items", "filter": {"n": {"$bogus": 1}}}`, `filter is not a valid query`},
+		{`{"source": "items", "filter": {"name": {"$regex": "^(a+)+$"}}}`, `filter refused: pattern "^(a+)+$"`},
+		{`{"source": "items", "filter": {"name": {"$in": ["x", {"$regularExpression": {"pattern": "^(aa?)+$", "options": ""}}]}}}`, `filter refused: pattern "^(aa?)+$"`},
+		{`{"source": "items", "filter": {"name": {"$not": {"$regularExpression": {"pattern": "^(a?){25}a{25}$", "options": ""}}}}}`, `filter refused: pattern`},
+		{`{"source": "items", "filter": "{\"name\": {\"$regex\": \"^(a?a?)+$\"}}"}`, `filter refused: pattern`},
 		{`{"source": "items", "rate": -1}`, `rate -1`},
 		{`{"source": "items", "extra": 1}`, `unknown field`},
 	} {
@@ -220,6 +224,9 @@ func TestBackfillCLI(t *testing.T) {
 		{Source: "items", Sink: "nope"},
 		{Source: "items", Filter: `{"$expr": {"$gt": ["$n", 1]}}`},
 		{Source: "items", Filter: `[1]`},
+		{Source: "items", Filter: `{"name": {"$regex": "^(a+)+$"}}`},
+		{Source: "items", Filter: `{"name": {"$in": [{"$regularExpression": {"pattern": "^(aa?)+$", "options": ""}}]}}`},
+		{Source: "items", Filter: `{"name": {"$not": {"$regularExpression": {"pattern": "^(a?a?)+$", "options": ""}}}}`},
 	} {
 		if _, err := app.Backfill(t.Context(), cfg, e.client, req, nil, nil); !errors.Is(err, app.ErrBackfillInput) {
 			t.Errorf("Backfill(%+v) = %v, want ErrBackfillInput", req, err)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,7 +133,8 @@ func newBrowser(t *testing.T, chromium string) context.Context {
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	t.Cleanup(cancelBrowser)
 	if _, err := chromedp.Call(bctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
-		Source: `window.__alerts = []; window.alert = function (m) { window.__alerts.push(String(m)); };`,
+		Source: `window.__alerts = []; window.alert = function (m) { window.__alerts.push(String(m)); };
+window.__confirms = []; window.confirm = function (m) { window.__confirms.push(String(m)); return true; };`,
 	}); err != nil {
 		t.Fatalf("browser: %v", err)
 	}
@@ -176,8 +179,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 
 	const token = "browser-test-admin-token"
+	// Reads are opened explicitly (the default with an admin token follows
+	// the API: token needed, TestConsoleTokenInBrowser), so the first steps
+	// read without the token.
 	cfg := e.config(strings.Replace(baseConfig(hook.URL, ""), `shutdown_grace = "10s"`, `shutdown_grace = "10s"
-admin_token = "`+token+`"`, 1))
+admin_token = "`+token+`"
+console_auth = "none"`, 1))
 	g := e.startWith(cfg, app.Options{ConsoleSampleEvery: 200 * time.Millisecond})
 	c := e.coll("items")
 	ctx := context.Background()
@@ -306,6 +313,47 @@ admin_token = "`+token+`"`, 1))
 		return parseFloat(r.querySelector('td.delivered').textContent) >= 200 && !!r.querySelector('svg.spark polyline');
 	})()`)
 	shot(t, bctx, artifacts, "console-overview-traffic.png")
+
+	// Bulk actions act on exactly the listing's filter: with two dead
+	// letters of the sink, the listing of one (by document_key_bson) offers
+	// to purge 1, says so before the confirmation, and purges that one.
+	failing.Store(true)
+	for _, id := range []string{"bulk-a", "bulk-b"} {
+		if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 20*time.Second, "the 2 bulk dead letters", func() bool {
+		api(t, "GET", g.admin, "/api/v1/deadletters?kind=failed&sink=hook", token, &list)
+		n := 0
+		for _, en := range list.Entries {
+			if strings.Contains(string(en.DocumentKey), "bulk-") {
+				n++
+			}
+		}
+		return n == 2
+	})
+	keyA, _ := bson.Marshal(bson.D{{Key: "_id", Value: "bulk-a"}})
+	b64 := base64.StdEncoding.EncodeToString(keyA)
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/deadletters?sink=hook&document_key_bson="+url.QueryEscape(b64))); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	evalUntil(t, bctx, 10*time.Second, "the listing of one", `document.querySelectorAll('#deadletters tr.deadletter').length === 1 && document.querySelector('button[data-action="purge-filter"]').dataset.count === '1'`)
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`button[data-action="purge-filter"]`))); err != nil {
+		t.Fatalf("browser: click purge matching: %v", err)
+	}
+	evalUntil(t, bctx, 10*time.Second, "the purge's report", `document.getElementById('flash').textContent.indexOf('Purged 1.') >= 0`)
+	if got := evalString(t, bctx, `window.__confirms.join('|')`); !strings.Contains(got, "Purge 1 dead letter(s)") || !strings.Contains(got, "document_key_bson="+b64) {
+		t.Errorf("confirmation %q: want the count (1) and the filter", got)
+	}
+	api(t, "GET", g.admin, "/api/v1/deadletters?sink=hook", token, &list)
+	var keys []string
+	for _, en := range list.Entries {
+		keys = append(keys, string(en.DocumentKey))
+	}
+	if !slices.Contains(keys, `{"_id":"bulk-b"}`) || slices.Contains(keys, `{"_id":"bulk-a"}`) {
+		t.Errorf("dead letters left %v: want bulk-b's, not bulk-a's", keys)
+	}
 	t.Logf("screenshots in %s", artifacts)
 	if os.Getenv(EnvUpdateScreenshot) == "1" {
 		png, err := os.ReadFile(filepath.Join(artifacts, "console-overview-traffic.png"))
@@ -319,7 +367,8 @@ admin_token = "`+token+`"`, 1))
 	}
 }
 
-// TestConsoleTokenInBrowser: with console_auth = "token" the console loads
+// TestConsoleTokenInBrowser: with an admin token and console_auth unset
+// (it follows the API's read policy: "token" without public_read) the console loads
 // empty; once the admin token is entered, the page's script fetches the
 // data with it and shows it, and other pages of the tab load their data
 // with the token kept in sessionStorage (no cookie).
@@ -330,8 +379,7 @@ func TestConsoleTokenInBrowser(t *testing.T) {
 	t.Cleanup(hook.Close)
 	const token = "browser-test-admin-token"
 	cfg := e.config(strings.Replace(baseConfig(hook.URL, ""), `shutdown_grace = "10s"`, `shutdown_grace = "10s"
-admin_token = "`+token+`"
-console_auth = "token"`, 1))
+admin_token = "`+token+`"`, 1))
 	g := e.start(cfg)
 	insertN(t, e.coll("items"), 0, 3)
 	bctx := newBrowser(t, chromium)

@@ -20,7 +20,7 @@ func (e *env) stores(cfg *config.Config) (*checkpoint.Store, *deadletter.Store) 
 func (e *env) replay(cfg *config.Config) (deadletter.ReplayResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return app.Replay(ctx, cfg, e.client, deadletter.Filter{Kind: deadletter.KindFailed}, nil)
+	return app.Replay(ctx, cfg, e.client, deadletter.Filter{Kind: deadletter.KindFailed}, app.ReplayOptions{}, nil)
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -19,6 +19,20 @@ const (
 // dispatch runs a command, appending its reply document to dst.
 func (s *Server) dispatch(cmd *command, dst []byte) ([]byte, error) {
 	switch cmd.name {
+	case "commitTransaction":
+		return s.cmdCommitTransaction(cmd, dst)
+	case "abortTransaction":
+		return s.cmdAbortTransaction(cmd, dst)
+	}
+	if inTxn(cmd) {
+		return s.dispatchInTxn(cmd, dst)
+	}
+	return s.dispatchCmd(cmd, dst)
+}
+
+// dispatchCmd runs a command (in cmd.txn if set).
+func (s *Server) dispatchCmd(cmd *command, dst []byte) ([]byte, error) {
+	switch cmd.name {
 	case "hello", "isMaster", "ismaster":
 		return s.cmdHello(cmd, dst)
 	case "ping":
@@ -26,7 +40,9 @@ func (s *Server) dispatch(cmd *command, dst []byte) ([]byte, error) {
 		return s.appendOK(dst, idx), nil
 	case "buildInfo", "buildinfo":
 		return s.cmdBuildInfo(dst)
-	case "endSessions", "refreshSessions", "commitTransaction", "abortTransaction", "getLastError", "resetError":
+	case "endSessions", "killSessions", "killAllSessions":
+		return s.cmdEndSessions(cmd, dst)
+	case "refreshSessions", "getLastError", "resetError":
 		idx, dst := bsoncore.AppendDocumentStart(dst)
 		return s.appendOK(dst, idx), nil
 	case "startSession":
@@ -308,12 +324,12 @@ func (s *Server) cmdCreate(cmd *command, dst []byte) ([]byte, error) {
 	if cs, ok := cmd.body.Lookup("changeStreamPreAndPostImages").DocumentOK(); ok {
 		prePost, _ = cs.Lookup("enabled").BooleanOK()
 	}
-	s.data.mu.Lock()
+	s.lockWrite(cmd)
 	c, created := s.data.ensureColl(cmd.db, name)
 	if created {
 		c.prePost = prePost
 	}
-	s.data.mu.Unlock()
+	s.unlockWrite()
 	if !created {
 		return nil, cmdErr(codeNamespaceExists, "Collection %s.%s already exists.", cmd.db, name)
 	}
@@ -452,8 +468,8 @@ func (s *Server) cmdCreateIndexes(cmd *command, dst []byte) ([]byte, error) {
 	if len(specs) == 0 {
 		return nil, cmdErr(codeBadValue, "Must specify at least one index to create")
 	}
-	s.data.mu.Lock()
-	defer s.data.mu.Unlock()
+	s.lockWrite(cmd)
+	defer s.unlockWrite()
 	c, created := s.data.ensureColl(cmd.db, name)
 	before := len(c.indexes)
 	for _, spec := range specs {

@@ -70,7 +70,7 @@ func (s *Server) cmdAggregate(cmd *command, dst []byte) ([]byte, error) {
 		filter, _ = stages[0].Index(0).Value().DocumentOK()
 		stages = stages[1:]
 	}
-	docs, err := s.queryDocs(cmd.db, name, filter, nil, nil, 0, 0)
+	docs, err := s.queryDocs(cmd, cmd.db, name, filter, nil, nil, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -146,10 +146,11 @@ func applyStage(docs []bson.Raw, stage bson.Raw) ([]bson.Raw, error) {
 			spec = bson.Raw(b.Build())
 		}
 		out := make([]bson.Raw, 0, len(docs))
+		now := time.Now()
 		for _, d := range docs {
-			p, err := project(d, spec)
+			p, err := aggProject(d, spec, now)
 			if err != nil {
-				return nil, cmdErr(codeBadValue, "%v", err)
+				return nil, err
 			}
 			out = append(out, p)
 		}

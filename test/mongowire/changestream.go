@@ -23,7 +23,11 @@ const (
 // streamStage is one pipeline stage after $changeStream.
 type streamStage struct {
 	match   matcher  // $match
-	project bson.Raw // $project / $unset as a projection
+	project bson.Raw // $project (aggregation projection) / $unset as a projection
+	// doc is an $addFields/$set/$replaceRoot/$replaceWith stage.
+	doc bson.RawElement
+	// redact is the expression of a $redact stage.
+	redact bson.RawValue
 }
 
 // streamCursor is a change stream's server-side state.
@@ -39,6 +43,7 @@ type streamCursor struct {
 
 	pos     uint64         // seq of the last oplog entry processed
 	posTS   bson.Timestamp // cluster time of that position (for tokens)
+	posIdx  uint32         // txnOpIndex of that position (for tokens)
 	startTS bson.Timestamp // entries before this time are skipped
 	// pendingInvalidate: the entry at pos invalidated the stream and the
 	// invalidate event is still to be returned.
@@ -96,6 +101,14 @@ func (c *streamCursor) relevant(e *oplogEntry) (match, invalidates bool) {
 		return !strings.HasPrefix(e.coll, "system."), false
 	}
 }
+
+// knownStages are aggregation stages MongoDB knows but does not allow after
+// $changeStream (others are unrecognized, error 40324).
+var knownStages = map[string]bool{"$group": true, "$sort": true, "$limit": true, "$skip": true, "$count": true,
+	"$lookup": true, "$graphLookup": true, "$unwind": true, "$out": true, "$merge": true, "$facet": true,
+	"$bucket": true, "$bucketAuto": true, "$sortByCount": true, "$sample": true, "$geoNear": true,
+	"$unionWith": true, "$densify": true, "$fill": true, "$setWindowFields": true, "$documents": true,
+	"$indexStats": true, "$collStats": true, "$currentOp": true, "$listSessions": true, "$changeStream": true}
 
 var changeStreamOptions = map[string]bool{
 	"fullDocument": true, "fullDocumentBeforeChange": true, "resumeAfter": true, "startAfter": true,
@@ -202,8 +215,19 @@ func (s *Server) openChangeStream(cmd *command, dst []byte, stages []bson.Raw) (
 				}
 			}
 			c.stages = append(c.stages, streamStage{project: bson.Raw(b.Build())})
+		case "$addFields", "$set", "$replaceRoot", "$replaceWith":
+			c.stages = append(c.stages, streamStage{doc: e})
+		case "$redact":
+			c.stages = append(c.stages, streamStage{redact: e.Value()})
 		default:
-			return nil, cmdErr(codeLocation40324, "mongowire change streams support only $match, $project and $unset after $changeStream, not %s", e.Key())
+			// The stages MongoDB allows after $changeStream
+			// (change_stream_filter_helpers / DocumentSourceChangeStream
+			// ::checkValueType: $match, $project, $addFields/$set, $unset,
+			// $replaceRoot/$replaceWith, $redact, $changeStreamSplitLargeEvent).
+			if !knownStages[e.Key()] {
+				return nil, cmdErr(codeLocation40324, "Unrecognized pipeline stage name: '%s'", e.Key())
+			}
+			return nil, cmdErr(codeIllegalOperation, "%s is not permitted in a $changeStream pipeline", e.Key())
 		}
 	}
 	batchSize := 101
@@ -250,7 +274,7 @@ func (s *Server) openChangeStream(cmd *command, dst []byte, stages []bson.Raw) (
 			d.mu.Unlock()
 			return nil, cmdErr(codeChangeStreamHistory, "Resume of change stream was not possible, as the resume point may no longer be in the oplog.")
 		}
-		c.pos, c.posTS = tok.seq, tok.ts
+		c.pos, c.posTS, c.posIdx = tok.seq, tok.ts, tok.txnOpIndex
 		if _, isFrag := tok.fragment(); isFrag {
 			// Re-read the event and continue after the fragment (split.go).
 			c.pos, c.resumeFrag, c.resumeSeq = tok.seq-1, tok.frag, tok.seq
@@ -467,7 +491,7 @@ func (s *Server) scanEvents(dst []byte, c *streamCursor, batchSize int, getMore 
 		e := o.get(seq)
 		match, invalidates := c.relevant(e)
 		if !match || tsLess(e.ts, c.startTS) {
-			c.pos, c.posTS, c.lastEvent = seq, e.ts, nil
+			c.pos, c.posTS, c.posIdx, c.lastEvent = seq, e.ts, e.txnOpIndex, nil
 			continue
 		}
 		ev, err := s.eventFor(c, e)
@@ -477,7 +501,7 @@ func (s *Server) scanEvents(dst []byte, c *streamCursor, batchSize int, getMore 
 		if ev != nil {
 			// An event too large to serialize fails the whole batch, even
 			// after events already in it (split.go).
-			parts, err := c.eventParts(ev, resumeToken{ts: e.ts, seq: seq, kind: tokEvent}, getMore)
+			parts, err := c.eventParts(ev, e.token(), getMore)
 			if err != nil {
 				return nil, 0, resumeToken{}, err
 			}
@@ -485,13 +509,13 @@ func (s *Server) scanEvents(dst []byte, c *streamCursor, batchSize int, getMore 
 				break // batch full by size; resume here next time
 			}
 			c.parts = parts
-			c.pos, c.posTS = seq, e.ts
+			c.pos, c.posTS, c.posIdx = seq, e.ts, e.txnOpIndex
 			if !emitParts() {
 				break // the rest of a split event comes in the next batch
 			}
 		} else {
 			c.lastEvent = nil
-			c.pos, c.posTS = seq, e.ts
+			c.pos, c.posTS, c.posIdx = seq, e.ts, e.txnOpIndex
 		}
 		if invalidates {
 			c.pendingInvalidate = true
@@ -509,7 +533,7 @@ func (c *streamCursor) positionToken() resumeToken {
 	if c.lastEvent != nil {
 		return *c.lastEvent
 	}
-	return resumeToken{ts: c.posTS, seq: c.pos, kind: tokHighWater}
+	return resumeToken{ts: c.posTS, txnOpIndex: c.posIdx, seq: c.pos, kind: tokHighWater}
 }
 
 // eventFor builds the event for entry e as stream c sees it, after the
@@ -536,18 +560,27 @@ func (s *Server) eventFor(c *streamCursor, e *oplogEntry) (bson.Raw, error) {
 		return ev, nil
 	}
 	id := ev.Lookup("_id")
+	now := s.data.nowFn()
 	for _, st := range c.stages {
-		if st.match != nil {
+		var err error
+		switch {
+		case st.match != nil:
 			if !st.match.Match(ev) {
 				return nil, nil
 			}
-			continue
+		case st.doc != nil:
+			ev, err = applyDocStage(ev, st.doc, now)
+		case st.redact.Type != 0:
+			var keep bool
+			if ev, keep, err = redact(ev, st.redact, now); err == nil && !keep {
+				return nil, nil
+			}
+		default:
+			ev, err = aggProject(ev, st.project, now)
 		}
-		p, err := project(ev, st.project)
 		if err != nil {
-			return nil, cmdErr(codeBadValue, "%v", err)
+			return nil, err
 		}
-		ev = p
 	}
 	if nid := ev.Lookup("_id"); nid.Type != id.Type || !bytes.Equal(nid.Value, id.Value) {
 		return nil, cmdErr(codeChangeStreamFatalError, "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. Modifying the _id field of an event makes it impossible to resume the stream from that point. Only transformations that retain the unmodified _id field are allowed.")
@@ -561,7 +594,13 @@ func (s *Server) buildEvent(dst []byte, c *streamCursor, e *oplogEntry) (bson.Ra
 		dst = make([]byte, 0, 200+len(e.db)+len(e.coll)+len(e.post)+len(e.docKey)+len(e.upd)+len(e.pre))
 	}
 	idx, dst := bsoncore.AppendDocumentStart(dst)
-	dst = appendToken(dst, "_id", resumeToken{ts: e.ts, seq: e.seq, kind: tokEvent})
+	if e.lsid != nil {
+		// As change_stream_event_transform.cpp: txnNumber and lsid come
+		// first in the events of a transaction.
+		dst = bsoncore.AppendInt64Element(dst, "txnNumber", e.txnNumber)
+		dst = bsoncore.AppendDocumentElement(dst, "lsid", e.lsid)
+	}
+	dst = appendToken(dst, "_id", e.token())
 	dst = bsoncore.AppendStringElement(dst, "operationType", e.op.String())
 	dst = bsoncore.AppendTimestampElement(dst, "clusterTime", e.ts.T, e.ts.I)
 	dst = bsoncore.AppendDateTimeElement(dst, "wallTime", e.wall)

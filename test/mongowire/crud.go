@@ -198,7 +198,7 @@ func (s *Server) cmdInsert(cmd *command, dst []byte) ([]byte, error) {
 	ord := ordered(cmd)
 	var werrs []writeError
 	n := 0
-	s.data.mu.Lock()
+	s.lockWrite(cmd)
 	c, _ := s.data.ensureColl(cmd.db, name)
 	for i, d := range docs {
 		if ce := s.insertOne(c, d); ce != nil {
@@ -211,7 +211,7 @@ func (s *Server) cmdInsert(cmd *command, dst []byte) ([]byte, error) {
 		n++
 	}
 	opTime := s.data.clock
-	s.data.mu.Unlock()
+	s.unlockWrite()
 	idx, dst := bsoncore.AppendDocumentStart(dst)
 	dst = bsoncore.AppendInt32Element(dst, "n", int32(n))
 	dst = appendWriteErrors(dst, werrs)
@@ -500,7 +500,7 @@ func (s *Server) cmdUpdate(cmd *command, dst []byte) ([]byte, error) {
 		upserted []bson.RawValue
 		upIdx    []int
 	)
-	s.data.mu.Lock()
+	s.lockWrite(cmd)
 	c, _ := s.data.ensureColl(cmd.db, name)
 	now := s.data.nowFn() // $$NOW: one value per command
 	for i, st := range stmts {
@@ -538,7 +538,7 @@ func (s *Server) cmdUpdate(cmd *command, dst []byte) ([]byte, error) {
 		}
 	}
 	opTime := s.data.clock
-	s.data.mu.Unlock()
+	s.unlockWrite()
 	idx, dst := bsoncore.AppendDocumentStart(dst)
 	dst = bsoncore.AppendInt32Element(dst, "n", int32(n))
 	dst = bsoncore.AppendInt32Element(dst, "nModified", int32(nMod))
@@ -575,7 +575,7 @@ func (s *Server) cmdDelete(cmd *command, dst []byte) ([]byte, error) {
 	ord := ordered(cmd)
 	var werrs []writeError
 	n := 0
-	s.data.mu.Lock()
+	s.lockWrite(cmd)
 	c := s.data.coll(cmd.db, name)
 	for i, st := range stmts {
 		q, _ := st.Lookup("q").DocumentOK()
@@ -594,7 +594,7 @@ func (s *Server) cmdDelete(cmd *command, dst []byte) ([]byte, error) {
 		}
 	}
 	opTime := s.data.clock
-	s.data.mu.Unlock()
+	s.unlockWrite()
 	idx, dst := bsoncore.AppendDocumentStart(dst)
 	dst = bsoncore.AppendInt32Element(dst, "n", int32(n))
 	dst = appendWriteErrors(dst, werrs)
@@ -632,7 +632,7 @@ func (s *Server) cmdFindAndModify(cmd *command, dst []byte) ([]byte, error) {
 			return nil, cmdErr(codeBadValue, "%v", err)
 		}
 	}
-	s.data.mu.Lock()
+	s.lockWrite(cmd)
 	now := s.data.nowFn() // $$NOW: one value per command
 	var (
 		value           bson.Raw
@@ -644,7 +644,7 @@ func (s *Server) cmdFindAndModify(cmd *command, dst []byte) ([]byte, error) {
 		c := s.data.coll(cmd.db, name)
 		m, err := compileFilterAt(q, now)
 		if err != nil {
-			s.data.mu.Unlock()
+			s.unlockWrite()
 			return nil, filterErr(err)
 		}
 		entries := matchingFast(c, q, m, 0)
@@ -660,7 +660,7 @@ func (s *Server) cmdFindAndModify(cmd *command, dst []byte) ([]byte, error) {
 		c, _ := s.data.ensureColl(cmd.db, name)
 		r, ce := s.updateStmt(c, q, u, pipeline, false, upsert, order, now)
 		if ce != nil {
-			s.data.mu.Unlock()
+			s.unlockWrite()
 			return nil, ce
 		}
 		switch {
@@ -678,7 +678,7 @@ func (s *Server) cmdFindAndModify(cmd *command, dst []byte) ([]byte, error) {
 		}
 	}
 	opTime := s.data.clock
-	s.data.mu.Unlock()
+	s.unlockWrite()
 	if value != nil && len(fields) > 5 {
 		p, err := project(value, fields)
 		if err != nil {
@@ -706,7 +706,7 @@ func (s *Server) cmdFindAndModify(cmd *command, dst []byte) ([]byte, error) {
 
 // queryDocs evaluates filter, sort, skip, limit and projection over a
 // collection snapshot.
-func (s *Server) queryDocs(db, coll string, filter, sortSpec, projection bson.Raw, skip, limit int) ([]bson.Raw, error) {
+func (s *Server) queryDocs(cmd *command, db, coll string, filter, sortSpec, projection bson.Raw, skip, limit int) ([]bson.Raw, error) {
 	m, err := compileFilter(filter)
 	if err != nil {
 		return nil, filterErr(err)
@@ -717,7 +717,7 @@ func (s *Server) queryDocs(db, coll string, filter, sortSpec, projection bson.Ra
 			return nil, cmdErr(codeBadValue, "%v", err)
 		}
 	}
-	s.data.mu.RLock()
+	s.lockRead(cmd)
 	c := s.data.coll(db, coll)
 	var docs []bson.Raw
 	if order == nil && skip == 0 && limit > 0 {
@@ -729,7 +729,7 @@ func (s *Server) queryDocs(db, coll string, filter, sortSpec, projection bson.Ra
 			docs = append(docs, e.doc)
 		}
 	}
-	s.data.mu.RUnlock()
+	s.unlockRead(cmd)
 	if order != nil {
 		slices.SortStableFunc(docs, order.Compare)
 	}
@@ -780,7 +780,7 @@ func (s *Server) cmdFind(cmd *command, dst []byte) ([]byte, error) {
 	if _, err := cmd.body.LookupErr("batchSize"); err == nil {
 		batchSize = intField(cmd.body, "batchSize")
 	}
-	docs, err := s.queryDocs(cmd.db, name, filter, sortSpec, projection, skip, limit)
+	docs, err := s.queryDocs(cmd, cmd.db, name, filter, sortSpec, projection, skip, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -799,17 +799,17 @@ func (s *Server) cmdCount(cmd *command, dst []byte) ([]byte, error) {
 	}
 	var n int
 	if len(q) <= 5 {
-		s.data.mu.RLock()
+		s.lockRead(cmd)
 		if c := s.data.coll(cmd.db, name); c != nil {
 			n = len(c.byID)
 		}
-		s.data.mu.RUnlock()
+		s.unlockRead(cmd)
 		n = max(n-skip, 0)
 		if limit > 0 {
 			n = min(n, limit)
 		}
 	} else {
-		docs, err := s.queryDocs(cmd.db, name, q, nil, nil, skip, limit)
+		docs, err := s.queryDocs(cmd, cmd.db, name, q, nil, nil, skip, limit)
 		if err != nil {
 			return nil, err
 		}
@@ -827,7 +827,7 @@ func (s *Server) cmdDistinct(cmd *command, dst []byte) ([]byte, error) {
 	}
 	key, _ := cmd.body.Lookup("key").StringValueOK()
 	q, _ := cmd.body.Lookup("query").DocumentOK()
-	docs, err := s.queryDocs(cmd.db, name, q, nil, nil, 0, 0)
+	docs, err := s.queryDocs(cmd, cmd.db, name, q, nil, nil, 0, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,13 @@ const (
 	codeUnsupportedOpQuery     = 352
 	codeLocation40324          = 40324 // unrecognized pipeline stage
 	codeDuplicateKey           = 11000
+
+	codeWriteConflict              = 112
+	codeConflictingOperation       = 117
+	codeTransactionTooOld          = 225
+	codeNoSuchTransaction          = 251
+	codeTransactionCommitted       = 256
+	codeOperationNotSupportedInTxn = 263
 )
 
 var codeNames = map[int32]string{
@@ -57,13 +64,19 @@ var codeNames = map[int32]string{
 	codeChangeStreamHistory:    "ChangeStreamHistoryLost",
 	codeUnsupportedOpQuery:     "UnsupportedOpQueryCommand",
 	codeDuplicateKey:           "DuplicateKey",
+
+	codeWriteConflict:              "WriteConflict",
+	codeConflictingOperation:       "ConflictingOperationInProgress",
+	codeTransactionTooOld:          "TransactionTooOld",
+	codeNoSuchTransaction:          "NoSuchTransaction",
+	codeTransactionCommitted:       "TransactionCommitted",
+	codeOperationNotSupportedInTxn: "OperationNotSupportedInTransaction",
 	// Codes a fail point may inject, for realistic codeName values.
 	6:     "HostUnreachable",
 	7:     "HostNotFound",
 	50:    "MaxTimeMSExpired",
 	89:    "NetworkTimeout",
 	91:    "ShutdownInProgress",
-	112:   "WriteConflict",
 	189:   "PrimarySteppedDown",
 	234:   "RetryChangeStream",
 	262:   "ExceededTimeLimit",
@@ -73,6 +86,10 @@ var codeNames = map[int32]string{
 	11602: "InterruptedDueToReplStateChange",
 	13435: "NotPrimaryNoSecondaryOk",
 	13436: "NotPrimaryOrSecondary",
+	11601: "Interrupted",
+	100:   "UnsatisfiableWriteConcern",
+	79:    "UnknownReplWriteConcern",
+	64:    "WriteConcernFailed",
 	63:    "StaleShardVersion",
 	133:   "FailedToSatisfyReadPreference",
 	150:   "StaleEpoch",

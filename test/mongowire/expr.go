@@ -225,6 +225,8 @@ func evalPath(env *exprEnv, s string) (bson.RawValue, error) {
 		base = dateVal(env.now.UnixMilli())
 	case "REMOVE":
 		return valMissing, nil
+	case "KEEP", "PRUNE", "DESCEND": // $redact's results (aggproject.go)
+		return bson.RawValue{Type: bson.TypeString, Value: bsoncore.AppendString(nil, "$$"+name)}, nil
 	default:
 		return valMissing, cmdErr(17276, "Use of undefined variable: %s", name)
 	}

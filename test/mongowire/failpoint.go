@@ -36,6 +36,27 @@ type FailPoint struct {
 	// DropReply runs the command, then closes the connection without
 	// replying (a mongowire extension).
 	DropReply bool
+	// AfterCursorCheckout models the server's failGetMoreAfterCursorCheckout
+	// fail point: the getMore fails with ErrorCode after checking out its
+	// cursor, so the server labels the error as for a real failure of the
+	// cursor (ResumableChangeStreamError for a change stream and a
+	// resumable code). A failCommand fault fires before the checkout: a
+	// getMore error without ErrorLabels then has no label.
+	AfterCursorCheckout bool
+	// WriteConcernError, when set, lets the command run and adds
+	// writeConcernError {code, codeName, errmsg} to its reply (failCommand's
+	// data.writeConcernError), with the labels the server derives from it
+	// unless ErrorLabels is set.
+	WriteConcernError *WriteConcernError
+}
+
+// WriteConcernError is the writeConcernError of a FailPoint.
+type WriteConcernError struct {
+	Code     int32
+	CodeName string
+	Message  string
+	// Info is the optional errInfo document.
+	Info bson.Raw
 }
 
 type failPoint struct {
@@ -57,6 +78,14 @@ func (s *Server) ClearFailPoints() {
 	s.fpMu.Lock()
 	defer s.fpMu.Unlock()
 	s.failPoints = nil
+}
+
+// clearFailPoints disarms the fail points of one kind (failCommand or
+// failGetMoreAfterCursorCheckout).
+func (s *Server) clearFailPoints(afterCheckout bool) {
+	s.fpMu.Lock()
+	defer s.fpMu.Unlock()
+	s.failPoints = slices.DeleteFunc(s.failPoints, func(fp *failPoint) bool { return fp.AfterCursorCheckout == afterCheckout })
 }
 
 func (s *Server) matchFailPoint(name, appName string) *FailPoint {
@@ -93,14 +122,18 @@ func (s *Server) cmdConfigureFailPoint(cmd *command, dst []byte) ([]byte, error)
 		return nil, cmdErr(13, "configureFailPoint may only be run against the admin database.")
 	}
 	name, _ := cmd.body.Lookup("configureFailPoint").StringValueOK()
-	if name != "failCommand" {
-		return nil, cmdErr(codeBadValue, "mongowire supports only the failCommand fail point, not %q", name)
+	if name != "failCommand" && name != "failGetMoreAfterCursorCheckout" {
+		return nil, cmdErr(codeBadValue, "mongowire supports only the failCommand and failGetMoreAfterCursorCheckout fail points, not %q", name)
 	}
-	var fp FailPoint
+	afterCheckout := name == "failGetMoreAfterCursorCheckout"
+	fp := FailPoint{AfterCursorCheckout: afterCheckout}
+	if afterCheckout {
+		fp.Commands = []string{"getMore"}
+	}
 	mode := cmd.body.Lookup("mode")
 	switch {
 	case mode.Type == bson.TypeString && mode.StringValue() == "off":
-		s.ClearFailPoints()
+		s.clearFailPoints(afterCheckout)
 		idx, dst := bsoncore.AppendDocumentStart(dst)
 		dst = bsoncore.AppendInt32Element(dst, "count", 0)
 		return s.appendOK(dst, idx), nil
@@ -109,7 +142,7 @@ func (s *Server) cmdConfigureFailPoint(cmd *command, dst []byte) ([]byte, error)
 		if v, err := mode.Document().LookupErr("times"); err == nil {
 			fp.Times = int(num(v))
 			if fp.Times <= 0 {
-				s.ClearFailPoints()
+				s.clearFailPoints(afterCheckout)
 				idx, dst := bsoncore.AppendDocumentStart(dst)
 				dst = bsoncore.AppendInt32Element(dst, "count", 0)
 				return s.appendOK(dst, idx), nil
@@ -153,7 +186,17 @@ func (s *Server) cmdConfigureFailPoint(cmd *command, dst []byte) ([]byte, error)
 	}
 	fp.AppName, _ = data.Lookup("appName").StringValueOK()
 	fp.DropReply, _ = data.Lookup("mongowireDropReply").BooleanOK()
-	s.ClearFailPoints()
+	if wce, ok := data.Lookup("writeConcernError").DocumentOK(); ok {
+		w := &WriteConcernError{}
+		if v, err := wce.LookupErr("code"); err == nil {
+			w.Code = int32(num(v))
+		}
+		w.CodeName, _ = wce.Lookup("codeName").StringValueOK()
+		w.Message, _ = wce.Lookup("errmsg").StringValueOK()
+		w.Info, _ = wce.Lookup("errInfo").DocumentOK()
+		fp.WriteConcernError = w
+	}
+	s.clearFailPoints(afterCheckout)
 	s.FailCommand(fp)
 	idx, dst := bsoncore.AppendDocumentStart(dst)
 	dst = bsoncore.AppendInt32Element(dst, "count", 0)

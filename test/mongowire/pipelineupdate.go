@@ -29,9 +29,9 @@ package mongowire
 // updateDescription comes from a diff of the old and new documents, as the
 // server's oplog delta does (src/mongo/db/update/document_diff_calculator.cpp:
 // changed or added fields are updatedFields, recursing into embedded
-// documents; missing ones removedFields). mongowire does not diff inside
-// arrays (a changed array is one updated field) and never turns a large
-// delta into a replacement.
+// documents and arrays, a shortened array in truncatedArrays; missing
+// fields removedFields). mongowire never turns a large delta into a
+// replacement.
 
 import (
 	"bytes"
@@ -273,11 +273,41 @@ func setPath(doc bson.Raw, path []string, v bson.RawValue) (bson.Raw, error) {
 }
 
 // diffUpdateDescription returns {updatedFields, removedFields,
-// truncatedArrays} turning old into new.
+// truncatedArrays} turning old into new. Arrays are diffed element by
+// element as document_diff_calculator.cpp does: changed elements are
+// updated fields "a.<i>" (documents and arrays inside recursed into),
+// appended ones too, and a shorter array is reported in truncatedArrays
+// as {field, newSize}.
 func diffUpdateDescription(old, new bson.Raw) bson.Raw {
 	upd := bsoncore.NewDocumentBuilder()
 	var removed []string
+	trunc := bsoncore.NewArrayBuilder()
 	var diff func(prefix string, a, b bson.Raw)
+	var diffArray func(path string, a, b bson.Raw)
+	diffArray = func(path string, a, b bson.Raw) {
+		av, _ := a.Values()
+		bv, _ := b.Values()
+		for i, nv := range bv {
+			key := path + "." + arrayKey(i)
+			if i >= len(av) {
+				upd.AppendValue(key, bsoncore.Value{Type: bsoncore.Type(nv.Type), Data: nv.Value})
+				continue
+			}
+			ov := av[i]
+			switch {
+			case ov.Type == nv.Type && bytes.Equal(ov.Value, nv.Value):
+			case ov.Type == bson.TypeEmbeddedDocument && nv.Type == bson.TypeEmbeddedDocument:
+				diff(key+".", bson.Raw(ov.Value), bson.Raw(nv.Value))
+			case ov.Type == bson.TypeArray && nv.Type == bson.TypeArray:
+				diffArray(key, bson.Raw(ov.Value), bson.Raw(nv.Value))
+			default:
+				upd.AppendValue(key, bsoncore.Value{Type: bsoncore.Type(nv.Type), Data: nv.Value})
+			}
+		}
+		if len(bv) < len(av) {
+			trunc.AppendDocument(bsoncore.NewDocumentBuilder().AppendString("field", path).AppendInt32("newSize", int32(len(bv))).Build())
+		}
+	}
 	diff = func(prefix string, a, b bson.Raw) {
 		bElems, _ := b.Elements()
 		for _, e := range bElems {
@@ -289,6 +319,8 @@ func diffUpdateDescription(old, new bson.Raw) bson.Raw {
 			case ov.Type == nv.Type && bytes.Equal(ov.Value, nv.Value):
 			case ov.Type == bson.TypeEmbeddedDocument && nv.Type == bson.TypeEmbeddedDocument:
 				diff(prefix+e.Key()+".", bson.Raw(ov.Value), bson.Raw(nv.Value))
+			case ov.Type == bson.TypeArray && nv.Type == bson.TypeArray:
+				diffArray(prefix+e.Key(), bson.Raw(ov.Value), bson.Raw(nv.Value))
 			default:
 				upd.AppendValue(prefix+e.Key(), bsoncore.Value{Type: bsoncore.Type(nv.Type), Data: nv.Value})
 			}
@@ -308,7 +340,7 @@ func diffUpdateDescription(old, new bson.Raw) bson.Raw {
 	return bson.Raw(bsoncore.NewDocumentBuilder().
 		AppendDocument("updatedFields", upd.Build()).
 		AppendArray("removedFields", rem.Build()).
-		AppendArray("truncatedArrays", bsoncore.NewArrayBuilder().Build()).
+		AppendArray("truncatedArrays", trunc.Build()).
 		Build())
 }
 

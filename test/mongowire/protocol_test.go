@@ -232,8 +232,10 @@ func TestFailPointDefaultLabels(t *testing.T) {
 	if n := len(srv.CommandsNamed("insert")); n != 2 {
 		t.Fatalf("inserts sent = %d, want 2", n)
 	}
-	// A change stream getMore failing with a resumable code (no explicit
-	// labels) is labelled ResumableChangeStreamError and resumed.
+	// A change stream getMore failing through failCommand with a
+	// resumable code and no explicit labels gets no label: the fault fires
+	// before the getMore checks out its cursor (error_labels.cpp reads the
+	// originating command from it), so the application sees the error.
 	cs, err := coll.Watch(ctx, mongo.Pipeline{}, watchOpts())
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +244,27 @@ func TestFailPointDefaultLabels(t *testing.T) {
 	srv.ResetCommands()
 	srv.FailCommand(mongowire.FailPoint{Commands: []string{"getMore"}, Times: 1, ErrorCode: 10107})
 	mustInsert(t, ctx, coll, doc("_id", "x"))
-	if ev := next(t, ctx, cs); ev.DocumentKey["_id"] != "x" {
+	if cs.Next(ctx) {
+		t.Fatalf("event %v despite the getMore error", cs.Current)
+	}
+	var ce mongo.CommandError
+	if !errors.As(cs.Err(), &ce) || ce.Code != 10107 || len(ce.Labels) != 0 {
+		t.Fatalf("stream error = %v, want NotWritablePrimary without labels", cs.Err())
+	}
+	if n := len(srv.CommandsNamed("aggregate")); n != 0 {
+		t.Fatalf("resuming aggregates = %d, want 0", n)
+	}
+	// After the cursor checkout (failGetMoreAfterCursorCheckout) the same
+	// error is labelled ResumableChangeStreamError and the driver resumes.
+	cs2, err := coll.Watch(ctx, mongo.Pipeline{}, watchOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs2.Close(ctx)
+	srv.ResetCommands()
+	srv.FailCommand(mongowire.FailPoint{Commands: []string{"getMore"}, Times: 1, ErrorCode: 10107, AfterCursorCheckout: true})
+	mustInsert(t, ctx, coll, doc("_id", "y"))
+	if ev := next(t, ctx, cs2); ev.DocumentKey["_id"] != "y" {
 		t.Fatalf("event = %+v", ev)
 	}
 	if n := len(srv.CommandsNamed("aggregate")); n != 1 {

@@ -15,7 +15,13 @@
 // a simple $group, $addFields/$set $replaceRoot/$replaceWith), $expr in
 // filters with the aggregation expressions listed in expr.go (among them
 // $$NOW and $toHashedIndexKey),
-// killCursors and configureFailPoint (failCommand). Filters come from
+// killCursors, configureFailPoint (failCommand with errorCode, errorLabels,
+// closeConnection, blockConnection and writeConcernError, and
+// failGetMoreAfterCursorCheckout), and multi-document transactions
+// (startTransaction/autocommit: false, commitTransaction, abortTransaction,
+// endSessions/killSessions/killAllSessions; txn.go), with the error labels
+// the server attaches (TransientTransactionError, RetryableWriteError,
+// ResumableChangeStreamError, NonResumableChangeStreamError). Filters come from
 // package github.com/changegate/changegate/query, sorts, projections and
 // updates from package mql beneath this one. Retryable writes are
 // deduplicated on (lsid, txnNumber). Every reply carries operationTime and
@@ -25,21 +31,27 @@
 // database and cluster level with resumeAfter, startAfter,
 // startAtOperationTime, fullDocument (default, updateLookup,
 // whenAvailable, required), fullDocumentBeforeChange, batchSize, awaiting
-// getMores (maxTimeMS, default 1s), $match/$project/$unset stages on the
-// events, post-batch resume tokens that advance past filtered events,
+// getMores (maxTimeMS, default 1s), $match, $project (with computed
+// fields), $addFields/$set, $unset, $replaceRoot/$replaceWith and $redact
+// stages on the events (aggproject.go), post-batch resume tokens that advance past filtered events,
 // invalidate on drop/rename/dropDatabase, events over 16 MiB + 16 KiB
 // failing the batch with BSONObjectTooLarge (10334) and the
 // $changeStreamSplitLargeEvent stage with resumable fragments (split.go),
 // and bounded history
 // (Options.OplogMaxEntries/OplogMaxAge, TruncateHistory, DiscardHistory):
 // resuming from before the retained history fails with code 286.
-// Resume tokens are {_data: "<hex>"} and sort by cluster time.
+// Resume tokens are {_data: "<hex>"} and sort by cluster time, then
+// txnOpIndex.
 //
-// Not supported: authentication, TLS, compression, multi-document
-// transactions (their commands are accepted but writes apply at once and
-// abortTransaction does not roll back), $project in update pipelines,
+// A transaction's writes are invisible to other readers and to change
+// streams until it commits; then its changes appear at one cluster time,
+// in order, with lsid and txnNumber, and resume tokens ordered by
+// txnOpIndex. Isolation is snapshot isolation per collection (NOTES.md).
+//
+// Not supported: authentication, TLS, compression, $project in update pipelines,
 // positional update operators, aggregation expressions beyond those of
-// expr.go, idle-cursor timeouts, and showExpandedEvents events. Streaming
+// expr.go, idle-cursor timeouts, showExpandedEvents events and
+// updateDescription.disambiguatedPaths. Streaming
 // (awaitable, exhaust) hello is served, but hello reports the
 // topologyVersion that makes drivers use it only with
 // Options.StreamingHello.
@@ -470,6 +482,7 @@ type command struct {
 	seqs []docSequence
 	conn *conn
 	ctx  context.Context // cancelled when the connection closes
+	txn  *transaction    // the transaction the command runs in (txn.go)
 }
 
 // docs returns the documents of a kind-1 sequence or, failing that, of the
@@ -547,7 +560,7 @@ func (c *conn) handle(m *message) ([]byte, bool) {
 	case fp != nil && fp.ErrorCode != 0:
 		labels := fp.ErrorLabels
 		if labels == nil {
-			labels = s.defaultLabels(cmd, fp.ErrorCode)
+			labels = s.serverLabels(cmd, fp.ErrorCode, 0, fp.AfterCursorCheckout)
 		}
 		err = &CommandError{Code: fp.ErrorCode, Message: "Failing command via 'failCommand' failpoint", Labels: labels}
 	case isLegacy && !isHello(cmd.name):
@@ -585,7 +598,25 @@ func (c *conn) handle(m *message) ([]byte, bool) {
 	}
 	if err != nil {
 		s.logger.Debug("mongowire command failed", "conn", c.id, "command", cmd.name, "db", cmd.db, "err", err)
+		var ce *CommandError
+		if errors.As(err, &ce) && ce.Labels == nil && (fp == nil || fp.ErrorCode == 0) {
+			if labels := s.serverLabels(cmd, ce.Code, 0, true); labels != nil {
+				labelled := *ce
+				labelled.Labels = labels
+				err = &labelled
+			}
+		}
 		out = s.appendError(c.w.buf[:start], err)
+	}
+	if err == nil {
+		switch {
+		case fp != nil && fp.WriteConcernError != nil:
+			out = appendWriteConcernError(out, start, fp.WriteConcernError, fp.ErrorLabels, s.serverLabels(cmd, 0, fp.WriteConcernError.Code, true))
+		default:
+			if w := unsatisfiable(cmd); w != nil {
+				out = appendWriteConcernError(out, start, w, nil, s.serverLabels(cmd, 0, w.Code, true))
+			}
+		}
 	}
 	c.w.buf = out
 	if fp != nil && fp.DropReply {
@@ -595,6 +626,59 @@ func (c *conn) handle(m *message) ([]byte, bool) {
 		return nil, true
 	}
 	return c.w.finish(s.reqSeq.Add(1)), true
+}
+
+// unsatisfiable returns the write-concern error of a write concern a
+// one-node replica set cannot satisfy: w above 1 (UnsatisfiableWriteConcern,
+// "Not enough data-bearing nodes") or a w tag other than "majority"
+// (UnknownReplWriteConcern); nil when it can (write_concern.cpp
+// validateWriteConcern).
+func unsatisfiable(cmd *command) *WriteConcernError {
+	wc, ok := cmd.body.Lookup("writeConcern").DocumentOK()
+	if !ok {
+		return nil
+	}
+	w := wc.Lookup("w")
+	switch {
+	case w.IsNumber() && num(w) > 1:
+		return &WriteConcernError{Code: 100, Message: "Not enough data-bearing nodes"}
+	case w.Type == bson.TypeString && w.StringValue() != "majority":
+		return &WriteConcernError{Code: 79, Message: fmt.Sprintf("No write concern mode named '%s' found in replica set configuration", w.StringValue())}
+	}
+	return nil
+}
+
+// appendWriteConcernError adds writeConcernError w and error labels (the
+// given ones, or else the derived ones) to the reply document at
+// out[start:].
+func appendWriteConcernError(out []byte, start int, w *WriteConcernError, given, derived []string) []byte {
+	doc := out[:len(out)-1] // without the reply's terminating 0
+	widx, doc := bsoncore.AppendDocumentElementStart(doc, "writeConcernError")
+	doc = bsoncore.AppendInt32Element(doc, "code", w.Code)
+	name := w.CodeName
+	if name == "" {
+		name = codeName(w.Code)
+	}
+	doc = bsoncore.AppendStringElement(doc, "codeName", name)
+	doc = bsoncore.AppendStringElement(doc, "errmsg", w.Message)
+	if len(w.Info) > 0 {
+		doc = bsoncore.AppendDocumentElement(doc, "errInfo", w.Info)
+	}
+	doc, _ = bsoncore.AppendDocumentEnd(doc, widx)
+	labels := given
+	if labels == nil {
+		labels = derived
+	}
+	if len(labels) > 0 {
+		aidx, d := bsoncore.AppendArrayElementStart(doc, "errorLabels")
+		for i, l := range labels {
+			d = bsoncore.AppendStringElement(d, arrayKey(i), l)
+		}
+		doc, _ = bsoncore.AppendArrayEnd(d, aidx)
+	}
+	doc = append(doc, 0)
+	binary.LittleEndian.PutUint32(doc[start:], uint32(len(doc)-start))
+	return doc
 }
 
 func isHello(name string) bool {
@@ -817,25 +901,74 @@ func (s *Server) appendTopologyVersion(dst []byte) []byte {
 	return dst
 }
 
-// resumableOnlyCodes are further codes resumable for change streams.
+// resumableOnlyCodes are further codes after which a change stream is
+// resumable: NeedRetargettingError (StaleShardVersion, StaleEpoch,
+// StaleConfig), RetryChangeStream and FailedToSatisfyReadPreference
+// (ErrorLabelBuilder::isResumableChangeStreamError).
 var resumableOnlyCodes = map[int32]bool{63: true, 133: true, 150: true, 234: true, 13388: true}
 
-// defaultLabels returns the error labels the server attaches by itself to
-// an error with code on cmd (a fail point without errorLabels).
-func (s *Server) defaultLabels(cmd *command, code int32) []string {
+// nonResumableCodes are the NonResumableChangeStreamError category of
+// error_codes.yml: ChangeStreamFatalError and ChangeStreamHistoryLost.
+var nonResumableCodes = map[int32]bool{codeChangeStreamFatalError: true, codeChangeStreamHistory: true}
+
+// transientCodes are the codes isTransientTransactionError always labels
+// TransientTransactionError in a transaction: WriteConflict, LockTimeout,
+// PreparedTransactionInProgress, StaleDbVersion, the snapshot errors
+// (SnapshotTooOld, SnapshotUnavailable, StaleChunkHistory,
+// MigrationConflict) and NeedRetargettingError.
+var transientCodes = map[int32]bool{112: true, 24: true, 267: true, 249: true, 239: true, 246: true, 241: true,
+	284: true, 63: true, 150: true, 13388: true}
+
+// serverLabels returns the error labels the server attaches to an error
+// with code (and write-concern error wcCode, 0 for none) of cmd, following
+// ErrorLabelBuilder::build (src/mongo/db/error_labels.cpp). cursorCheckedOut
+// is false for a failCommand fault, which fires before a getMore checks out
+// its cursor: such a getMore is not recognised as a change stream's, so it
+// gets no ResumableChangeStreamError.
+func (s *Server) serverLabels(cmd *command, code, wcCode int32, cursorCheckedOut bool) []string {
+	_, err := cmd.body.LookupErr("txnNumber")
+	hasTxn := err == nil
+	auto := inTxn(cmd)
+	commitOrAbort := cmd.name == "commitTransaction" || cmd.name == "abortTransaction"
+	if code != 0 && hasTxn && auto {
+		transient := transientCodes[code]
+		if commitOrAbort {
+			transient = transient || code == codeNoSuchTransaction && wcCode == 0
+		} else {
+			transient = transient || retryableCodes[code] || code == codeNoSuchTransaction
+		}
+		if transient {
+			return []string{labelTransient}
+		}
+	}
+	if hasTxn && (!auto || commitOrAbort) && (retryableCodes[code] || retryableCodes[wcCode]) {
+		return []string{labelRetryableWrite}
+	}
+	if code != 0 && wcCode == 0 && (retryableCodes[code] || resumableOnlyCodes[code]) && s.isChangeStreamCmd(cmd, cursorCheckedOut) {
+		return []string{labelResumable}
+	}
+	if nonResumableCodes[code] {
+		return []string{labelNonResumable}
+	}
+	return nil
+}
+
+// isChangeStreamCmd reports whether cmd is a change stream's aggregate, or
+// a getMore on a change stream cursor once checked out.
+func (s *Server) isChangeStreamCmd(cmd *command, cursorCheckedOut bool) bool {
 	switch cmd.name {
+	case "aggregate":
+		stages, err := pipelineStages(cmd)
+		return err == nil && len(stages) > 0 && stages[0].Index(0).Key() == "$changeStream"
 	case "getMore":
+		if !cursorCheckedOut {
+			return false
+		}
 		id, _ := cmd.body.Lookup("getMore").Int64OK()
 		s.curMu.Lock()
 		_, isStream := s.cursors[id].(*streamCursor)
 		s.curMu.Unlock()
-		if isStream && (retryableCodes[code] || resumableOnlyCodes[code]) {
-			return []string{"ResumableChangeStreamError"}
-		}
-	case "insert", "update", "delete", "findAndModify", "findandmodify":
-		if _, ok := retryKeyOf(cmd); ok && retryableCodes[code] {
-			return []string{"RetryableWriteError"}
-		}
+		return isStream
 	}
-	return nil
+	return false
 }

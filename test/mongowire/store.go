@@ -26,6 +26,17 @@ type store struct {
 	nowFn    func() time.Time
 	oplog    oplog
 	notify   chan struct{} // closed and replaced on every oplog append
+
+	// txn is the transaction the command holding mu exclusively runs in
+	// (nil outside transactions): coll, ensureColl and appendOp then work
+	// on the transaction's private copies (txn.go).
+	txn *transaction
+	// sessions holds the transaction state of every logical session that
+	// ran one, keyed by the lsid document's bytes (txn.go).
+	sessions map[string]*session
+	// txnWrites maps a document (namespace and _id key) to the open
+	// transaction that wrote it, for write-conflict detection.
+	txnWrites map[string]*transaction
 }
 
 type database struct {
@@ -42,6 +53,10 @@ type collection struct {
 	indexes   []*index
 	prePost   bool // changeStreamPreAndPostImages enabled
 	createdAt bson.Timestamp
+	// lastWrite maps a document's _id key to the oplog seq of the last
+	// committed write to it (insert, update, replace, delete), against
+	// which transactions detect write conflicts.
+	lastWrite map[string]uint64
 }
 
 type docEntry struct {
@@ -66,6 +81,9 @@ func newStore(maxEntries int, maxAge time.Duration) *store {
 		nowFn:  time.Now,
 		oplog:  oplog{maxEntries: maxEntries, maxAge: maxAge, next: 1},
 		notify: make(chan struct{}),
+
+		sessions:  map[string]*session{},
+		txnWrites: map[string]*transaction{},
 	}
 	s.tick()
 	return s
@@ -94,6 +112,15 @@ func (s *store) clusterTime() bson.Timestamp {
 }
 
 func (s *store) coll(db, name string) *collection {
+	if s.txn != nil {
+		c, _ := s.txn.coll(s, db, name, false)
+		return c
+	}
+	return s.baseColl(db, name)
+}
+
+// baseColl is coll outside any transaction.
+func (s *store) baseColl(db, name string) *collection {
 	d := s.dbs[db]
 	if d == nil {
 		return nil
@@ -103,6 +130,14 @@ func (s *store) coll(db, name string) *collection {
 
 // ensureColl returns the collection, creating it (and its database) if needed.
 func (s *store) ensureColl(db, name string) (*collection, bool) {
+	if s.txn != nil {
+		return s.txn.coll(s, db, name, true)
+	}
+	return s.ensureBaseColl(db, name)
+}
+
+// ensureBaseColl is ensureColl outside any transaction.
+func (s *store) ensureBaseColl(db, name string) (*collection, bool) {
 	d := s.dbs[db]
 	if d == nil {
 		d = &database{name: db, colls: map[string]*collection{}}
@@ -111,14 +146,20 @@ func (s *store) ensureColl(db, name string) (*collection, bool) {
 	if c := d.colls[name]; c != nil {
 		return c, false
 	}
-	c := &collection{db: db, name: name, byID: map[string]*docEntry{}}
+	c := newCollection(db, name)
+	c.createdAt = s.clock
+	d.colls[name] = c
+	return c, true
+}
+
+// newCollection returns an empty collection with its _id index.
+func newCollection(db, name string) *collection {
+	c := &collection{db: db, name: name, byID: map[string]*docEntry{}, lastWrite: map[string]uint64{}}
 	_, _ = rand.Read(c.uuid[:])
 	c.uuid[6] = c.uuid[6]&0x0f | 0x40
 	c.uuid[8] = c.uuid[8]&0x3f | 0x80
 	c.indexes = []*index{newIndex("_id_", bson.Raw(bsoncore.NewDocumentBuilder().AppendInt32("_id", 1).Build()), true, false)}
-	c.createdAt = s.clock
-	d.colls[name] = c
-	return c, true
+	return c
 }
 
 func newIndex(name string, key bson.Raw, unique, sparse bool) *index {
@@ -302,6 +343,14 @@ type oplogEntry struct {
 	toDB     string   // rename target
 	toColl   string
 
+	// Transactions (txn.go): the session and transaction number of the
+	// transaction the change belongs to (lsid nil outside transactions)
+	// and the change's index within it. All changes of one transaction
+	// share ts.
+	lsid       bson.Raw
+	txnNumber  int64
+	txnOpIndex uint32
+
 	event atomic.Pointer[[]byte] // cached event for default options
 }
 
@@ -313,6 +362,11 @@ type oplog struct {
 	// lostBefore: resuming from a cluster time earlier than this fails with
 	// ChangeStreamHistoryLost.
 	lostBefore bson.Timestamp
+}
+
+// token is the resume token of the entry's event.
+func (e *oplogEntry) token() resumeToken {
+	return resumeToken{ts: e.ts, txnOpIndex: e.txnOpIndex, seq: e.seq, kind: tokEvent}
 }
 
 func (o *oplog) lastSeq() uint64 { return o.next - 1 }
@@ -333,13 +387,34 @@ func (o *oplog) get(seq uint64) *oplogEntry {
 	return o.entries[seq-first]
 }
 
-// append adds an entry; the caller holds store.mu exclusively.
+// appendOp adds an entry, or records it in the running transaction; the
+// caller holds store.mu exclusively.
 func (s *store) appendOp(e *oplogEntry) {
-	e.seq = s.oplog.next
-	e.ts = s.tick()
-	e.wall = s.nowFn().UnixMilli()
-	s.oplog.next++
-	s.oplog.entries = append(s.oplog.entries, e)
+	if s.txn != nil {
+		s.txn.record(s, e)
+		return
+	}
+	s.appendOps([]*oplogEntry{e}, s.tick())
+}
+
+// appendOps adds entries that all happen at cluster time ts (one write, or
+// the writes of one transaction) and notes them as the last write to their
+// documents; the caller holds store.mu exclusively.
+func (s *store) appendOps(es []*oplogEntry, ts bson.Timestamp) {
+	wall := s.nowFn().UnixMilli()
+	for _, e := range es {
+		e.seq = s.oplog.next
+		e.ts = ts
+		e.wall = wall
+		s.oplog.next++
+		s.oplog.entries = append(s.oplog.entries, e)
+		if e.docKey != nil {
+			if c := s.baseColl(e.db, e.coll); c != nil {
+				k, _, _ := idKey(e.docKey)
+				c.lastWrite[k] = e.seq
+			}
+		}
+	}
 	s.trim()
 	close(s.notify)
 	s.notify = make(chan struct{})
@@ -395,7 +470,7 @@ const (
 	tokInvalidate = 1 // the invalidate event caused by entry seq
 	tokHighWater  = 2 // a position after entry seq, with no event
 	tokenVersion  = 0x82
-	tokenLen      = 1 + 8 + 8 + 1
+	tokenLen      = 1 + 8 + 4 + 8 + 1
 	// tokenFragLen is the length of a split event fragment's token: the
 	// event's token followed by the fragment number (0-based, big-endian),
 	// so fragments sort after their event and before the next position, as
@@ -405,9 +480,13 @@ const (
 
 // resumeToken is a decoded resume token.
 type resumeToken struct {
-	ts   bson.Timestamp
-	seq  uint64
-	kind byte
+	ts bson.Timestamp
+	// txnOpIndex is the change's index within its transaction (0 outside
+	// transactions), as in MongoDB's ResumeTokenData; the changes of one
+	// transaction share ts and sort by it.
+	txnOpIndex uint32
+	seq        uint64
+	kind       byte
 	// frag is the fragment number + 1 of a split event fragment's token
 	// (0: not a fragment).
 	frag uint32
@@ -418,15 +497,16 @@ type resumeToken struct {
 func (t resumeToken) fragment() (uint32, bool) { return t.frag - 1, t.frag > 0 }
 
 // appendToken appends the token document {_data: "<hex>"} under key.
-// The hex string sorts like (clusterTime, seq, kind).
+// The hex string sorts like (clusterTime, txnOpIndex, seq, kind, fragment).
 func appendToken(dst []byte, key string, t resumeToken) []byte {
 	var buf [tokenFragLen]byte
 	raw := buf[:tokenLen]
 	raw[0] = tokenVersion
 	binary.BigEndian.PutUint32(raw[1:], t.ts.T)
 	binary.BigEndian.PutUint32(raw[5:], t.ts.I)
-	binary.BigEndian.PutUint64(raw[9:], t.seq)
-	raw[17] = t.kind
+	binary.BigEndian.PutUint32(raw[9:], t.txnOpIndex)
+	binary.BigEndian.PutUint64(raw[13:], t.seq)
+	raw[21] = t.kind
 	if n, ok := t.fragment(); ok {
 		raw = buf[:tokenFragLen]
 		binary.BigEndian.PutUint32(raw[tokenLen:], n)
@@ -454,13 +534,14 @@ func decodeToken(doc bson.Raw) (resumeToken, bool) {
 		return resumeToken{}, false
 	}
 	raw, err := hex.DecodeString(s)
-	if err != nil || (len(raw) != tokenLen && len(raw) != tokenFragLen) || raw[0] != tokenVersion || raw[17] > tokHighWater {
+	if err != nil || (len(raw) != tokenLen && len(raw) != tokenFragLen) || raw[0] != tokenVersion || raw[21] > tokHighWater {
 		return resumeToken{}, false
 	}
 	t := resumeToken{
-		ts:   bson.Timestamp{T: binary.BigEndian.Uint32(raw[1:]), I: binary.BigEndian.Uint32(raw[5:])},
-		seq:  binary.BigEndian.Uint64(raw[9:]),
-		kind: raw[17],
+		ts:         bson.Timestamp{T: binary.BigEndian.Uint32(raw[1:]), I: binary.BigEndian.Uint32(raw[5:])},
+		txnOpIndex: binary.BigEndian.Uint32(raw[9:]),
+		seq:        binary.BigEndian.Uint64(raw[13:]),
+		kind:       raw[21],
 	}
 	if len(raw) == tokenFragLen {
 		if t.kind != tokEvent {

@@ -90,15 +90,22 @@
     }).catch(function (err) { flash('Request failed: ' + err, true); });
   }
 
-  // filterPayload is the filter of the listing shown (the page's query),
-  // not what may have been typed in the form since.
+  // filterPayload is the selection of the listing shown, as the server
+  // rendered it (every filter, document_key_bson included, since made
+  // absolute, until the time of the listing), not what may have been typed
+  // in the form since.
   function filterPayload() {
-    var q = new URLSearchParams(location.search);
-    var out = {};
-    ['sink', 'source', 'kind', 'since', 'document_key'].forEach(function (k) {
-      if (q.get(k)) { out[k] = q.get(k); }
+    var form = document.getElementById('filter');
+    try { return JSON.parse(form.getAttribute('data-selection') || '{}'); } catch (e) { return null; }
+  }
+
+  // describeFilter names a selection's filters for a confirmation.
+  function describeFilter(p) {
+    var parts = [];
+    ['sink', 'source', 'kind', 'since', 'document_key', 'document_key_bson'].forEach(function (k) {
+      if (p[k]) { parts.push(k + '=' + p[k]); }
     });
-    return out;
+    return parts.length ? parts.join(', ') : 'no filter: every dead letter';
   }
 
   function replayed(out) {
@@ -108,7 +115,35 @@
   }
   function purged(out) { return 'Purged ' + (out.purged || 0) + '.'; }
 
+  // download fetches a whole dead letter from the API with the token and
+  // saves it as a file (a plain link cannot send the bearer token).
+  function download(link) {
+    var id = link.getAttribute('data-download');
+    flash('Downloading…', false);
+    fetch(link.getAttribute('href'), {
+      headers: authHeaders({ 'Accept': 'application/json' }), cache: 'no-store', credentials: 'omit'
+    }).then(function (resp) {
+      if (!resp.ok) { flash('Refused (' + resp.status + '): enter the admin token above.', true); return; }
+      return resp.blob().then(function (b) {
+        var a = document.createElement('a');
+        a.href = URL.createObjectURL(b);
+        a.download = id.replace(/[^A-Za-z0-9._-]/g, '_') + '.json';
+        document.body.appendChild(a);
+        a.click();
+        a.remove();
+        setTimeout(function () { URL.revokeObjectURL(a.href); }, 10000);
+        flash('Downloaded.', false);
+      });
+    }).catch(function (err) { flash('Download failed: ' + err, true); });
+  }
+
   document.addEventListener('click', function (ev) {
+    var link = ev.target.closest('a[data-download]');
+    if (link && token()) {
+      ev.preventDefault();
+      download(link);
+      return;
+    }
     var btn = ev.target.closest('button[data-action]');
     if (!btn) { return; }
     ev.preventDefault();
@@ -122,15 +157,23 @@
           act('DELETE', '/ui/api/deadletters', { ids: [id] }, purged);
         }
         break;
-      case 'replay-filter':
-        if (window.confirm('Replay every failed dead letter the listing\'s filter matches?')) {
-          act('POST', '/ui/api/replay', filterPayload(), replayed);
+      case 'replay-filter': {
+        var rp = filterPayload();
+        var rn = btn.getAttribute('data-count');
+        if (!rp) { flash('The listing\'s filter cannot be read: reload the page.', true); break; }
+        if (rn === '0') { flash('No failed dead letter matches: nothing to replay.', false); break; }
+        if (window.confirm('Replay ' + rn + ' failed dead letter(s) (' + describeFilter(rp) + ')?')) {
+          act('POST', '/ui/api/replay', rp, replayed);
         }
         break;
+      }
       case 'purge-filter': {
         var p = filterPayload();
-        var all = Object.keys(p).length === 0;
-        if (window.confirm(all ? 'Purge EVERY dead letter?' : 'Purge every dead letter matching the filter?')) {
+        var n = btn.getAttribute('data-count');
+        if (!p) { flash('The listing\'s filter cannot be read: reload the page.', true); break; }
+        if (n === '0') { flash('No dead letter matches: nothing to purge.', false); break; }
+        var all = Object.keys(p).filter(function (k) { return k !== 'until'; }).length === 0;
+        if (window.confirm((all ? 'Purge EVERY dead letter: ' : 'Purge ') + n + ' dead letter(s) (' + describeFilter(p) + ')? They cannot be replayed afterwards.')) {
           if (all) { p.all = true; }
           act('DELETE', '/ui/api/deadletters', p, purged);
         }

@@ -1,4 +1,5 @@
-// Package awsutil is what the AWS sinks (EventBridge, SQS, Lambda) share:
+// Package awsutil is what the AWS sinks (EventBridge, SQS, SNS, Kinesis,
+// Lambda) share:
 // the SDK client setup (credential chain, assumed role, transport-only
 // retries) and the classification of whole-call errors into retry
 // decisions. The webhook sink's SigV4 signing uses its credential chain
@@ -25,6 +26,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/confcheck"
 )
 
 // Transport-level retries inside one Send: connection failures only (refused,
@@ -169,13 +171,26 @@ var transientCodes = map[string]bool{
 	"RequestTimeTooSkewed":  true,
 }
 
-// IsThrottle reports whether an AWS error code means throttling. SQS's KMS
+// throttleCodes are the throttling codes of the sinks' services that the
+// SDK's retry.DefaultThrottleErrorCodes does not list. SQS's KMS
 // throttling has two codes: KmsThrottled (the JSON shape) and
 // KMS.ThrottlingException (its query-compatible code, which real SQS sends
-// in X-Amzn-Query-Error and the SDK reports as the error code).
+// in X-Amzn-Query-Error and the SDK reports as the error code). SNS
+// answers Throttled and KMSThrottling (service/sns types/errors.go),
+// Kinesis KMSThrottlingException (service/kinesis types/errors.go); its
+// ProvisionedThroughputExceededException is in the SDK's list.
+var throttleCodes = map[string]bool{
+	"KmsThrottled":            true,
+	"KMS.ThrottlingException": true,
+	"Throttled":               true,
+	"KMSThrottling":           true,
+	"KMSThrottlingException":  true,
+}
+
+// IsThrottle reports whether an AWS error code means throttling.
 func IsThrottle(code string) bool {
 	_, ok := retry.DefaultThrottleErrorCodes[code]
-	return ok || code == "KmsThrottled" || code == "KMS.ThrottlingException"
+	return ok || throttleCodes[code]
 }
 
 // ClassifyCall turns the error of a whole API call into Send's result:
@@ -337,4 +352,44 @@ func onlyErr(failed map[int]error, err error) bool {
 		}
 	}
 	return true
+}
+
+// Common is the configuration every AWS sink has besides its destination:
+// the client Options, the request limit and the timeout of one Send.
+type Common struct {
+	Options
+	// MaxRequestBytes is the sink's max_request_bytes (0: the default),
+	// at most MaxRequestBytesLimit.
+	MaxRequestBytes, DefaultMaxRequestBytes, MaxRequestBytesLimit int
+	// Timeout bounds one Send (0: the default).
+	Timeout, DefaultTimeout time.Duration
+}
+
+// Load validates the sink's configuration: check adds the errors of its
+// own options, then the common ones are checked; all are reported
+// together under kind and name (confcheck). It then fills in the defaults
+// of c and loads the SDK configuration (LoadConfig).
+func (c *Common) Load(kind string, check func(errs *confcheck.Errors)) (aws.Config, error) {
+	errs := confcheck.New(kind, c.Name)
+	check(errs)
+	if c.MaxRequestBytes < 0 || c.MaxRequestBytes > c.MaxRequestBytesLimit {
+		errs.Addf("max_request_bytes must be between 1 and %d, got %d", c.MaxRequestBytesLimit, c.MaxRequestBytes)
+	}
+	if c.Timeout < 0 {
+		errs.Addf("timeout must not be negative, got %s", c.Timeout)
+	}
+	if err := errs.Err(); err != nil {
+		return aws.Config{}, err
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = c.DefaultMaxRequestBytes
+	}
+	if c.Timeout == 0 {
+		c.Timeout = c.DefaultTimeout
+	}
+	cfg, err := LoadConfig(c.Options)
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("%s: %w", errs.Prefix(), err)
+	}
+	return cfg, nil
 }

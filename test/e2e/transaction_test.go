@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/changegate/changegate/test/receiver"
+)
+
+// txnConfig is baseConfig with retries that outlast a refusing receiver.
+func txnConfig(url string) string {
+	return strings.Replace(baseConfig(url, ""), "max_attempts = 4", "max_attempts = 10000", 1)
+}
+
+// TestTransactionsDeliveredOnceInOrder: changes written in multi-document
+// transactions (several documents per transaction, documents touched by
+// several transactions, aborted transactions in between) are each delivered
+// exactly once, in order per document, and nothing of an aborted
+// transaction is delivered.
+func TestTransactionsDeliveredOnceInOrder(t *testing.T) {
+	e := newEnv(t)
+	rcv := receiver.New(testSecret)
+	t.Cleanup(rcv.Close)
+	e.start(e.config(baseConfig(rcv.URL(), "")))
+	c := e.coll("items")
+	ctx := context.Background()
+	sess, err := e.client.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.EndSession(ctx)
+
+	const txns, shared = 150, 10
+	want := map[string][]string{} // per document key, the expected operations
+	key := func(id any) string { b, _ := json.Marshal(map[string]any{"_id": id}); return string(b) }
+	total := 0
+	for i := 0; i < txns; i++ {
+		// Each transaction inserts two documents, updates one of them and a
+		// shared counter, and deletes the other every third time.
+		a, b, s := fmt.Sprintf("t%d-a", i), fmt.Sprintf("t%d-b", i), fmt.Sprintf("shared%d", i%shared)
+		_, err := sess.WithTransaction(ctx, func(sctx context.Context) (any, error) {
+			if _, err := c.InsertMany(sctx, []any{bson.D{{Key: "_id", Value: a}}, bson.D{{Key: "_id", Value: b}}}); err != nil {
+				return nil, err
+			}
+			if _, err := c.UpdateOne(sctx, bson.D{{Key: "_id", Value: a}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: i}}}}); err != nil {
+				return nil, err
+			}
+			if _, err := c.UpdateOne(sctx, bson.D{{Key: "_id", Value: s}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "n", Value: 1}}}}, optsUpsert()); err != nil {
+				return nil, err
+			}
+			if i%3 == 0 {
+				if _, err := c.DeleteOne(sctx, bson.D{{Key: "_id", Value: b}}); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[key(a)] = []string{"insert", "update"}
+		want[key(b)] = []string{"insert"}
+		total += 4
+		if i%3 == 0 {
+			want[key(b)] = append(want[key(b)], "delete")
+			total++
+		}
+		if i < shared {
+			want[key(s)] = []string{"insert"}
+		} else {
+			want[key(s)] = append(want[key(s)], "update")
+		}
+		// An aborted transaction touching the same documents.
+		if i%5 == 0 {
+			if err := sess.StartTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			sctx := mongo.NewSessionContext(ctx, sess)
+			if _, err := c.InsertOne(sctx, bson.D{{Key: "_id", Value: fmt.Sprintf("aborted%d", i)}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.UpdateOne(sctx, bson.D{{Key: "_id", Value: a}}, bson.D{{Key: "$set", Value: bson.D{{Key: "aborted", Value: true}}}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := sess.AbortTransaction(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d deliveries (%s)", total, rcv), func() bool { return rcv.Count() >= total })
+	// Let anything extra arrive before judging.
+	time.Sleep(300 * time.Millisecond)
+	seen := map[string]bool{}
+	got := map[string][]string{}
+	for _, d := range rcv.Deliveries() {
+		if seen[d.ID] {
+			t.Fatalf("event %s delivered twice", d.ID)
+		}
+		seen[d.ID] = true
+		if strings.Contains(d.DocKey, "aborted") || strings.Contains(string(d.Envelope), `"aborted"`) {
+			t.Fatalf("change of an aborted transaction delivered: %s", d.Envelope)
+		}
+		got[d.DocKey] = append(got[d.DocKey], d.Operation)
+	}
+	if len(seen) != total {
+		t.Fatalf("%d distinct events, want %d", len(seen), total)
+	}
+	for k, ops := range want {
+		if strings.Join(got[k], ",") != strings.Join(ops, ",") {
+			t.Fatalf("document %s: events %v, want %v", k, got[k], ops)
+		}
+	}
+}
+
+// TestRestartInsideTransaction: the gateway stops after delivering and
+// checkpointing the first change of a transaction but before the second
+// one is delivered; after the restart it resumes inside the transaction:
+// the rest of the transaction is delivered with the ids it had before the
+// restart, and the first change is not delivered again (or only with its
+// id).
+func TestRestartInsideTransaction(t *testing.T) {
+	e := newEnv(t)
+	e.needServer()
+	rcv := receiver.New(testSecret)
+	t.Cleanup(rcv.Close)
+	cfg := e.config(txnConfig(rcv.URL()))
+
+	var mu sync.Mutex
+	refused := map[string]string{} // envelope id -> document key of refused attempts
+	refuseAfterFirst := true
+	rcv.SetResponder(func(body []byte) *receiver.Response {
+		var envs []struct {
+			ID          string          `json:"id"`
+			DocumentKey json.RawMessage `json:"documentKey"`
+		}
+		if len(body) > 0 && body[0] == '[' {
+			_ = json.Unmarshal(body, &envs)
+		} else {
+			envs = make([]struct {
+				ID          string          `json:"id"`
+				DocumentKey json.RawMessage `json:"documentKey"`
+			}, 1)
+			_ = json.Unmarshal(body, &envs[0])
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		refuse := false
+		for _, env := range envs {
+			if refuseAfterFirst && !strings.Contains(string(env.DocumentKey), `"x1"`) {
+				refuse = true
+			}
+		}
+		if !refuse {
+			return nil
+		}
+		for _, env := range envs {
+			refused[env.ID] = string(env.DocumentKey)
+		}
+		return &receiver.Response{Status: http.StatusServiceUnavailable}
+	})
+	g := e.start(cfg)
+	ctx := context.Background()
+	c := e.coll("items")
+	// Our own stream gives the events' resume tokens.
+	cs, err := c.Watch(ctx, mongo.Pipeline{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(ctx)
+	sess, err := e.client.StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.EndSession(ctx)
+	if _, err := sess.WithTransaction(ctx, func(sctx context.Context) (any, error) {
+		for _, id := range []string{"x1", "x2", "x3"} {
+			if _, err := c.InsertOne(sctx, bson.D{{Key: "_id", Value: id}}); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var tokens []string
+	for range 3 {
+		if !cs.Next(ctx) {
+			t.Fatal(cs.Err())
+		}
+		tokens = append(tokens, cs.ResumeToken().Lookup("_data").StringValue())
+	}
+	cps, _ := e.stores(cfg)
+	waitFor(t, 20*time.Second, "x1 delivered and checkpointed", func() bool {
+		cp, ok, err := cps.Load(ctx, "items")
+		return err == nil && ok && rcv.Count() == 1 && cp.Token.Lookup("_data").StringValue() == tokens[0]
+	})
+	waitFor(t, 20*time.Second, "x2 and x3 refused", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(refused) >= 2
+	})
+	first := rcv.Deliveries()[0]
+	if err := g.stop(t, true); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	mu.Lock()
+	refuseAfterFirst = false
+	before := map[string]string{}
+	for id, k := range refused {
+		before[k] = id
+	}
+	mu.Unlock()
+
+	e.start(cfg)
+	waitFor(t, 30*time.Second, "x2 and x3 after the restart", func() bool {
+		n := 0
+		for _, d := range rcv.Deliveries() {
+			if strings.Contains(d.DocKey, `"x2"`) || strings.Contains(d.DocKey, `"x3"`) {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	time.Sleep(300 * time.Millisecond)
+	perDoc := map[string][]string{}
+	for _, d := range rcv.Deliveries() {
+		perDoc[d.DocKey] = append(perDoc[d.DocKey], d.ID)
+	}
+	for k, ids := range perDoc {
+		for _, id := range ids {
+			if k == first.DocKey && id != first.ID {
+				t.Fatalf("x1 re-delivered with id %s, first %s", id, first.ID)
+			}
+			if prev, ok := before[k]; ok && id != prev {
+				t.Fatalf("%s delivered with id %s after the restart, %s before", k, id, prev)
+			}
+		}
+		if k != first.DocKey && len(ids) != 1 {
+			t.Fatalf("%s delivered %d times after the restart: %v", k, len(ids), ids)
+		}
+	}
+	if len(perDoc) != 3 {
+		t.Fatalf("deliveries for %d documents, want 3: %v", len(perDoc), perDoc)
+	}
+}
