@@ -247,6 +247,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 			Min: sc.MaxInFlightMin, Max: sc.MaxInFlightMax,
 			Cap:  maxInFlightEvents(cfg),
 			Rate: sc.RateLimit, Burst: sc.RateLimitBurst,
+			BreakerMaxCooldown: sc.CircuitMaxCooldown,
 		},
 	}, nil
 }
@@ -359,6 +360,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		units:    units{running: map[string]*runningUnit{}, pushdowns: pushdowns{}},
 		unitDone: make(chan *runningUnit), stopped: make(chan struct{})}
 	g.cfgPtr.Store(cfg)
+	engine.SetAcked(g.acked)
 	if g.loadConfig == nil {
 		g.loadConfig = func() (*config.Config, error) { return config.Load(cfg.File) }
 	}
@@ -370,6 +372,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	g.backfills = newBackfiller(client, client.Database(cfg.Mongo.StateDatabase), cfg.Cluster.Instance, laneTarget{engine: engine, units: g.unitSources}, engine.SinksOf, m, log)
 	g.backfills.budget = budget
 	defer g.backfills.stopAll()
+	// Backfills are recorded with their acknowledged progress; those a
+	// previous run left running (a stop, a kill, a crash) resume here.
+	g.backfills.records = client.Database(cfg.Mongo.StateDatabase).Collection(backfillRecordsCollection)
+	resumeCtx, stopResume := context.WithCancel(ctx)
+	defer stopResume()
+	go g.backfills.resumeAll(resumeCtx, g.config)
 
 	for _, sc := range cfg.Sources {
 		g.stuckAfter = max(g.stuckAfter, sc.MaxAwait+5*time.Second)

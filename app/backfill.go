@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"golang.org/x/time/rate"
 
+	"github.com/changegate/changegate/checkpoint"
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/internal/mhash"
@@ -150,9 +151,45 @@ type backfiller struct {
 	// read is admitted against it before it is handed on.
 	budget *memory.Budget
 
+	// records, when set (the gateway), keeps each backfill's request and
+	// acknowledged progress, so that a restart resumes it (same id) from
+	// the last acknowledged _id; nil for the CLI.
+	records *mongo.Collection
+
 	mu    sync.Mutex
 	runs  map[string]*backfillRun
 	order []string // ids, oldest first
+}
+
+// backfillRecordsCollection holds one backfillRecord per backfill in the
+// state database.
+const backfillRecordsCollection = "backfill_runs"
+
+// backfillRecord is the stored form of a backfill: its request and its
+// acknowledged progress. Every document before After in Namespace (and
+// every namespace before it, in the scan's sorted order) was delivered,
+// dead-lettered or parked for every sink.
+type backfillRecord struct {
+	ID        string        `bson:"_id"`
+	Source    string        `bson:"source"`
+	Sink      string        `bson:"sink,omitempty"`
+	Filter    string        `bson:"filter,omitempty"`
+	Rate      float64       `bson:"rate"`
+	State     string        `bson:"state"` // running, done, failed, cancelled
+	Namespace string        `bson:"namespace,omitempty"`
+	After     bson.RawValue `bson:"after,omitempty"` // the last acknowledged _id
+	Scanned   int64         `bson:"scanned"`
+	StartedAt time.Time     `bson:"startedAt"`
+	UpdatedAt time.Time     `bson:"updatedAt"`
+}
+
+// backfillResume is where a resumed backfill starts.
+type backfillResume struct {
+	id        string
+	namespace string
+	after     bson.Raw
+	scanned   int64
+	startedAt time.Time
 }
 
 func newBackfiller(client *mongo.Client, stateDB *mongo.Database, instance string, target backfillTarget, sinksOf func(string) []string, m *metrics.Metrics, log *slog.Logger) *backfiller {
@@ -181,6 +218,10 @@ type backfillRun struct {
 	inFlight atomic.Int64
 	mu       sync.Mutex
 	st       BackfillStatus
+
+	resume        *backfillResume // nil: from the start
+	userCancelled atomic.Bool     // cancelled by cancelRun, not by a stop
+	acked         *checkpoint.Tracker
 }
 
 func (r *backfillRun) status() BackfillStatus {
@@ -292,13 +333,23 @@ func (b *backfiller) validate(cfg *config.Config, req *BackfillRequest) (bson.Ra
 // start validates req, locks its sinks and starts the backfill under ctx.
 // Nothing starts when it returns an error.
 func (b *backfiller) start(ctx context.Context, cfg *config.Config, req BackfillRequest) (*backfillRun, error) {
+	return b.startRun(ctx, cfg, req, nil)
+}
+
+// startRun is start, resuming from rs when it is not nil.
+func (b *backfiller) startRun(ctx context.Context, cfg *config.Config, req BackfillRequest, rs *backfillResume) (*backfillRun, error) {
 	filter, sinks, err := b.validate(cfg, &req)
 	if err != nil {
 		return nil, err
 	}
-	var idb [6]byte
-	_, _ = rand.Read(idb[:])
-	id := hex.EncodeToString(idb[:])
+	var id string
+	if rs != nil {
+		id = rs.id
+	} else {
+		var idb [6]byte
+		_, _ = rand.Read(idb[:])
+		id = hex.EncodeToString(idb[:])
+	}
 	owner := b.instance + "/" + id
 	var held []lease.Lease
 	release := func() {
@@ -321,8 +372,19 @@ func (b *backfiller) start(ctx context.Context, cfg *config.Config, req Backfill
 		held = append(held, l)
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &backfillRun{id: id, req: req, filter: filter, sinks: sinks, cancel: cancel, done: make(chan struct{})}
+	r := &backfillRun{id: id, req: req, filter: filter, sinks: sinks, cancel: cancel, done: make(chan struct{}), resume: rs}
 	r.st = BackfillStatus{ID: id, Source: req.Source, Sink: req.Sink, Filter: req.Filter, Rate: req.Rate, State: "running", StartedAt: time.Now().UTC()}
+	if rs != nil {
+		r.st.Scanned = rs.scanned
+		if !rs.startedAt.IsZero() {
+			r.st.StartedAt = rs.startedAt.UTC()
+		}
+	}
+	if err := b.saveRecord(ctx, r, "running"); err != nil {
+		cancel()
+		release()
+		return nil, fmt.Errorf("backfill: record: %w", err)
+	}
 	b.mu.Lock()
 	b.runs[id] = r
 	b.order = append(b.order, id)
@@ -345,6 +407,11 @@ func (b *backfiller) start(ctx context.Context, cfg *config.Config, req Backfill
 		defer cancel() // first: stops the lock renewal before the release
 		lost := make(chan struct{})
 		go b.renew(rctx, held, lost, cancel)
+		saverDone := make(chan struct{})
+		go func() {
+			defer close(saverDone)
+			b.saveProgress(rctx, r)
+		}()
 		err := b.run(rctx, r, src, log)
 		// What was sent is finished first (bounded: a cancelled CLI run
 		// stops its deliveries after this).
@@ -372,12 +439,159 @@ func (b *backfiller) start(ctx context.Context, cfg *config.Config, req Backfill
 		r.st.Filter = cutFilter(r.st.Filter)
 		r.filter = nil
 		r.mu.Unlock()
+		cancel()
+		<-saverDone
+		switch {
+		case st.State == "cancelled" && !r.userCancelled.Load():
+			// The process is stopping: the record stays running, with
+			// its last acknowledged progress, and the next start resumes.
+			b.saveProgressNow(context.WithoutCancel(ctx), r)
+			log.Info("backfill stopped with the process; it resumes on the next start", "scanned", st.Scanned)
+		default:
+			b.saveProgressNow(context.WithoutCancel(ctx), r)
+			if err := b.saveRecord(context.WithoutCancel(ctx), r, st.State); err != nil {
+				log.Warn("cannot record the backfill's end", "err", err)
+			}
+		}
 		log.Info("backfill ended", "state", st.State, "scanned", st.Scanned, "sent", st.Sent, "err", st.Error)
 		b.mu.Lock()
 		b.pruneLocked()
 		b.mu.Unlock()
 	}()
 	return r, nil
+}
+
+// saveRecord writes r's request and state (not its progress).
+func (b *backfiller) saveRecord(ctx context.Context, r *backfillRun, state string) error {
+	if b.records == nil {
+		return nil
+	}
+	st := r.status()
+	set := bson.D{
+		{Key: "source", Value: r.req.Source}, {Key: "sink", Value: r.req.Sink}, {Key: "filter", Value: r.req.Filter},
+		{Key: "rate", Value: r.req.Rate}, {Key: "state", Value: state}, {Key: "startedAt", Value: st.StartedAt},
+		{Key: "updatedAt", Value: time.Now().UTC()},
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := b.records.UpdateOne(wctx, bson.D{{Key: "_id", Value: r.id}}, bson.D{{Key: "$set", Value: set}}, options.UpdateOne().SetUpsert(true))
+	return err
+}
+
+// saveProgress saves r's acknowledged progress every second until ctx ends.
+func (b *backfiller) saveProgress(ctx context.Context, r *backfillRun) {
+	if b.records == nil {
+		return
+	}
+	var saved uint64
+	for {
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if tr := r.tracker(); tr != nil {
+			if _, v := tr.Position(); v != saved {
+				if b.saveProgressNow(ctx, r) {
+					saved = v
+				}
+			}
+		}
+	}
+}
+
+// saveProgressNow saves r's acknowledged progress once.
+func (b *backfiller) saveProgressNow(ctx context.Context, r *backfillRun) bool {
+	tr := r.tracker()
+	if b.records == nil || tr == nil {
+		return false
+	}
+	pos, _ := tr.Position()
+	var at struct {
+		NS string        `bson:"ns"`
+		ID bson.RawValue `bson:"_id"`
+	}
+	if len(pos.Token) == 0 || bson.Unmarshal(pos.Token, &at) != nil || at.NS == "" {
+		return false
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := b.records.UpdateOne(wctx, bson.D{{Key: "_id", Value: r.id}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "namespace", Value: at.NS}, {Key: "after", Value: at.ID},
+		{Key: "scanned", Value: r.status().Scanned}, {Key: "updatedAt", Value: time.Now().UTC()},
+	}}})
+	if err != nil {
+		b.log.Warn("cannot save backfill progress", "backfill", r.id, "err", err)
+		return false
+	}
+	return true
+}
+
+func (r *backfillRun) tracker() *checkpoint.Tracker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.acked
+}
+
+// resumeAll resumes, from their acknowledged progress and with the same
+// ids, the backfills a previous run of the gateway (or another replica)
+// left running: stopped, killed or crashed. A backfill whose sink lock is
+// still held (by its crashed owner until the lock expires, or by another
+// replica running it) is retried until it can be taken or is no longer
+// running. It returns when ctx ends or every such backfill was resumed.
+func (b *backfiller) resumeAll(ctx context.Context, cfg func() *config.Config) {
+	if b.records == nil {
+		return
+	}
+	for {
+		cur, err := b.records.Find(ctx, bson.D{{Key: "state", Value: "running"}})
+		var recs []backfillRecord
+		if err == nil {
+			err = cur.All(ctx, &recs)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			b.log.Warn("cannot list backfills to resume", "err", err)
+		}
+		waiting := err != nil
+		for _, rec := range recs {
+			b.mu.Lock()
+			_, mine := b.runs[rec.ID]
+			b.mu.Unlock()
+			if mine {
+				continue
+			}
+			req := BackfillRequest{Source: rec.Source, Sink: rec.Sink, Filter: rec.Filter, Rate: rec.Rate}
+			rs := &backfillResume{id: rec.ID, namespace: rec.Namespace, scanned: rec.Scanned, startedAt: rec.StartedAt}
+			if rec.Namespace != "" && rec.After.Type != 0 {
+				rs.after, _ = bson.Marshal(bson.D{{Key: "_id", Value: rec.After}})
+			}
+			_, err := b.startRun(ctx, cfg(), req, rs)
+			switch {
+			case err == nil:
+				b.log.Info("resumed a backfill left running", "backfill", rec.ID, "namespace", rec.Namespace, "scanned", rec.Scanned)
+			case errors.Is(err, ErrBackfillInput):
+				b.log.Warn("cannot resume a backfill: its request no longer fits the configuration", "backfill", rec.ID, "err", err)
+				_, _ = b.records.UpdateOne(ctx, bson.D{{Key: "_id", Value: rec.ID}}, bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: "failed"}}}})
+			default:
+				waiting = true // busy: its lock is still held
+			}
+		}
+		if !waiting {
+			return
+		}
+		t := time.NewTimer(5 * time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // pruneLocked forgets all but the newest backfillHistory finished
@@ -489,12 +703,26 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 		default:
 		}
 	}
+	// The acknowledged progress: each document read is a slot, its
+	// position {ns, _id}; the watermark is saved (saveProgress).
+	tr := checkpoint.NewTracker(backfillInFlight+1, checkpoint.Position{})
+	r.mu.Lock()
+	r.acked = tr
+	r.mu.Unlock()
 	for _, ns := range nss {
+		var after bson.Raw
+		if rs := r.resume; rs != nil && rs.namespace != "" {
+			if ns < rs.namespace {
+				continue // scanned before the restart
+			}
+			if ns == rs.namespace {
+				after = rs.after
+			}
+		}
 		db, coll, _ := strings.Cut(ns, ".")
 		r.mu.Lock()
 		r.st.Namespace = ns
 		r.mu.Unlock()
-		var after bson.Raw
 		for {
 			mark := b.target.mark(r.req.Source) // before the read
 			var f any = bson.D{}
@@ -530,11 +758,22 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 				doc := cur.Current
 				idv := doc.Lookup("_id")
 				after, _ = bson.Marshal(bson.D{{Key: "_id", Value: idv}})
+				tok, _ := bson.Marshal(bson.D{{Key: "ns", Value: ns}, {Key: "_id", Value: idv}})
+				seq, err := tr.Add(ctx, tok, bson.Timestamp{}, time.Time{})
+				if err != nil {
+					_ = cur.Close(context.WithoutCancel(ctx))
+					return err
+				}
+				done := func(failed bool) {
+					tr.Ack(seq)
+					finish(failed)
+				}
 				ev, err := source.SnapshotEvent(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), doc)
 				r.mu.Lock()
 				r.st.Scanned++
 				r.mu.Unlock()
 				if err != nil {
+					tr.Ack(seq)
 					continue
 				}
 				// Admitted against the byte budget as a change is; the
@@ -546,10 +785,11 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 				}
 				ev.Mem = mem
 				r.inFlight.Add(1)
-				sent := b.sendOrdered(ctx, r, db, coll, ev, idv, mark, finish)
+				sent := b.sendOrdered(ctx, r, db, coll, ev, idv, mark, done)
 				mem.Release()
 				if !sent {
 					r.inFlight.Add(-1)
+					tr.Ack(seq)
 					continue
 				}
 				docsSent.Inc()
@@ -656,6 +896,7 @@ func (b *backfiller) cancelRun(ctx context.Context, id string) (BackfillStatus, 
 	if r == nil {
 		return BackfillStatus{}, fmt.Errorf("%w %q", ErrBackfillNotFound, id)
 	}
+	r.userCancelled.Store(true)
 	r.cancel()
 	select {
 	case <-r.done:

@@ -23,8 +23,8 @@ import (
 // free units up to its fair share, hands the surplus over cleanly and
 // stops a unit at once when its lease is lost.
 //
-// Acquisition: SetOwnedUnits(owned + unit), checkpoint Fence with the new
-// epoch, engine PrepareUnit, then the unit's source starts under a new
+// Acquisition: SetOwnedUnits(owned + unit), checkpoint and dead-letter
+// Fence with the new epoch, engine PrepareUnit, then the unit's source starts under a new
 // tenure (its saves carry the epoch). Loss (no renewal before the local
 // deadline, a renewal refused, or a fenced save): the tenure ends (lanes
 // drop what they still hold of it, unacknowledged), the source stops
@@ -265,6 +265,16 @@ func (cl *clusterLoop) renewAll(ctx context.Context) {
 		default:
 			o.lease = nl
 			o.tenure.Extend(nl.Deadline)
+			if !o.tenure.Held() {
+				// The renewal returned after the local deadline: the
+				// tenure ended then (its work was cancelled and dropped)
+				// and cannot be revived. Lose the unit and give the
+				// renewed lease back, so that it is taken again (here
+				// or elsewhere) under a new tenure instead of running
+				// on with one that drops everything.
+				cl.loseLocked(o, "the lease's local deadline passed before its renewal returned")
+				go cl.endAndRelease(o)
+			}
 		}
 		cl.mu.Unlock()
 	}
@@ -290,6 +300,11 @@ func (cl *clusterLoop) acquire(ctx, srcCtx context.Context, unit string) {
 	// previous owner's saves are refused, and what it saved is read.
 	err = cl.g.cps.Fence(actx, unit, l.Epoch)
 	if err == nil {
+		// The same for its parked entries and dead letters: the previous
+		// owner's writes still on their way are refused by the store.
+		err = cl.g.dls.Fence(actx, unit, l.Epoch)
+	}
+	if err == nil {
 		err = cl.g.engine.PrepareUnit(actx, unit)
 	}
 	if err != nil {
@@ -301,8 +316,10 @@ func (cl *clusterLoop) acquire(ctx, srcCtx context.Context, unit string) {
 		}
 		cl.mu.Unlock()
 		o.tenure.End()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.renewEvery)
-		_, _ = cl.leases.Release(rctx, unit, cl.instance, l.Epoch)
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cl.renewEvery)
+		if o.tenure.Quiesce(qctx) == nil {
+			_, _ = cl.leases.Release(qctx, unit, cl.instance, l.Epoch)
+		}
 		cancel()
 		return
 	}
@@ -380,9 +397,27 @@ func (cl *clusterLoop) handOver(ctx context.Context, unit string) {
 		cl.g.engine.SetOwnedTenures(cl.ownedTenuresLocked())
 		cl.g.metrics.LeaseOwned.WithLabelValues(unit).Set(0)
 		cl.mu.Unlock()
-		o.tenure.End()
-		cl.release(o)
+		cl.endAndRelease(o)
 	}()
+}
+
+// endAndRelease ends o's tenure, which cancels every wait of its queued
+// work (limiter, backoff, pause, re-drive), waits (bounded) until no request
+// of the unit is in progress, and only then releases the lease: the next
+// owner, which may take the unit at once, is not overtaken by a request of
+// this one.
+func (cl *clusterLoop) endAndRelease(o *ownedUnit) {
+	o.tenure.End()
+	qctx, cancel := context.WithTimeout(context.Background(), cl.renewEvery)
+	err := o.tenure.Quiesce(qctx)
+	cancel()
+	if err != nil {
+		// A request that ignores its cancelled context: the lease is
+		// left to expire rather than released under it.
+		cl.log.Warn("handover: a request of the unit is still in progress; leaving its lease to expire", "unit", o.lease.Unit)
+		return
+	}
+	cl.release(o)
 }
 
 func (cl *clusterLoop) release(o *ownedUnit) {
@@ -414,8 +449,7 @@ func (cl *clusterLoop) releaseAll() {
 	cl.g.engine.SetOwnedUnits([]string{})
 	cl.mu.Unlock()
 	for _, o := range owned {
-		o.tenure.End()
-		cl.release(o)
+		cl.endAndRelease(o)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 
@@ -82,6 +83,47 @@ func (us *units) remove(u *runningUnit) {
 	if us.running[u.def.name] == u {
 		delete(us.running, u.def.name)
 	}
+}
+
+// acked is the engine's router.AckedFunc: the acknowledged position of the
+// source of unit running here. A unit (or source) the configuration does
+// not have any more does not hold its entries back.
+func (g *gateway) acked(unit string) (bson.Timestamp, bool) {
+	for _, d := range g.defs {
+		if d.name == unit || d.source == unit {
+			return g.units.acked(unit)
+		}
+	}
+	return bson.Timestamp{T: math.MaxUint32, I: math.MaxUint32}, true
+}
+
+// acked returns the acknowledged position of the source of unit running
+// here. An entry written without partitions names its source: then the
+// least position of the source's units.
+func (us *units) acked(unit string) (bson.Timestamp, bool) {
+	us.mu.Lock()
+	var srcs []*source.Source
+	if u := us.running[unit]; u != nil {
+		srcs = append(srcs, u.src)
+	} else {
+		for _, u := range us.running {
+			if u.def.source == unit {
+				srcs = append(srcs, u.src)
+			}
+		}
+	}
+	us.mu.Unlock()
+	var least bson.Timestamp
+	for i, src := range srcs {
+		at, ok := src.Acked()
+		if !ok {
+			return bson.Timestamp{}, false
+		}
+		if i == 0 || at.Before(least) {
+			least = at
+		}
+	}
+	return least, len(srcs) > 0
 }
 
 func compareStrings(a, b string) int {

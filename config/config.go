@@ -350,6 +350,10 @@ type Sink struct {
 	// RateLimitBurst is the token bucket size (rate_limit_burst; default
 	// one second's worth, at least 1); 0 when RateLimit is 0.
 	RateLimitBurst int
+	// CircuitMaxCooldown (circuit_max_cooldown, 1s..1h, default 10s) caps
+	// how long an open circuit waits before its next probe: a receiver
+	// that recovered is seen within it.
+	CircuitMaxCooldown time.Duration
 	// Ordering is the ordering guarantee (default OrderingKey).
 	Ordering Ordering
 	// BatchSize is the maximum number of events per request (default 1;

@@ -194,6 +194,20 @@ sinks[3].rate_limit_burst: needs rate_limit at config.toml:31
 sinks[4].max_in_flight: expected "auto" or an integer, got boolean at config.toml:36
 sinks[4].rate_limit: "-5/s": the count must be at least 1 at config.toml:37`},
 
+		{"circuit cooldown out of range", head + `
+[[sinks]]
+name = "a"
+type = "webhook"
+url = "https://example.com/"
+circuit_max_cooldown = "500ms"
+[[sinks]]
+name = "b"
+type = "webhook"
+url = "https://example.com/"
+circuit_max_cooldown = "2h"
+`, nil, `sinks[0].circuit_max_cooldown: must be at least 1s, got 500ms at config.toml:8
+sinks[1].circuit_max_cooldown: must be at most 1h0m0s, got 2h0m0s at config.toml:13`},
+
 		{"mongo uri the driver rejects", `
 [mongo]
 uri = "mongodb://localhost/?maxPoolSize=lots"

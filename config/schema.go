@@ -32,6 +32,12 @@ const (
 	MaxInFlightAuto           = "auto"
 	DefaultSinkMaxInFlightMin = 1
 	DefaultSinkMaxInFlightMax = 1024
+	// DefaultSinkCircuitMaxCooldown is the default circuit_max_cooldown:
+	// the longest an open circuit waits before it probes the receiver
+	// (the wait starts at 1s and doubles with every failed probe).
+	DefaultSinkCircuitMaxCooldown = 10 * time.Second
+	// MaxSinkCircuitMaxCooldown bounds circuit_max_cooldown.
+	MaxSinkCircuitMaxCooldown = time.Hour
 	DefaultParkAfter          = 30 * time.Second
 
 	DefaultRetryMaxAttempts     = 8

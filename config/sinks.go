@@ -178,6 +178,12 @@ func (d *decoder) concurrency(o *obj, s *Sink) {
 			s.RateLimit = r
 		}
 	}
+	var present bool
+	s.CircuitMaxCooldown, present = o.duration("circuit_max_cooldown", DefaultSinkCircuitMaxCooldown, time.Second)
+	if present && s.CircuitMaxCooldown > MaxSinkCircuitMaxCooldown {
+		d.errorf(o.keyPath("circuit_max_cooldown"), o.lookup("circuit_max_cooldown").line, "must be at most %s, got %s", MaxSinkCircuitMaxCooldown, s.CircuitMaxCooldown)
+		s.CircuitMaxCooldown = DefaultSinkCircuitMaxCooldown
+	}
 	burstVal := o.t.get("rate_limit_burst")
 	burst := int(o.integer("rate_limit_burst", 0, 1, math.MaxInt32))
 	switch {

@@ -115,6 +115,10 @@ type Entry struct {
 	// time it is written, whenever that is. Entries written by older versions
 	// carry a time-based Order, kept as a tie-break.
 	Order int64
+	// Epoch is the lease epoch (cluster mode) of the tenure that wrote the
+	// entry; 0 outside cluster mode. With it, Put and PutMany are fenced:
+	// refused by the store when the unit's fence (Store.Fence) is higher.
+	Epoch int64
 	// Version changes on every write of the entry (Put and PutMany draw a
 	// new one). A re-drive deletes an entry only at the version it read
 	// (DeleteVersion), so an entry written again in between survives.
@@ -127,6 +131,12 @@ type Entry struct {
 	// last persisted resume token of the source before the gap.
 	GapFrom, GapTo time.Time
 	LastToken      bson.Raw
+	// Txn is the event's transaction metadata (event.Event.Txn), nil for
+	// a single write and for entries written before transactions were
+	// marked. It is stored because its index and last depend on the
+	// stream around the change, not on the change alone; Event restores
+	// it, so a replay or re-drive delivers the same txn.
+	Txn *event.Txn
 }
 
 // EntryID returns the _id of the failed or parked entry of an event and sink.
@@ -184,6 +194,7 @@ func EntryFor(e *event.Event, sink string, kind Kind) (Entry, error) {
 		Envelope:    envDoc,
 		Shaped:      e.Shape() != nil,
 		ClusterTime: e.ClusterTime,
+		Txn:         e.Txn,
 	}, nil
 }
 
@@ -193,7 +204,7 @@ func EntryFor(e *event.Event, sink string, kind Kind) (Entry, error) {
 var ErrNotReplayable = errors.New("entry cannot be replayed")
 
 // Event rebuilds the event of a failed or parked entry from its change
-// document, with the entry's rules. Its Seq is 0.
+// document, with the entry's rules and transaction metadata. Its Seq is 0.
 func (e Entry) Event() (*event.Event, error) {
 	if e.Kind == KindGap || len(e.Change) == 0 {
 		return nil, fmt.Errorf("dead letter %s: %w", e.ID, ErrNotReplayable)
@@ -205,6 +216,7 @@ func (e Entry) Event() (*event.Event, error) {
 	if len(e.Rules) > 0 {
 		ev.Rules = append([]string(nil), e.Rules...)
 	}
+	ev.Txn = e.Txn
 	return ev, nil
 }
 
@@ -212,6 +224,13 @@ func (e Entry) Event() (*event.Event, error) {
 type jsonTimestamp struct {
 	T uint32 `json:"t"`
 	I uint32 `json:"i"`
+}
+
+// txnJSON is an entry's transaction metadata in JSON.
+type txnJSON struct {
+	ID    string `json:"id"`
+	Index int    `json:"index"`
+	Last  bool   `json:"last,omitempty"`
 }
 
 type entryJSON struct {
@@ -245,6 +264,7 @@ type entryJSON struct {
 	LastToken     json.RawMessage `json:"lastToken,omitempty"`
 	ChangeDropped bool            `json:"changeDropped,omitempty"`
 	Shaped        bool            `json:"shaped,omitempty"`
+	Txn           *txnJSON        `json:"txn,omitempty"`
 	Envelope      json.RawMessage `json:"envelope,omitempty"`
 	Change        json.RawMessage `json:"change,omitempty"`
 }
@@ -261,6 +281,9 @@ func (e Entry) MarshalJSON() ([]byte, error) {
 		FirstFailedAt: utc(e.FirstFailedAt), LastFailedAt: utc(e.LastFailedAt), CreatedAt: utc(e.CreatedAt),
 		Order: e.Order, RetryAt: utc(e.RetryAt), GapFrom: utc(e.GapFrom), GapTo: utc(e.GapTo), ChangeDropped: e.ChangeDropped,
 		Shaped: e.Shaped,
+	}
+	if e.Txn != nil {
+		j.Txn = &txnJSON{ID: e.Txn.ID, Index: e.Txn.Index, Last: e.Txn.Last}
 	}
 	change := e.Change
 	if e.Shaped {
@@ -324,6 +347,9 @@ func (e *Entry) UnmarshalJSON(b []byte) error {
 		FirstFailedAt: utc(j.FirstFailedAt), LastFailedAt: utc(j.LastFailedAt), CreatedAt: utc(j.CreatedAt),
 		Order: j.Order, RetryAt: utc(j.RetryAt), GapFrom: utc(j.GapFrom), GapTo: utc(j.GapTo), ChangeDropped: j.ChangeDropped,
 		Shaped: j.Shaped,
+	}
+	if j.Txn != nil {
+		out.Txn = &event.Txn{ID: j.Txn.ID, Index: j.Txn.Index, Last: j.Txn.Last}
 	}
 	if j.ClusterTime != nil {
 		out.ClusterTime = bson.Timestamp{T: j.ClusterTime.Timestamp.T, I: j.ClusterTime.Timestamp.I}

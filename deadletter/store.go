@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -12,7 +13,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
+	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/internal/bsonraw"
+	"github.com/changegate/changegate/lease"
 )
 
 // ErrNotFound is returned (wrapped) when an entry named by id does not exist.
@@ -67,14 +70,17 @@ type Filter struct {
 // an event counts as durably dead-lettered once Put returned. A Store is
 // safe for concurrent use.
 type Store struct {
-	coll *mongo.Collection
+	coll   *mongo.Collection
+	fences *mongo.Collection // <collection>_fences: one epoch guard per unit
 }
 
 // NewStore returns a Store on db.collection. Call EnsureIndexes once at
 // startup.
 func NewStore(db *mongo.Database, collection string) *Store {
+	wc := options.Collection().SetWriteConcern(writeconcern.Majority())
 	return &Store{
-		coll: db.Collection(collection, options.Collection().SetWriteConcern(writeconcern.Majority())),
+		coll:   db.Collection(collection, wc),
+		fences: db.Collection(collection+"_fences", wc),
 	}
 }
 
@@ -130,6 +136,16 @@ type record struct {
 	GapFrom       time.Time      `bson:"gapFrom,omitempty"`
 	GapTo         time.Time      `bson:"gapTo,omitempty"`
 	LastToken     bson.Raw       `bson:"lastToken,omitempty"`
+	Epoch         int64          `bson:"epoch,omitempty"`
+	Txn           *txnRecord     `bson:"txn,omitempty"`
+}
+
+// txnRecord is an entry's transaction metadata as stored (entries written
+// before transaction support have none).
+type txnRecord struct {
+	ID    string `bson:"id"`
+	Index int64  `bson:"index"`
+	Last  bool   `bson:"last,omitempty"`
 }
 
 func (r *record) entry() Entry {
@@ -141,7 +157,15 @@ func (r *record) entry() Entry {
 		FirstError: r.FirstError, LastError: r.LastError,
 		FirstFailedAt: utc(r.FirstFailedAt), LastFailedAt: utc(r.LastFailedAt), CreatedAt: utc(r.CreatedAt),
 		Order: r.Order, Version: r.Version, RetryAt: utc(r.RetryAt), GapFrom: utc(r.GapFrom), GapTo: utc(r.GapTo), LastToken: r.LastToken,
+		Epoch: r.Epoch, Txn: r.Txn.txn(),
 	}
+}
+
+func (t *txnRecord) txn() *event.Txn {
+	if t == nil {
+		return nil
+	}
+	return &event.Txn{ID: t.ID, Index: int(t.Index), Last: t.Last}
 }
 
 // upsert returns the filter and update that write e idempotently.
@@ -240,9 +264,15 @@ func upsert(e Entry, now time.Time) (bson.D, bson.D, error) {
 	if !e.ClusterTime.IsZero() {
 		set = append(set, bson.E{Key: "clusterTime", Value: e.ClusterTime})
 	}
+	if e.Txn != nil {
+		set = append(set, bson.E{Key: "txn", Value: txnRecord{ID: e.Txn.ID, Index: int64(e.Txn.Index), Last: e.Txn.Last}})
+	}
 	str("reason", e.Reason)
 	str("lastError", e.LastError)
 	set = append(set, bson.E{Key: "ver", Value: e.Version})
+	if e.Epoch > 0 {
+		set = append(set, bson.E{Key: "epoch", Value: e.Epoch})
+	}
 	if e.RetryAt.IsZero() {
 		unset = append(unset, bson.E{Key: "retryAt", Value: ""})
 	} else {
@@ -284,6 +314,16 @@ func (s *Store) Put(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
+	if e.Epoch > 0 {
+		err := s.fenced(ctx, []Entry{e}, func(ctx context.Context) error {
+			_, err := s.coll.UpdateOne(ctx, q, u, options.UpdateOne().SetUpsert(true))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("dead letter %s: put: %w", e.ID, err)
+		}
+		return nil
+	}
 	if _, err := s.coll.UpdateOne(ctx, q, u, options.UpdateOne().SetUpsert(true)); err != nil {
 		return fmt.Errorf("dead letter %s: put: %w", e.ID, err)
 	}
@@ -291,24 +331,112 @@ func (s *Store) Put(ctx context.Context, e Entry) error {
 }
 
 // PutMany writes es like Put, as one ordered bulk write: on an error the
-// entries before the failing one are written and the rest are not.
+// entries before the failing one are written and the rest are not (with
+// epochs, in one transaction: all or none).
 func (s *Store) PutMany(ctx context.Context, es []Entry) error {
 	if len(es) == 0 {
 		return nil
 	}
 	now := time.Now()
 	models := make([]mongo.WriteModel, 0, len(es))
+	epochs := false
 	for _, e := range es {
 		q, u, err := upsert(e, now)
 		if err != nil {
 			return err
 		}
 		models = append(models, mongo.NewUpdateOneModel().SetFilter(q).SetUpdate(u).SetUpsert(true))
+		epochs = epochs || e.Epoch > 0
 	}
-	if _, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(true)); err != nil {
+	write := func(ctx context.Context) error {
+		_, err := s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(true))
+		return err
+	}
+	var err error
+	if epochs {
+		err = s.fenced(ctx, es, write)
+	} else {
+		err = write(ctx)
+	}
+	if err != nil {
 		return fmt.Errorf("dead letters: put %d entries: %w", len(es), err)
 	}
 	return nil
+}
+
+// ErrFenced is returned (wrapped) by Put and PutMany when an entry's Epoch
+// is below its unit's fence (a newer owner of the unit took it over), and by
+// Fence when the unit is fenced by a higher epoch already. Nothing is
+// written then.
+var ErrFenced = errors.New("unit claimed by a newer lease epoch")
+
+// Fence claims unit for lease epoch (> 0) in the store: from then on, writes
+// of entries of unit with an older Epoch are refused (ErrFenced) by the
+// store itself. The new owner of a unit fences it before it re-drives or
+// writes anything of it, as it fences the unit's checkpoint.
+func (s *Store) Fence(ctx context.Context, unit string, epoch int64) error {
+	if epoch <= 0 {
+		return fmt.Errorf("dead letters: fence %s: epoch %d is not positive", unit, epoch)
+	}
+	if err := s.raiseFence(ctx, unit, epoch); err != nil {
+		return fmt.Errorf("dead letters: fence %s with epoch %d: %w", unit, epoch, err)
+	}
+	return nil
+}
+
+// raiseFence sets unit's fence to epoch unless it is higher (ErrFenced). It
+// always writes the guard document (a counter), so that in a transaction it
+// conflicts with a concurrent Fence.
+func (s *Store) raiseFence(ctx context.Context, unit string, epoch int64) error {
+	_, err := s.fences.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: unit}, lease.EpochGuard("epoch", epoch)},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "epoch", Value: epoch}}}, {Key: "$inc", Value: bson.D{{Key: "writes", Value: int64(1)}}}},
+		options.UpdateOne().SetUpsert(true))
+	if mongo.IsDuplicateKeyError(err) {
+		return ErrFenced // the guard holds a higher epoch: the upsert collided
+	}
+	return err
+}
+
+// fenced runs write in a transaction that first checks (and writes) the
+// fence of every unit of es: if one holds a higher epoch than its entries',
+// the transaction is aborted and nothing is written. A concurrent Fence
+// conflicts with the transaction's write of the guard, so a refused write
+// is refused by MongoDB at the moment it would apply, however long the
+// request was delayed on its way.
+func (s *Store) fenced(ctx context.Context, es []Entry, write func(context.Context) error) error {
+	type guard struct {
+		unit  string
+		epoch int64
+	}
+	var guards []guard
+	for _, e := range es {
+		if e.Epoch <= 0 {
+			continue
+		}
+		unit := e.Unit
+		if unit == "" {
+			unit = e.Source
+		}
+		g := guard{unit, e.Epoch}
+		if !slices.Contains(guards, g) {
+			guards = append(guards, g)
+		}
+	}
+	sess, err := s.coll.Database().Client().StartSession()
+	if err != nil {
+		return err
+	}
+	defer sess.EndSession(context.WithoutCancel(ctx))
+	_, err = sess.WithTransaction(ctx, func(ctx context.Context) (any, error) {
+		for _, g := range guards {
+			if err := s.raiseFence(ctx, g.unit, g.epoch); err != nil {
+				return nil, err
+			}
+		}
+		return nil, write(ctx)
+	}, options.Transaction().SetWriteConcern(writeconcern.Majority()))
+	return err
 }
 
 // Get returns the entry with id, and false (with no error) when there is none.

@@ -3,6 +3,7 @@
 package event
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -71,6 +72,10 @@ type Event struct {
 	// encodings and shaped views cached on the event are charged to it
 	// when they are made (Mem.Grow); views share their event's Mem.
 	Mem *memory.Charge
+	// Txn is the transaction metadata of an event written by a
+	// multi-document transaction, nil for a single write. Set by the source
+	// before dispatch (and by dead-letter replay from the stored entry).
+	Txn *Txn
 
 	relaxed   lazyJSON
 	canonical lazyJSON
@@ -431,6 +436,10 @@ func (e *Event) encodeFast(canonical bool) ([]byte, error) {
 		b = e.WallTime.AppendFormat(b, time.RFC3339Nano)
 		b = append(b, '"')
 	}
+	if e.Txn != nil {
+		b = append(b, `,"txn":`...)
+		b = appendTxnJSON(b, e.Txn)
+	}
 	b = append(b, `,"rules":[`...)
 	for i, r := range e.Rules {
 		if i > 0 {
@@ -469,6 +478,19 @@ func (e *Event) encodeDriver(canonical bool) ([]byte, error) {
 	b, err := bson.MarshalExtJSON(d, canonical, false)
 	if err != nil {
 		return nil, fmt.Errorf("event %s: encode envelope: %w", e.ID, err)
+	}
+	if e.Txn != nil {
+		// Before "rules", with plain JSON numbers as encodeFast writes them
+		// (canonical Extended JSON would wrap the index in $numberLong).
+		i := bytes.LastIndex(b, []byte(`,"rules":`))
+		if i < 0 {
+			return nil, fmt.Errorf("event %s: encode envelope: no rules", e.ID)
+		}
+		out := make([]byte, 0, len(b)+len(e.Txn.ID)+40)
+		out = append(out, b[:i]...)
+		out = append(out, `,"txn":`...)
+		out = appendTxnJSON(out, e.Txn)
+		b = append(out, b[i:]...)
 	}
 	return b, nil
 }

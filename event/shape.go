@@ -43,7 +43,8 @@ const (
 	// key, cluster time) travels beside it: webhook headers, SQS message
 	// attributes, or in the EventBridge detail (see Event.Record).
 	FormDocument
-	// FormKey is {"id", "operationType", "ns", "documentKey"} only.
+	// FormKey is {"id", "operationType", "ns", "documentKey"} only (and
+	// "txn" for an event of a transaction).
 	FormKey
 )
 
@@ -941,7 +942,7 @@ func (e *Event) Shaped(s *Shape) (view *Event, skip bool) {
 	v := &Event{
 		ID: base.ID, Source: base.Source, Seq: base.Seq, Token: base.Token, OperationType: base.OperationType,
 		DB: base.DB, Coll: base.Coll, DocumentKey: base.DocumentKey, ClusterTime: base.ClusterTime,
-		WallTime: base.WallTime, Rules: base.Rules, Tenure: base.Tenure, Mem: base.Mem,
+		WallTime: base.WallTime, Rules: base.Rules, Tenure: base.Tenure, Txn: base.Txn, Mem: base.Mem,
 	}
 	vs := &viewState{base: base, shape: s}
 	v.view = vs
@@ -1020,7 +1021,8 @@ func (e *Event) encodeDocument(canonical bool) ([]byte, error) {
 	return b, nil
 }
 
-// encodeKey returns {"id","operationType","ns","documentKey"}.
+// encodeKey returns {"id","operationType","ns","documentKey"} and, for an
+// event of a transaction, "txn".
 func (e *Event) encodeKey(canonical bool) ([]byte, error) {
 	b := make([]byte, 0, 128+len(e.DocumentKey)*2)
 	b = append(b, `{"id":`...)
@@ -1038,6 +1040,10 @@ func (e *Event) encodeKey(canonical bool) ([]byte, error) {
 		if b, _, err = appendExtJSONValue(b, v.Type, v.Value, canonical); err != nil {
 			return nil, fmt.Errorf("event %s: encode envelope: %w", e.ID, err)
 		}
+	}
+	if e.Txn != nil {
+		b = append(b, `,"txn":`...)
+		b = appendTxnJSON(b, e.Txn)
 	}
 	return append(b, '}'), nil
 }
@@ -1061,7 +1067,7 @@ func (e *Event) encodeRecord(canonical bool) ([]byte, error) {
 	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
 	s := &Event{
 		ID: e.ID, Source: e.Source, OperationType: e.OperationType, DB: e.DB, Coll: e.Coll,
-		DocumentKey: e.DocumentKey, ClusterTime: e.ClusterTime, WallTime: e.WallTime, Raw: bson.Raw(dst), Rules: e.Rules,
+		DocumentKey: e.DocumentKey, ClusterTime: e.ClusterTime, WallTime: e.WallTime, Raw: bson.Raw(dst), Rules: e.Rules, Txn: e.Txn,
 	}
 	return s.encode(canonical)
 }
@@ -1105,8 +1111,8 @@ type MetaField struct {
 
 // Metadata returns the metadata a document-form payload carries beside its
 // body (webhook headers, SQS message attributes), in a fixed order: id,
-// operationType, ns, documentKey, clusterTime; items the event lacks are
-// left out.
+// operationType, ns, documentKey, clusterTime, txn (its JSON object);
+// items the event lacks are left out.
 func (e *Event) Metadata() []MetaField {
 	ns := e.DB
 	if e.Coll != "" {
@@ -1123,6 +1129,9 @@ func (e *Event) Metadata() []MetaField {
 	}
 	if e.ClusterTime.T != 0 {
 		m = append(m, MetaField{"clusterTime", time.Unix(int64(e.ClusterTime.T), 0).UTC().Format(time.RFC3339)})
+	}
+	if e.Txn != nil {
+		m = append(m, MetaField{"txn", e.Txn.JSON()})
 	}
 	return m
 }

@@ -50,6 +50,8 @@ type Metrics struct {
 	HistoryLost       *prometheus.CounterVec   // source
 	SplitEvents       *prometheus.CounterVec   // source: events reassembled from fragments
 	OversizeEvents    *prometheus.CounterVec   // source: changes MongoDB could not return (10334)
+	Transactions      *prometheus.CounterVec   // source: multi-document transactions read (their last event handed on)
+	TransactionEvents *prometheus.HistogramVec // source: events per transaction read
 	StreamFailures    *prometheus.GaugeVec     // source: consecutive stream failures without progress
 	SinkOversize      *prometheus.CounterVec   // sink, action: events over the sink's payload limit, stripped or dead-lettered
 	CheckpointSaves   *prometheus.CounterVec   // source
@@ -127,6 +129,13 @@ func New(reg prometheus.Registerer) *Metrics {
 		OversizeEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "changegate_oversize_events_total", Help: "Change events MongoDB could not return (BSONObjectTooLarge) and the source skipped or stopped at.",
 		}, []string{"source"}),
+		Transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_transactions_total", Help: "Multi-document transactions read by a source (counted when their last event is handed on; a transaction read again after a restart counts again).",
+		}, []string{"source"}),
+		TransactionEvents: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "changegate_transaction_events", Help: "Events per multi-document transaction read by a source (those of its changes the source reads).",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 500, 1000, 10000},
+		}, []string{"source"}),
 		StreamFailures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "changegate_stream_consecutive_failures", Help: "Change stream failures since the stream last made progress; 0 while it reads.",
 		}, []string{"source"}),
@@ -185,7 +194,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts, m.DeliveryFailures,
 			m.DeliveryDuration, m.EndToEndLag, m.InFlight, m.QueueDepth, m.SinkParked, m.SinkConcurrency,
-			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.SplitEvents, m.OversizeEvents, m.StreamFailures, m.SinkOversize, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
+			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.SplitEvents, m.OversizeEvents, m.Transactions, m.TransactionEvents, m.StreamFailures, m.SinkOversize, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
 			m.LeaseOwned, m.LeaseAcquisitions, m.LeaseLosses, m.ClusterMembers, m.ClusterMember,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

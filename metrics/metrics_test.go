@@ -50,6 +50,8 @@ var families = []family{
 	{"changegate_history_lost_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.HistoryLost.WithLabelValues("s").Inc() }},
 	{"changegate_split_events_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.SplitEvents.WithLabelValues("s").Inc() }},
 	{"changegate_oversize_events_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.OversizeEvents.WithLabelValues("s").Inc() }},
+	{"changegate_transactions_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.Transactions.WithLabelValues("s").Inc() }},
+	{"changegate_transaction_events", histogram, []string{"source"}, func(m *metrics.Metrics) { m.TransactionEvents.WithLabelValues("s").Observe(3) }},
 	{"changegate_sink_oversize_events_total", counter, []string{"action", "sink"}, func(m *metrics.Metrics) {
 		m.SinkOversize.WithLabelValues("k", metrics.OversizeStrip).Inc()
 	}},

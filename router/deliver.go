@@ -3,8 +3,10 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -137,8 +139,14 @@ func (d *deliverer) waitReady(ctx context.Context, items []*item, fin finisher) 
 	}
 }
 
-// send makes one attempt through the limiter.
-func (d *deliverer) send(ctx context.Context, evs []*event.Event) error {
+// send makes one attempt for items through the limiter. ctx is the
+// attempt's context, cancelled when a tenure of the items ends. Right after
+// the limiter admitted the request, each item's tenure is entered (its
+// request is in progress until Send returns, see event.Tenure.Quiesce); if
+// one has ended, nothing is sent and errTenureEnded is returned. The sink
+// gets a context with the fence, which it checks once more immediately
+// before it writes the request (sinks.CheckFence).
+func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event) error {
 	var release func(error)
 	if d.limit != nil {
 		r, err := d.limit.Acquire(ctx)
@@ -147,18 +155,96 @@ func (d *deliverer) send(ctx context.Context, evs []*event.Event) error {
 		}
 		release = r
 	}
+	ts := tenuresOf(items)
+	for i, t := range ts {
+		if !t.Enter() {
+			for _, t := range ts[:i] {
+				t.Exit()
+			}
+			if release != nil {
+				release(context.Canceled) // not the receiver's doing
+			}
+			return errTenureEnded
+		}
+	}
+	if len(ts) > 0 {
+		ctx = sinks.WithFence(ctx, func() bool { return allHeld(ts) })
+	}
 	start := d.clk.Now()
 	d.mAttempts.Inc()
 	err := d.sink.Send(memory.WithBudget(ctx, d.budget), evs)
 	d.mDuration.Observe(d.clk.Now().Sub(start).Seconds())
+	fenced := err != nil && !allHeld(ts)
+	for _, t := range ts {
+		t.Exit()
+	}
 	if release != nil {
-		if err != nil && ctx.Err() != nil {
+		if err != nil && (ctx.Err() != nil || fenced) {
 			release(context.Canceled) // ours, not the receiver's
 		} else {
 			release(err)
 		}
 	}
+	if fenced {
+		return fmt.Errorf("%w: %w", errTenureEnded, err)
+	}
 	return err
+}
+
+// errTenureEnded reports that an attempt was given up because the tenure of
+// one of its items ended (cluster mode).
+var errTenureEnded = errors.New("tenure ended")
+
+// tenuresOf returns the distinct tenures of items (none in single process
+// mode).
+func tenuresOf(items []*item) []*event.Tenure {
+	var ts []*event.Tenure
+	for _, it := range items {
+		t := it.ev.Tenure
+		if t != nil && !slices.Contains(ts, t) {
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
+
+func allHeld(ts []*event.Tenure) bool {
+	for _, t := range ts {
+		if !t.Held() {
+			return false
+		}
+	}
+	return true
+}
+
+// tenureCtx returns ctx, also cancelled when one of the tenures of items
+// ends: every wait of an attempt (pause, backoff, limiter, the request
+// itself) ends with the tenure.
+func tenureCtx(ctx context.Context, items []*item) (context.Context, context.CancelFunc) {
+	ts := tenuresOf(items)
+	if len(ts) == 0 {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stops := make([]chan struct{}, 0, len(ts))
+	for _, t := range ts {
+		stop := make(chan struct{})
+		stops = append(stops, stop)
+		go func(done <-chan struct{}) {
+			select {
+			case <-done:
+				cancel()
+			case <-stop:
+			case <-ctx.Done():
+			}
+		}(t.Done())
+	}
+	return ctx, func() {
+		for _, s := range stops {
+			close(s)
+		}
+		cancel()
+	}
 }
 
 // deliver sends items with retries. In modeLive it finishes every item
@@ -176,15 +262,22 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 	pending := items
 	evs := make([]*event.Event, 0, len(items))
 	for {
-		if !d.waitReady(ctx, pending, fin) {
-			return pending, ctx.Err()
-		}
-		if mode == modeLive {
-			// The unit's lease may have been lost while these waited:
-			// its next owner delivers them, not this replica.
-			if pending = fin.dropLost(pending); len(pending) == 0 {
+		actx, stop := tenureCtx(ctx, pending)
+		if !d.waitReady(actx, pending, fin) {
+			stop()
+			if ctx.Err() != nil {
+				return pending, ctx.Err()
+			}
+			// A tenure ended while the items waited out a pause or a
+			// backoff: its next owner delivers them, not this replica.
+			var done bool
+			if pending, done = d.dropEnded(pending, mode, fin); done {
+				return pending, errTenureEnded
+			}
+			if len(pending) == 0 {
 				return nil, nil
 			}
+			continue
 		}
 		now := d.clk.Now()
 		evs = evs[:0]
@@ -196,13 +289,30 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 			it.retryAt = time.Time{}
 			evs = append(evs, it.ev)
 		}
-		err := d.send(ctx, evs)
+		err := d.send(actx, pending, evs)
+		stop()
 		if err == nil {
 			d.succeeded(pending, mode, fin)
 			return nil, nil
 		}
 		if ctx.Err() != nil {
 			return pending, ctx.Err()
+		}
+		if errors.Is(err, errTenureEnded) || !allHeld(tenuresOf(pending)) {
+			// Ended while the attempt waited in the limiter (queued
+			// behind a concurrency limit or an open circuit), or during
+			// the request: nothing more is sent for those items.
+			for _, it := range pending {
+				it.attempts--
+			}
+			var done bool
+			if pending, done = d.dropEnded(pending, mode, fin); done {
+				return pending, errTenureEnded
+			}
+			if len(pending) == 0 {
+				return nil, nil
+			}
+			continue
 		}
 		var decision *sinks.Error
 		var be *sinks.BatchError
@@ -279,6 +389,16 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 			it.retryAt = now.Add(wait)
 		}
 	}
+}
+
+// dropEnded drops the items whose tenure ended. In modeLive they are dropped
+// unacknowledged (fin.dropLost) and the rest returned; in the other modes
+// done is true when any tenure ended: the attempts stop.
+func (d *deliverer) dropEnded(pending []*item, mode deliveryMode, fin finisher) (rest []*item, done bool) {
+	if mode == modeLive {
+		return fin.dropLost(pending), false
+	}
+	return pending, !allHeld(tenuresOf(pending))
 }
 
 func (it *item) noteErr(de *sinks.Error) {

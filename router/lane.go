@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -416,6 +417,12 @@ func (l *Lane) persist(ctx context.Context, what string, f func(context.Context)
 		if ctx.Err() != nil {
 			return false
 		}
+		if errors.Is(err, deadletter.ErrFenced) {
+			// A newer owner of the unit fenced it in the store: the
+			// write was refused, and retrying cannot help.
+			l.log.Warn("dead-letter store refused a write of a unit another replica took over; dropped unacknowledged", "op", what, "err", err)
+			return false
+		}
 		l.log.Error("cannot write to the dead-letter store; retrying (events stay unacknowledged)", "op", what, "err", err)
 		if !sleep(ctx, l.clk, wait) {
 			return false
@@ -424,6 +431,18 @@ func (l *Lane) persist(ctx context.Context, what string, f func(context.Context)
 			wait *= 2
 		}
 	}
+}
+
+// fencedWrite returns err, first ending the tenures of items when the store
+// refused the write because a newer owner fenced their unit: the lease is
+// lost, whatever the lease loop knows yet.
+func fencedWrite(err error, items ...*item) error {
+	if errors.Is(err, deadletter.ErrFenced) {
+		for _, it := range items {
+			it.ev.Tenure.End()
+		}
+	}
+	return err
 }
 
 // deadLetter writes items to the dead-letter store and acks them
@@ -440,7 +459,7 @@ func (l *Lane) deadLetter(items []*item, reason string) {
 		// Dead-lettering must complete even when the lane's live context
 		// was cancelled by parking; it stops only with the engine.
 		mem := l.budget.Force(writeBytes(e))
-		ok := l.persist(l.engineCtx(), "dead-letter", func(ctx context.Context) error { return l.dl.Put(ctx, e) })
+		ok := l.persist(l.engineCtx(), "dead-letter", func(ctx context.Context) error { return fencedWrite(l.dl.Put(ctx, e), it) })
 		mem.Release()
 		if !ok {
 			continue

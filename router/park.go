@@ -2,8 +2,10 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/changegate/changegate/deadletter"
@@ -34,7 +36,8 @@ func (l *Lane) entry(it *item, kind deadletter.Kind, reason string) (deadletter.
 	e.Attempts = it.attempts
 	e.Reason = reason
 	if t := it.ev.Tenure; t != nil {
-		e.Unit = t.Unit
+		// The write is fenced in the store by the tenure's epoch.
+		e.Unit, e.Epoch = t.Unit, t.Epoch
 	}
 	e.FirstError, e.LastError = it.firstErr, it.lastErr
 	e.FirstFailedAt, e.LastFailedAt = it.first, l.clk.Now()
@@ -60,7 +63,7 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 	}
 	mem := l.budget.Force(writeBytes(es...))
 	defer mem.Release()
-	if !l.persist(ctx, "park", func(ctx context.Context) error { return l.dl.PutMany(ctx, es) }) {
+	if !l.persist(ctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) }) {
 		return
 	}
 	l.mParked.Add(float64(len(items)))
@@ -170,7 +173,12 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 			sleep(ctx, l.clk, idle)
 			continue
 		}
-		l.redriveEntries(ctx, entries)
+		if !l.redriveEntries(ctx, entries) {
+			// Nothing was re-driven: the units of these entries are no
+			// longer owned here (the lease loop has not noticed yet), or
+			// their sources have not read up to them yet.
+			sleep(ctx, l.clk, idle)
+		}
 	}
 }
 
@@ -194,8 +202,9 @@ func (l *Lane) tryGoLive(ctx context.Context) bool {
 }
 
 // redriveEntries delivers entries (in stream order) keeping per-key order,
-// with up to as many keys in parallel as the lane has partitions.
-func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) {
+// with up to as many keys in parallel as the lane has partitions. It reports
+// whether any entry was finished.
+func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) bool {
 	type group struct{ entries []deadletter.Entry }
 	var groups []*group
 	byKey := map[string]*group{}
@@ -219,6 +228,7 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) {
 	// holds one whole entry at a time).
 	sem := make(chan struct{}, min(len(l.q.parts), redriveParallel))
 	var wg sync.WaitGroup
+	var progress atomic.Bool
 	for _, g := range groups {
 		sem <- struct{}{}
 		wg.Add(1)
@@ -228,13 +238,20 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) {
 				if !l.own.owns(e.Unit) {
 					return // handed over meanwhile: the unit's owner re-drives the rest
 				}
-				if !l.redriveOne(ctx, e) {
-					return // stopping: the rest stay parked, in order
+				if !l.own.readPast(e.Unit, e.ClusterTime) {
+					// The unit's source has not yet re-read (and parked)
+					// the changes before this one: the next pass.
+					return
 				}
+				if !l.redriveOne(ctx, e) {
+					return // stopping or handed over: the rest stay parked, in order
+				}
+				progress.Store(true)
 			}
 		}()
 	}
 	wg.Wait()
+	return progress.Load()
 }
 
 // redriveParallel bounds the documents re-driven at once, and so the whole
@@ -243,7 +260,8 @@ const redriveParallel = 64
 
 // redriveOne reads the parked entry of summary s whole, delivers it (after
 // its RetryAt) and deletes it at the version it read; it returns false when
-// ctx ended.
+// ctx ended or the tenure of the entry's unit ended (cluster mode: the
+// entry stays parked for the unit's next owner).
 func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	// An entry is read whole only once the byte budget admits the largest
 	// one can be (MaxEntryBytes); the charge is then set to what was read,
@@ -293,6 +311,14 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		return true
 	}
 	ev.Rules = e.Rules
+	ev.Txn = e.Txn // index and last are the entry's, not the change's
+	// The re-drive of a unit's entry is work of the unit's tenure: its
+	// waits end and nothing more is sent once the tenure ends.
+	tenure := l.own.tenure(e.Unit)
+	if !tenure.Held() {
+		return false
+	}
+	ev.Tenure = tenure
 	ev.Mem = mem // views made by reshape share it
 	// The entry keeps the raw change: route and shape it as the current
 	// configuration would live. One no current rule routes to this sink is
@@ -307,12 +333,13 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		l.mDead.Inc()
 		return true
 	}
+	ev.Tenure = tenure // on the shaped view too
 	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
 	if !skip { // skip_empty_updates: nothing to send, done
 		_, err = l.d.deliver(ctx, []*item{it}, modeRedrive, nil)
 	}
-	if ctx.Err() != nil {
-		return false
+	if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
+		return false // stopping, or handed over: the entry stays parked
 	}
 	if err != nil {
 		reason := "error"

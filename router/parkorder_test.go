@@ -425,6 +425,57 @@ func TestRetryAfterPausesWholeSink(t *testing.T) {
 	}
 }
 
+// The restart re-drive race: before the restart change 2 of a document was
+// parked while its change 1 was still in flight (unacknowledged, so the
+// checkpoint is before it). The re-drive must not deliver change 2 before
+// the source has re-read change 1 and the lane parked it in its place: a
+// parked entry is re-driven only once its unit's source acknowledged up to
+// the entry's position.
+func TestRedriveWaitsForSourceToReadPast(t *testing.T) {
+	dl := realStore(t)
+	s := &scriptSink{clk: newFakeClock()}
+	c1, c2 := posEvent(t, 1, 7), posEvent(t, 2, 7)
+	parkDirect(t, dl, c2) // by the run before the restart
+	var acked atomic.Pointer[bson.Timestamp]
+	acked.Store(&bson.Timestamp{T: ctBase, I: 0}) // the checkpoint, before change 1
+	l, err := newLaneClock(SinkSpec{Sink: s, MaxInFlight: 4}, dl, metrics.New(nil), slog.New(slog.DiscardHandler), s.clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := AckedFunc(func(unit string) (bson.Timestamp, bool) {
+		if unit != "orders" {
+			t.Errorf("acked asked for unit %q", unit)
+		}
+		return *acked.Load(), true
+	})
+	l.own.acked.Store(&f)
+	ctx, cancel := context.WithCancel(context.Background())
+	l.start(ctx)
+	t.Cleanup(func() { cancel(); l.stop() })
+	if !l.Status().Parked {
+		t.Fatal("lane with a parked backlog must start parked")
+	}
+	// The re-drive lists change 2 and waits for the source.
+	t0 := s.clk.Now()
+	s.clk.waitTimer(t, "the re-drive waiting for the source", t0.Add(20*time.Millisecond))
+	if got := s.delivered(); len(got) != 0 {
+		t.Fatalf("delivered %v before the source re-read the earlier change", got)
+	}
+	// The source re-reads change 1 (parked in its place), then change 2.
+	enqueueAcked(t, l, c1)
+	acked.Store(&c1.ClusterTime)
+	s.clk.Advance(20 * time.Millisecond)
+	s.clk.waitTimer(t, "the re-drive waiting for the source", s.clk.Now().Add(20*time.Millisecond))
+	enqueueAcked(t, l, posEvent(t, 2, 7))
+	acked.Store(&c2.ClusterTime)
+	s.clk.Advance(20 * time.Millisecond)
+	waitUntil(t, "lane live again", func() bool { return !l.Status().Parked })
+	got := s.delivered()
+	if !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("delivered %v, want [1 2]", got)
+	}
+}
+
 // A parked change that no current rule routes to its sink any more (the
 // configuration changed while it was parked) is not delivered by the
 // re-drive: its entry turns into a failed one (reason not_routed), kept

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
 )
@@ -14,6 +16,38 @@ import (
 type ownership struct {
 	units   atomic.Pointer[[]string] // sorted; nil: every unit
 	tenures atomic.Pointer[map[string]*event.Tenure]
+	acked   atomic.Pointer[AckedFunc] // nil: re-drives are not gated
+}
+
+// AckedFunc returns the cluster time up to which the source of unit has
+// acknowledged every change it read, and false when that source is not
+// reading here (yet).
+type AckedFunc func(unit string) (bson.Timestamp, bool)
+
+// SetAcked gives the engine the acknowledged position of each unit's
+// source. With it, a lane re-drives a parked entry only once the entry's
+// unit acknowledged up to the entry's cluster time: after a restart (or a
+// takeover) the source re-reads from the checkpoint, and a document's
+// earlier changes, re-read and parked in their place, must not be overtaken
+// by its later parked change. Without it (tools, tests) re-drives are not
+// gated.
+func (e *Engine) SetAcked(f AckedFunc) {
+	if f == nil {
+		e.own.acked.Store(nil)
+		return
+	}
+	e.own.acked.Store(&f)
+}
+
+// readPast reports whether the source of unit acknowledged every change up
+// to ct (always, without SetAcked).
+func (o *ownership) readPast(unit string, ct bson.Timestamp) bool {
+	f := o.acked.Load()
+	if f == nil {
+		return true
+	}
+	at, ok := (*f)(unit)
+	return ok && !at.Before(ct)
 }
 
 // list returns the owned units (nil: every unit).
@@ -40,6 +74,15 @@ func (o *ownership) owns(unit string) bool {
 		return (*ts)[unit].Held()
 	}
 	return true
+}
+
+// tenure returns the tenure under which unit is owned (nil outside cluster
+// mode, or for a unit owned without a tenure).
+func (o *ownership) tenure(unit string) *event.Tenure {
+	if ts := o.tenures.Load(); ts != nil {
+		return (*ts)[unit]
+	}
+	return nil
 }
 
 // parkedFilter returns the filter of the parked entries of sink that this

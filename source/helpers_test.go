@@ -191,13 +191,15 @@ type recorder struct {
 	events []*event.Event
 	hold   bool
 	held   []func()
+	// holdIf, when set, holds the acks of the events it returns true for.
+	holdIf func(*event.Event) bool
 }
 
 func (r *recorder) Dispatch(ev *event.Event, ack func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, ev)
-	if r.hold {
+	if r.hold || r.holdIf != nil && r.holdIf(ev) {
 		r.held = append(r.held, ack)
 		return
 	}

@@ -164,6 +164,8 @@ type Source struct {
 	mRead, mReconnect, mInvalidate, mHistoryLost, mSaves prometheus.Counter
 	mInFlight, mLag, mFailures                           prometheus.Gauge
 	mSplit, mOversize                                    prometheus.Counter
+	mTxns                                                prometheus.Counter
+	mTxnEvents                                           prometheus.Observer
 	mSnapDocs                                            prometheus.Counter
 	mSnapEstimated, mSnapRunning                         prometheus.Gauge
 
@@ -180,7 +182,10 @@ type Source struct {
 
 	mu      sync.Mutex
 	tracker *checkpoint.Tracker
-	status  Status
+	// streaming is set once tracker is the change stream's (not a
+	// snapshot's): Acked reports its watermark.
+	streaming bool
+	status    Status
 	// splitKnown: the server version was asked; splitOK: it has
 	// $changeStreamSplitLargeEvent (split.go).
 	splitKnown, splitOK bool
@@ -245,6 +250,8 @@ func New(spec Spec, client *mongo.Client, cps CheckpointStore, gaps GapRecorder,
 		mFailures:      m.StreamFailures.WithLabelValues(u),
 		mSplit:         m.SplitEvents.WithLabelValues(u),
 		mOversize:      m.OversizeEvents.WithLabelValues(u),
+		mTxns:          m.Transactions.WithLabelValues(u),
+		mTxnEvents:     m.TransactionEvents.WithLabelValues(u),
 		mSnapDocs:      m.SnapshotDocuments.WithLabelValues(u),
 		mSnapEstimated: m.SnapshotEstimated.WithLabelValues(u),
 		mSnapRunning:   m.SnapshotRunning.WithLabelValues(u),
@@ -299,6 +306,24 @@ func (s *Source) SetPushdown(stage bson.D) {
 // delivered and acknowledged, and Run keeps saving the checkpoint until its
 // context is cancelled.
 func (s *Source) StopReading() { s.stopOnce.Do(func() { close(s.stopReading) }) }
+
+// Acked returns the cluster time of the source's watermark: every change it
+// read up to that point was acknowledged (delivered, dead-lettered or
+// parked by every sink). ok is false until the change stream runs (while
+// the source loads, or scans an initial snapshot). A lane re-drives a
+// parked entry only once its unit's source acknowledged past the entry's
+// position, so that the earlier changes re-read after a restart are parked
+// (in their place) before a later parked change is re-driven.
+func (s *Source) Acked() (ct bson.Timestamp, ok bool) {
+	s.mu.Lock()
+	tr, streaming := s.tracker, s.streaming
+	s.mu.Unlock()
+	if tr == nil || !streaming {
+		return bson.Timestamp{}, false
+	}
+	pos, _ := tr.Position()
+	return pos.ClusterTime, true
+}
 
 // Drained returns a channel closed when no event of this source is in flight.
 // It is closed at once before Run has started.
@@ -377,6 +402,7 @@ func (s *Source) Run(ctx context.Context) error {
 	tr := checkpoint.NewTracker(s.spec.MaxInFlight, start)
 	s.mu.Lock()
 	s.tracker = tr
+	s.streaming = true
 	s.status.Checkpoint = start
 	s.mu.Unlock()
 
@@ -458,6 +484,9 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 	// the large change, so that the changes before it in the failed batch
 	// are delivered and the error names the very next change.
 	narrow := false
+	// tx: the transaction being read; pos starts at the checkpoint.
+	pos, _ := tr.Position()
+	tx := &txnState{pos: pos}
 	var startAt *bson.Timestamp
 	if fresh && !s.spec.StartAt.IsZero() {
 		startAt = &bson.Timestamp{T: uint32(s.spec.StartAt.Unix())}
@@ -472,7 +501,7 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 				// First start: persist the stream's initial position at
 				// once, so a crash before the first event cannot skip it.
 				if rt := cs.ResumeToken(); rt != nil {
-					tr.SetResumePoint(rt)
+					s.resumePoint(tr, tx, rt)
 					token = rt
 					if err := saver.save(ctx); err != nil {
 						if isFenced(err) {
@@ -496,7 +525,7 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 			}()
 			var progressed bool
 			before := token
-			token, invalidated, progressed, err = s.consume(streamCtx, cs, tr, token, failures > 0)
+			token, invalidated, progressed, err = s.consume(streamCtx, cs, tr, tx, token, failures > 0)
 			if progressed {
 				if failures > 0 || backoff > 100*time.Millisecond {
 					s.log.Info("change stream reads again", "after_failures", failures)
@@ -554,6 +583,7 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 				continue
 			}
 			token, startAt = nil, nil
+			tx.reset()
 			continue
 		}
 		if isTooLarge(err) {
@@ -593,7 +623,7 @@ func (s *Source) read(ctx context.Context, tr *checkpoint.Tracker, saver *saver,
 			}
 			// Everything before it was handed on (one change per batch),
 			// so the stream continues after it.
-			tr.SetResumePoint(tok)
+			s.resumePoint(tr, tx, tok)
 			token, narrow = tok, false
 			continue
 		}
@@ -664,9 +694,12 @@ func (s *Source) open(ctx context.Context, token bson.Raw, startAt *bson.Timesta
 // token to reopen from (the last event handed to the router, or the newest
 // post-batch token), whether the stream ended with an invalidate, whether
 // it made progress (read a change or got an answer to a getMore), and the
-// stream's error. recovering: the stream failed before without progress;
+// stream's error. tx is the transaction being read (txn.go), kept across
+// reopens. recovering: the stream failed before without progress;
 // its state turns open with the first progress.
-func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkpoint.Tracker, token bson.Raw, recovering bool) (bson.Raw, bool, bool, error) {
+func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkpoint.Tracker, tx *txnState, token bson.Raw, recovering bool) (bson.Raw, bool, bool, error) {
+	// A held transaction event is read again after a reopen (txn.go).
+	defer tx.dropHeld()
 	invalidated, progressed := false, false
 	progress := func() {
 		if !progressed && recovering {
@@ -742,34 +775,19 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 				return token, false, progressed, fmt.Errorf("malformed change event: %w", err)
 			}
 			ev.Tenure = s.spec.Tenure
-			ev.Mem, mem = mem, nil
-			seq, err := tr.Add(ctx, ev.Token, ev.ClusterTime, ev.WallTime)
-			if err != nil {
-				ev.Mem.Release()
+			ev.Mem, mem = mem, nil // released by handOn, or where the change is not handed on (txn.go)
+			// Transactions (txn.go): the event may be held back until its
+			// successor tells whether it ends its transaction.
+			reopen, ok := s.txnEvent(ctx, tr, tx, ev)
+			if !ok {
 				return token, false, progressed, nil // stopping
 			}
-			ev.Seq = seq
-			token = ev.Token
+			if reopen != nil {
+				token = reopen
+			}
 			if ev.OperationType == "invalidate" {
 				invalidated = true
 			}
-			if !s.mine(ev) {
-				ev.Mem.Release()
-				tr.Ack(seq) // another partition's: acknowledged at once, never dispatched
-				continue
-			}
-			s.mRead.Inc()
-			s.mInFlight.Inc()
-			s.mu.Lock()
-			s.status.LastEvent = ev.WallTime
-			s.mu.Unlock()
-			s.dispatch(ev, func() {
-				tr.Ack(seq)
-				s.mInFlight.Dec()
-			})
-			// The lanes it was handed to hold their own references to
-			// ev.Mem (router: released when they finish with it).
-			ev.Mem.Release()
 			continue
 		}
 		if err := cs.Err(); err != nil {
@@ -788,15 +806,23 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			// been filtered out by the source's own pipeline stages; the
 			// final post-batch token then marks it, and startAfter that
 			// token continues after it.
+			if !s.endTxn(ctx, tr, tx) {
+				return token, false, progressed, nil // stopping
+			}
 			if rt := cs.ResumeToken(); rt != nil && !invalidated {
-				tr.SetResumePoint(rt)
+				s.resumePoint(tr, tx, rt)
 				token = rt
 			}
 			return token, true, progressed, nil
 		}
 		if rt := cs.ResumeToken(); rt != nil && cs.RemainingBatchLength() == 0 && !frags.pending() {
-			tr.SetResumePoint(rt)
-			token = rt
+			taken, ok := s.txnPostBatch(ctx, tr, tx, rt)
+			if !ok {
+				return token, false, progressed, nil // stopping
+			}
+			if taken {
+				token = rt
+			}
 		}
 	}
 }

@@ -16,8 +16,9 @@
 //   - Value: the event's JSON envelope, the bytes a webhook receives (with
 //     envelope = "document", the post-image alone).
 //   - Headers: "id", "source", "operationType", "ns" (db.coll),
-//     "documentKey" (relaxed Extended JSON) and "clusterTime" (RFC 3339),
-//     those the event has.
+//     "documentKey" (relaxed Extended JSON), "clusterTime" (RFC 3339) and
+//     "txn" (the envelope's txn object, for an event of a multi-document
+//     transaction), those the event has.
 //
 // # Producer and order
 //
@@ -158,6 +159,7 @@ const (
 	HeaderNS            = "ns"
 	HeaderDocumentKey   = "documentKey"
 	HeaderClusterTime   = "clusterTime"
+	HeaderTxn           = "txn"
 )
 
 // Config configures a Kafka sink.

@@ -65,7 +65,7 @@ const (
 	DefaultMax              = 1024
 	DefaultBreakerThreshold = 5
 	DefaultBreakerCooldown  = time.Second
-	DefaultBreakerMaxCool   = time.Minute
+	DefaultBreakerMaxCool   = 10 * time.Second
 	DefaultMaxPause         = 5 * time.Minute
 
 	// rttTolerance and rttSlack define "near the baseline": a window whose
@@ -128,7 +128,9 @@ type Config struct {
 	BreakerThreshold int
 	// BreakerCooldown is how long the circuit first stays open (default
 	// 1s); it doubles with every failed probe up to BreakerMaxCooldown
-	// (default 1m, the retry policy's default ceiling).
+	// (default 10s: a receiver that recovered is seen within it; it was
+	// 1m, and one chaos run re-delivered 1,520 changes while a recovered
+	// receiver waited for the probe).
 	BreakerCooldown, BreakerMaxCooldown time.Duration
 	// MaxPause caps a single Retry-After pause (default 5m).
 	MaxPause time.Duration

@@ -630,3 +630,35 @@ func TestOutcomeOfRetryAfter(t *testing.T) {
 		t.Fatalf("OutcomeOf(nil) = %+v", o)
 	}
 }
+
+// By default an open circuit probes at least every 10 s however long the
+// receiver has been down (it was a minute): a recovered receiver is seen
+// within 10 s.
+func TestCircuitDefaultCeiling(t *testing.T) {
+	clk := newFakeClock()
+	l := New(Config{Clock: clk, Fixed: 4, BreakerThreshold: 1})
+	tok := mustAcquire(t, l)
+	clk.Advance(time.Millisecond)
+	tok.Release(Outcome{Class: Backpressure})
+	tok = mustAcquire(t, l)
+	clk.Advance(time.Millisecond)
+	tok.Release(Outcome{Class: Backpressure})
+	var longest time.Duration
+	for range 10 { // ten failed probes: 1s, 2s, 4s, 8s, then the ceiling
+		s := l.Status()
+		if s.Circuit != CircuitOpen {
+			t.Fatalf("circuit %s, want open", s.Circuit)
+		}
+		wait := s.OpenUntil.Sub(clk.Now())
+		longest = max(longest, wait)
+		clk.Advance(wait)
+		probe, ok := l.TryAcquire()
+		if !ok {
+			t.Fatal("no probe after the cooldown")
+		}
+		probe.Release(Outcome{Class: Backpressure})
+	}
+	if longest != 10*time.Second {
+		t.Fatalf("longest cooldown %v, want the default ceiling 10s", longest)
+	}
+}

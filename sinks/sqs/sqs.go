@@ -119,6 +119,7 @@ const (
 	AttrID            = awsutil.AttrID
 	AttrDocumentKey   = awsutil.AttrDocumentKey
 	AttrClusterTime   = awsutil.AttrClusterTime
+	AttrTxn           = awsutil.AttrTxn
 )
 
 // Config configures an SQS sink.

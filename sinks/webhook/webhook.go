@@ -367,12 +367,15 @@ const (
 	HeaderNamespace     = "Changegate-Namespace"
 	HeaderDocumentKey   = "Changegate-Document-Key"
 	HeaderClusterTime   = "Changegate-Cluster-Time"
+	// HeaderTxn carries the "txn" object (compact JSON) of an event written
+	// by a multi-document transaction.
+	HeaderTxn = "Changegate-Txn"
 )
 
 // metaHeaders maps event.Event.Metadata names to headers.
 var metaHeaders = map[string]string{
 	"operationType": HeaderOperationType, "ns": HeaderNamespace,
-	"documentKey": HeaderDocumentKey, "clusterTime": HeaderClusterTime,
+	"documentKey": HeaderDocumentKey, "clusterTime": HeaderClusterTime, "txn": HeaderTxn,
 }
 
 // setMetaHeaders sets the metadata headers of a document-form payload.
@@ -395,7 +398,7 @@ func setMetaHeaders(h http.Header, e *event.Event) {
 
 // reservedHeaders cannot be set through Config.Headers.
 var reservedHeaders = map[string]bool{
-	HeaderOperationType: true, HeaderNamespace: true, HeaderDocumentKey: true, HeaderClusterTime: true,
+	HeaderOperationType: true, HeaderNamespace: true, HeaderDocumentKey: true, HeaderClusterTime: true, HeaderTxn: true,
 	HeaderID: true, HeaderTimestamp: true, HeaderSignature: true,
 	"Content-Type": true, "Content-Length": true, "Transfer-Encoding": true,
 	"Host": true, "Connection": true, "Te": true, "Upgrade": true, "Trailer": true,
@@ -717,6 +720,11 @@ func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.
 	if err != nil {
 		return sinks.Permanent("request", fmt.Errorf("webhook %s: build request: %w", w.name, err))
 	}
+	// The last moment before the request is written: a batch of a unit
+	// whose lease ended meanwhile (cluster mode) is not sent.
+	if err := sinks.CheckFence(ctx); err != nil {
+		return fmt.Errorf("webhook %s: POST %s: %w", w.name, w.target, err)
+	}
 	resp, err := w.client.Do(req)
 	if err != nil {
 		return w.transportError(parent, err)
@@ -754,6 +762,9 @@ func (w *Webhook) timestamp() *tsEntry {
 // of the previous attempt's, so the header map is cloned first (the
 // previous attempt's may still be read by the transport).
 func (w *Webhook) prepareRetry(r *http.Request) error {
+	if err := sinks.CheckFence(r.Context()); err != nil {
+		return err // the unit's lease ended: no transport retry either
+	}
 	h := r.Header.Clone()
 	r.Header = h
 	// The body post sent, not a copy read back through GetBody.

@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -311,4 +315,116 @@ func TestBackfillOrderedWithLiveUpdates(t *testing.T) {
 	if st.Unordered != 0 {
 		t.Fatalf("%d documents sent unordered", st.Unordered)
 	}
+}
+
+// TestProcessBackfillSIGKILLResumes starts a backfill on the real binary,
+// kills the process with SIGKILL at about a third of it and restarts it:
+// the restart resumes the same backfill (same id, so the same event ids)
+// from its last acknowledged _id, not from the start, and every document
+// arrives.
+func TestProcessBackfillSIGKILLResumes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := changegateBinary(t)
+	e := newEnv(t)
+	const n = 1500
+	insertN(t, e.coll("items"), 0, n)
+	ra, rb := receiver.New(testSecret), receiver.New(testSecret)
+	t.Cleanup(ra.Close)
+	t.Cleanup(rb.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfgText := e.expand(strings.Replace(backfillConfig(ra.URL(), rb.URL()), `listen = "127.0.0.1:0"`, `listen = "`+addr+`"`, 1))
+	cfgPath := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, bin, cfgPath)
+	var st app.BackfillStatus
+	waitFor(t, 60*time.Second, "the backfill accepted", func() bool {
+		return tryPostJSON(addr, "/api/v1/backfills", `{"source": "items", "sink": "b", "rate": 100}`, &st) == http.StatusAccepted
+	})
+	waitFor(t, 60*time.Second, "a third of the backfill", func() bool {
+		k, _ := countOps(rb.Deliveries(), "snapshot")
+		return k >= n/3
+	})
+	// Past a progress save (every second).
+	runs := e.client.Database(e.state).Collection("backfill_runs")
+	var rec struct {
+		State   string
+		Scanned int64
+		After   bson.RawValue
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runs.FindOne(t.Context(), bson.D{{Key: "_id", Value: st.ID}}).Decode(&rec) != nil || rec.After.Type == 0 || rec.Scanned < n/4 {
+		if time.Now().After(deadline) {
+			raw, err := runs.FindOne(t.Context(), bson.D{}).Raw()
+			t.Fatalf("no saved progress of backfill %s: %v %v\n%s", st.ID, raw, err, p.out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Wait()
+	before, _ := countOps(rb.Deliveries(), "snapshot")
+	if err := runs.FindOne(t.Context(), bson.D{{Key: "_id", Value: st.ID}}).Decode(&rec); err != nil || rec.State != "running" {
+		t.Fatalf("record after SIGKILL: %+v %v", rec, err)
+	}
+	if before >= n {
+		t.Fatal("the backfill finished before SIGKILL; the test proves nothing")
+	}
+	progress := rec.Scanned
+
+	p = startProcess(t, bin, cfgPath)
+	// The sink's lock of the killed process expires first (30 s).
+	waitFor(t, 120*time.Second, "every document after the restart", func() bool {
+		_, docs := countOps(rb.Deliveries(), "snapshot")
+		return len(docs) >= n
+	})
+	waitFor(t, 30*time.Second, "the backfill recorded done", func() bool {
+		return runs.FindOne(t.Context(), bson.D{{Key: "_id", Value: st.ID}}).Decode(&rec) == nil && rec.State == "done"
+	})
+	total, _ := countOps(rb.Deliveries(), "snapshot")
+	after := total - before
+	for _, d := range rb.Deliveries() {
+		if d.Operation == "snapshot" && !strings.HasPrefix(d.ID, "items:backfill:"+st.ID+":") {
+			t.Fatalf("delivery %s is not of backfill %s: the restart must resume it under the same id", d.ID, st.ID)
+		}
+	}
+	t.Logf("delivered before SIGKILL %d, progress saved %d, delivered after the restart %d", before, progress, after)
+	if after > n-int(progress)+backfillInFlightSlack {
+		t.Fatalf("the restart delivered %d documents; from the saved progress %d it should be about %d", after, progress, n-int(progress))
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Wait()
+}
+
+// backfillInFlightSlack is what a restart may send again beyond the saved
+// progress: what was read after the last save (one second at the test's
+// rate of 100/s) and not yet acknowledged.
+const backfillInFlightSlack = 200
+
+// tryPostJSON is postJSON that reports a connection error as 0 (the process
+// is still starting).
+func tryPostJSON(addr, path, body string, out any) int {
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, bytes.NewBufferString(body))
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("Authorization", "Bearer "+backfillToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	_ = json.NewDecoder(resp.Body).Decode(out)
+	return resp.StatusCode
 }

@@ -17,6 +17,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
 	awstest "github.com/changegate/changegate/test/aws"
 )
@@ -304,6 +305,7 @@ func TestKinesisAndSNSFailuresRetriedOrDeadLettered(t *testing.T) {
 	tmpl := strings.ReplaceAll(streamsConfig(kin.URL(), arn, topics.URL()), "max_in_flight = 4\n", "max_in_flight = 4\nmax_request_bytes = 2048\n")
 	cfg := e.config(tmpl)
 	cfg.Server.PublicRead = true // the test reads /ui/ and /metrics without a token
+	cfg.Server.ConsoleAuth = config.ConsoleAuthNone
 	g := e.start(cfg)
 
 	c := e.coll("items")

@@ -30,6 +30,9 @@ const (
 	AttrID          = "id"
 	AttrDocumentKey = "documentKey"
 	AttrClusterTime = "clusterTime"
+	// AttrTxn is the "txn" object (compact JSON) of an event written by a
+	// multi-document transaction (envelope = "document" only).
+	AttrTxn = "txn"
 
 	// AttrStringType is the DataType of every attribute.
 	AttrStringType = "String"
@@ -40,12 +43,12 @@ type Attribute struct{ Name, Value string }
 
 // Attributes returns the String message attributes of e, as the SQS and
 // SNS sinks send them: source, operationType, db and coll, plus id,
-// documentKey and clusterTime for envelope = "document". Empty values are
+// documentKey, clusterTime and txn for envelope = "document". Empty values are
 // left out (both services refuse them). It also returns their size as
 // both services count it against the message size limit: per attribute,
 // its name, its type ("String") and its value.
 func Attributes(e *event.Event) ([]Attribute, int) {
-	attrs := make([]Attribute, 0, 7)
+	attrs := make([]Attribute, 0, 8)
 	size := 0
 	add := func(name, v string) {
 		if v == "" {
@@ -67,6 +70,8 @@ func Attributes(e *event.Event) ([]Attribute, int) {
 				add(AttrDocumentKey, m.Value)
 			case "clusterTime":
 				add(AttrClusterTime, m.Value)
+			case "txn":
+				add(AttrTxn, m.Value)
 			}
 		}
 	}

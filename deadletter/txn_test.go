@@ -1,0 +1,105 @@
+package deadletter_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/event"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// TestTxnKept: an entry keeps its event's transaction metadata (index and
+// last depend on the stream, not on the change alone), and Get, Event,
+// Replay and the JSON form give it back; the replayed envelope is the
+// original one, txn included.
+func TestTxnKept(t *testing.T) {
+	s, ctx := newStore(t)
+	e := ev(t, "orders", "orders", 42, 1, "r")
+	e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: 2, Last: true}
+	en := entry(t, e, "billing", deadletter.KindFailed)
+	en.LastError = "http 500"
+	put(t, ctx, s, en)
+	got, ok, err := s.Get(ctx, en.ID)
+	if err != nil || !ok {
+		t.Fatalf("Get = %v, %v", ok, err)
+	}
+	if got.Txn == nil || *got.Txn != *e.Txn {
+		t.Fatalf("stored txn = %+v, want %+v", got.Txn, e.Txn)
+	}
+	want, _ := e.Envelope(false)
+	if !strings.Contains(string(want), `"txn":{"id":"0123456789abcdef0123456789abcdef","index":2,"last":true}`) {
+		t.Fatalf("envelope without txn: %s", want)
+	}
+	re, err := got.Event()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env, _ := re.Envelope(false); !bytes.Equal(env, want) {
+		t.Fatalf("rebuilt envelope\n%s\nwant\n%s", env, want)
+	}
+	b, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back deadletter.Entry
+	if err := json.Unmarshal(b, &back); err != nil || back.Txn == nil || *back.Txn != *e.Txn {
+		t.Fatalf("JSON round trip txn = %+v, %v (%s)", back.Txn, err, b)
+	}
+	var replayed []string
+	if _, err := s.Replay(ctx, deadletter.Filter{}, func(_ context.Context, _ string, ev *event.Event) error {
+		env, err := ev.Envelope(false)
+		replayed = append(replayed, string(env))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(replayed) != 1 || replayed[0] != string(want) {
+		t.Fatalf("replayed %q, want %s", replayed, want)
+	}
+}
+
+// TestTxnUpgrade: an entry stored by the previous release (no txn field)
+// reads back without txn and replays as that release delivered it.
+func TestTxnUpgrade(t *testing.T) {
+	db := testDB(t)
+	ctx := testCtx(t)
+	s := deadletter.NewStore(db, "deadletters")
+	e := ev(t, "orders", "orders", 7, 3, "r")
+	env, _ := e.Envelope(false)
+	var envDoc bson.Raw
+	if err := bson.UnmarshalExtJSON(env, false, &envDoc); err != nil {
+		t.Fatal(err)
+	}
+	// The document as the previous release wrote it.
+	old := bson.D{
+		{Key: "_id", Value: e.ID + "/billing"}, {Key: "kind", Value: "failed"}, {Key: "eventId", Value: e.ID},
+		{Key: "source", Value: "orders"}, {Key: "sink", Value: "billing"}, {Key: "unit", Value: "orders"},
+		{Key: "rules", Value: bson.A{"r"}}, {Key: "operation", Value: "update"}, {Key: "namespace", Value: "shop.orders"},
+		{Key: "documentKey", Value: e.DocumentKey}, {Key: "change", Value: e.Raw}, {Key: "envelope", Value: envDoc},
+		{Key: "changeDropped", Value: false}, {Key: "shaped", Value: false}, {Key: "clusterTime", Value: e.ClusterTime},
+		{Key: "attempts", Value: int64(8)}, {Key: "reason", Value: "exhausted"}, {Key: "lastError", Value: "http 503"},
+		{Key: "firstFailedAt", Value: base}, {Key: "lastFailedAt", Value: base}, {Key: "createdAt", Value: base},
+		{Key: "order", Value: int64(0)}, {Key: "ver", Value: int64(1)},
+	}
+	if _, err := db.Collection("deadletters").InsertOne(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := s.Get(ctx, e.ID+"/billing")
+	if err != nil || !ok {
+		t.Fatalf("Get = %v, %v", ok, err)
+	}
+	if got.Txn != nil {
+		t.Fatalf("old entry has txn %+v", got.Txn)
+	}
+	re, err := got.Event()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := re.Envelope(false); !bytes.Equal(b, env) {
+		t.Fatalf("old entry replays as\n%s\nwant\n%s", b, env)
+	}
+}
