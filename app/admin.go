@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/source"
 )
 
@@ -34,6 +37,37 @@ type statusReport struct {
 	Units   []unitStatus   `json:"units"`
 	Sources []sourceReport `json:"sources"`
 	Sinks   []sinkReport   `json:"sinks"`
+	// Memory is the byte budget (max_in_flight_bytes) and what it holds.
+	Memory memoryReport `json:"memory"`
+}
+
+// memoryReport is the byte budget in /api/v1/status.
+type memoryReport struct {
+	// InflightBytes are the bytes of events held now; BudgetBytes the
+	// budget, BudgetFrom where it comes from.
+	InflightBytes int64  `json:"inflightBytes"`
+	BudgetBytes   int64  `json:"budgetBytes"`
+	BudgetFrom    string `json:"budgetFrom"`
+	// ContainerLimitBytes is the container's memory limit (0: none);
+	// GoMemLimitBytes the Go runtime's soft limit in force (0: none).
+	ContainerLimitBytes int64  `json:"containerLimitBytes,omitempty"`
+	GoMemLimitBytes     int64  `json:"goMemLimitBytes,omitempty"`
+	GoMemLimitFrom      string `json:"goMemLimitFrom"`
+	// HeldBackSince is set while a reader waits for the budget: reading
+	// is held back since then.
+	HeldBackSince time.Time `json:"heldBackSince,omitzero"`
+}
+
+func (g *gateway) memoryReport() memoryReport {
+	r := memoryReport{
+		InflightBytes: g.budget.InUse(), BudgetBytes: g.budget.Limit(), BudgetFrom: g.sizing.BudgetFrom,
+		ContainerLimitBytes: g.sizing.Container.Limit, GoMemLimitFrom: g.sizing.GoMemLimitFrom,
+		HeldBackSince: g.budget.Waiting(),
+	}
+	if l := debug.SetMemoryLimit(-1); l < math.MaxInt64 {
+		r.GoMemLimitBytes = l
+	}
+	return r
 }
 
 type sourceReport struct {
@@ -115,7 +149,7 @@ type sinkReport struct {
 }
 
 func (g *gateway) report() statusReport {
-	r := statusReport{Ready: true, Instance: g.instance, Sources: []sourceReport{}}
+	r := statusReport{Ready: true, Instance: g.instance, Sources: []sourceReport{}, Memory: g.memoryReport()}
 	if g.cl != nil {
 		var healthy bool
 		r.Cluster = true
@@ -444,7 +478,7 @@ func (g *gateway) replay(w http.ResponseWriter, r *http.Request, f deadletter.Fi
 	// A replay waits for its deliveries (retries included): no write
 	// deadline for it.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	res, err := g.dls.Replay(r.Context(), f, opts.deliverer(g.engine))
+	res, err := g.dls.Replay(memory.WithBudget(r.Context(), g.budget), f, opts.deliverer(g.engine))
 	rep := replayReport{Replayed: res.Replayed, Failed: res.Failed, Skipped: res.Skipped}
 	for _, e := range res.Errors {
 		rep.Errors = append(rep.Errors, e.Error())

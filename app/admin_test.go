@@ -272,6 +272,21 @@ func TestAdminAccess(t *testing.T) {
 	if !strings.Contains(string(full), "checkpointToken") {
 		t.Errorf("/readyz with the token lacks details: %s", full)
 	}
+	// The byte budget: here no container limit, so the 256 MiB default.
+	_, st := call(t, "GET", g.admin, "/api/v1/status", "s3cret-admin-token")
+	var status struct {
+		Memory struct {
+			InflightBytes *int64 `json:"inflightBytes"`
+			BudgetBytes   int64  `json:"budgetBytes"`
+			BudgetFrom    string `json:"budgetFrom"`
+		} `json:"memory"`
+	}
+	if err := json.Unmarshal(st, &status); err != nil || status.Memory.InflightBytes == nil || status.Memory.BudgetBytes <= 0 || status.Memory.BudgetFrom == "" {
+		t.Errorf("/api/v1/status lacks the byte budget (%v): %s", err, st)
+	}
+	if _, metricsBody := call(t, "GET", g.admin, "/metrics", ""); !strings.Contains(string(metricsBody), "changegate_inflight_bytes_budget ") || !strings.Contains(string(metricsBody), "changegate_inflight_bytes ") {
+		t.Errorf("/metrics lacks changegate_inflight_bytes and its budget")
+	}
 
 	// Bodies are bounded.
 	big, _ := http.NewRequest("POST", "http://"+g.admin+"/api/v1/reload", strings.NewReader(strings.Repeat("x", 1<<20)))

@@ -23,6 +23,7 @@ import (
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
@@ -76,7 +77,9 @@ type gateway struct {
 	cps        *checkpoint.Store
 	dls        *deadletter.Store
 	engine     *router.Engine
-	stuckAfter time.Duration // a stream whose getMore takes this much longer than max_await is not ready
+	budget     *memory.Budget // max_in_flight_bytes, shared by every unit, lane and replay
+	sizing     memory.Sizing  // where the budget and GOMEMLIMIT came from
+	stuckAfter time.Duration  // a stream whose getMore takes this much longer than max_await is not ready
 
 	instance string       // [cluster] instance: names this replica
 	defs     []unitDef    // every unit of the configuration
@@ -311,6 +314,14 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	m := metrics.New(reg)
 
+	sizing, err := MemorySizing(cfg)
+	if err != nil {
+		return err
+	}
+	logSizing(log, sizing, sizing.Apply())
+	budget := memory.NewBudget(sizing.Budget, log, func(n int64) { m.InflightBytes.Set(float64(n)) })
+	m.InflightBytesBudget.Set(float64(sizing.Budget))
+
 	client, err := Connect(cfg)
 	if err != nil {
 		return err
@@ -342,8 +353,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
+	engine.SetBudget(budget)
 	log = log.With("instance", cfg.Cluster.Instance)
-	g := &gateway{log: log, metrics: m, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, stuckAfter: 5 * time.Second,
+	g := &gateway{log: log, metrics: m, budget: budget, sizing: sizing, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, stuckAfter: 5 * time.Second,
 		loadConfig: opts.LoadConfig, instance: cfg.Cluster.Instance, defs: unitDefs(cfg),
 		units:    units{running: map[string]*runningUnit{}, pushdowns: pushdowns{}},
 		unitDone: make(chan *runningUnit), stopped: make(chan struct{})}
@@ -358,6 +370,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	engine.Start(engineCtx)
 	defer engine.Stop()
 	g.backfills = newBackfiller(client, client.Database(cfg.Mongo.StateDatabase), cfg.Cluster.Instance, laneTarget{engine: engine, units: g.unitSources}, engine.SinksOf, m, log)
+	g.backfills.budget = budget
 	defer g.backfills.stopAll()
 	// Backfills are recorded with their acknowledged progress; those a
 	// previous run left running (a stop, a kill, a crash) resume here.
@@ -561,7 +574,15 @@ func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f dea
 		return deadletter.ReplayResult{}, err
 	}
 	defer engine.Stop()
-	return dls.Replay(ctx, f, opts.deliverer(engine))
+	// The replay reads one entry at a time; the budget bounds it and what
+	// its deliveries build as in the gateway.
+	sizing, err := MemorySizing(cfg)
+	if err != nil {
+		return deadletter.ReplayResult{}, err
+	}
+	budget := memory.NewBudget(sizing.Budget, log, nil)
+	engine.SetBudget(budget)
+	return dls.Replay(memory.WithBudget(ctx, budget), f, opts.deliverer(engine))
 }
 
 // countDeadLetters refreshes the dead-letter gauge until ctx is done.

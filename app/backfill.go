@@ -24,6 +24,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/internal/mhash"
 	"github.com/changegate/changegate/lease"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/query"
 	"github.com/changegate/changegate/router"
@@ -146,6 +147,9 @@ type backfiller struct {
 	sinksOf  func(source string) []string
 	metrics  *metrics.Metrics
 	log      *slog.Logger
+	// budget is the process's byte budget (nil: none): each document
+	// read is admitted against it before it is handed on.
+	budget *memory.Budget
 
 	// records, when set (the gateway), keeps each backfill's request and
 	// acknowledged progress, so that a restart resumes it (same id) from
@@ -772,8 +776,18 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 					tr.Ack(seq)
 					continue
 				}
+				// Admitted against the byte budget as a change is; the
+				// lanes it is handed to hold their own references.
+				mem, err := b.budget.Acquire(ctx, int64(len(ev.Raw)), "backfill "+r.id)
+				if err != nil {
+					_ = cur.Close(context.WithoutCancel(ctx))
+					return err
+				}
+				ev.Mem = mem
 				r.inFlight.Add(1)
-				if !b.sendOrdered(ctx, r, db, coll, ev, idv, mark, done) {
+				sent := b.sendOrdered(ctx, r, db, coll, ev, idv, mark, done)
+				mem.Release()
+				if !sent {
 					r.inFlight.Add(-1)
 					tr.Ack(seq)
 					continue
@@ -830,9 +844,12 @@ func (b *backfiller) sendOrdered(ctx context.Context, r *backfillRun, db, coll s
 			}
 			return false
 		}
+		mem := ev.Mem
 		if ev, err = source.SnapshotEvent(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), raw); err != nil {
 			return false
 		}
+		mem.Resize(int64(len(ev.Raw))) // the re-read replaces the first read
+		ev.Mem = mem
 		routed, changed = b.target.sendAfter(ctx, r.req.Sink, ev, mark, done)
 	}
 	if changed {
@@ -1002,8 +1019,10 @@ func (t *directTarget) send(ctx context.Context, sink string, ev *event.Event, d
 	case <-ctx.Done():
 		return false
 	}
+	ev.Mem.Retain(1) // this goroutine's, until it delivered
 	go func() {
 		defer func() { <-t.sem }()
+		defer ev.Mem.Release()
 		failed := false
 		for _, n := range names {
 			if err := t.engine.DeliverNow(context.WithoutCancel(ctx), n, ev); err != nil {
@@ -1055,6 +1074,12 @@ func Backfill(ctx context.Context, cfg *config.Config, client *mongo.Client, req
 		host = "cli"
 	}
 	b := newBackfiller(client, client.Database(cfg.Mongo.StateDatabase), host+"/cli", &directTarget{engine: engine, sem: make(chan struct{}, 8), log: log}, engine.SinksOf, nil, log)
+	sizing, err := MemorySizing(cfg)
+	if err != nil {
+		return BackfillStatus{}, err
+	}
+	b.budget = memory.NewBudget(sizing.Budget, log, nil)
+	engine.SetBudget(b.budget)
 	r, err := b.start(ctx, cfg, req)
 	if err != nil {
 		return BackfillStatus{}, err

@@ -18,6 +18,9 @@ import (
 // sinks[i] and the file.
 func Check(cfg *config.Config) error {
 	var errs []error
+	if _, err := MemorySizing(cfg); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := CompileRules(cfg); err != nil {
 		errs = append(errs, err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/query"
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/source"
@@ -173,6 +174,15 @@ type consoleOverview struct {
 	Reason  string
 	Sources []consoleSource
 	Sinks   []consoleSink
+	// Memory is the byte budget line: held / budget, where it comes from,
+	// and whether reading is held back by it.
+	Memory consoleMemory
+}
+
+type consoleMemory struct {
+	Inflight, Budget, From string
+	Percent                int64
+	HeldBack               bool
 }
 
 type consoleSource struct {
@@ -279,6 +289,13 @@ func sinkState(s sinkReport) (string, string) {
 // overview builds the overview from a status report and the samples.
 func buildOverview(r statusReport, samples []consoleSample) *consoleOverview {
 	o := &consoleOverview{Ready: r.Ready, Cluster: r.Cluster, Members: r.Members, Reason: r.Reason}
+	o.Memory = consoleMemory{
+		Inflight: memory.FormatBytes(r.Memory.InflightBytes), Budget: memory.FormatBytes(r.Memory.BudgetBytes),
+		From: r.Memory.BudgetFrom, HeldBack: !r.Memory.HeldBackSince.IsZero(),
+	}
+	if r.Memory.BudgetBytes > 0 {
+		o.Memory.Percent = r.Memory.InflightBytes * 100 / r.Memory.BudgetBytes
+	}
 	owners := map[string]string{}
 	for _, u := range r.Units {
 		owners[u.Name] = u.Owner

@@ -15,6 +15,7 @@ import (
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/source"
 )
@@ -96,6 +97,13 @@ func Tail(ctx context.Context, cfg *config.Config, opts TailOptions) error {
 	// store holds nothing, so a source with snapshot = "initial" would
 	// otherwise scan every document first).
 	spec.Snapshot = source.SnapshotNever
+	// Changes are admitted against the byte budget as in the gateway; the
+	// dispatcher prints and acknowledges each at once.
+	sizing, err := MemorySizing(cfg)
+	if err != nil {
+		return err
+	}
+	spec.Budget = memory.NewBudget(sizing.Budget, log, nil)
 
 	client, err := Connect(cfg)
 	if err != nil {

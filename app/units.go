@@ -143,6 +143,7 @@ func compareStrings(a, b string) int {
 func (g *gateway) startUnit(parent context.Context, def unitDef, tenure *event.Tenure) *runningUnit {
 	spec := def.spec
 	spec.Tenure = tenure
+	spec.Budget = g.budget
 	g.units.mu.Lock()
 	spec.Pushdown = g.units.pushdowns[def.source]
 	src := source.New(spec, g.client, g.cps, g.dls, g.engine, g.metrics, g.log)

@@ -33,6 +33,13 @@ type Config struct {
 	// File is the file name the configuration was parsed from, as given to
 	// Load or Parse.
 	File string
+	// MaxInFlightBytes is the top-level max_in_flight_bytes: the byte budget
+	// of everything the process holds of events, shared by every source
+	// and sink (at least MinMaxInFlightBytes); 0 when not set, for the
+	// default sized from the container's memory limit (package memory).
+	MaxInFlightBytes int64
+	// MaxInFlightBytesLine is the line of max_in_flight_bytes (0: not set).
+	MaxInFlightBytesLine int
 	// Mongo is the [mongo] table: the cluster to watch and where state lives.
 	Mongo Mongo
 	// Server is the [server] table: the admin/metrics HTTP listener and
@@ -47,6 +54,17 @@ type Config struct {
 	// Rules are the [[rules]] entries in file order; names are unique and
 	// every referenced source and sink exists.
 	Rules []Rule
+}
+
+// CheckContainerLimit reports a max_in_flight_bytes above the container's
+// memory limit (limit bytes; 0: no limit), as an [*Error] with its
+// file:line; nil when it fits or is not set.
+func (c *Config) CheckContainerLimit(limit int64) error {
+	if c.MaxInFlightBytes == 0 || limit <= 0 || c.MaxInFlightBytes <= limit {
+		return nil
+	}
+	return &Error{Key: "max_in_flight_bytes", File: c.File, Line: c.MaxInFlightBytesLine,
+		Msg: fmt.Sprintf("must not exceed the container's memory limit (%d bytes), got %d", limit, c.MaxInFlightBytes)}
 }
 
 // Source returns the source named name, or nil.

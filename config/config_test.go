@@ -555,6 +555,30 @@ rate_limit = "1/2s"
 	}
 }
 
+func TestMaxInFlightBytes(t *testing.T) {
+	cfg, err := Parse("c.toml", []byte("\n# budget\nmax_in_flight_bytes = 134217728\n[mongo]\nuri = \"mongodb://localhost\"\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxInFlightBytes != 128<<20 || cfg.MaxInFlightBytesLine != 3 {
+		t.Fatalf("got %d at line %d", cfg.MaxInFlightBytes, cfg.MaxInFlightBytesLine)
+	}
+	if err := cfg.CheckContainerLimit(0); err != nil {
+		t.Fatalf("no container limit: %v", err)
+	}
+	if err := cfg.CheckContainerLimit(128 << 20); err != nil {
+		t.Fatalf("equal to the limit: %v", err)
+	}
+	err = cfg.CheckContainerLimit(64 << 20)
+	if err == nil || err.Error() != "max_in_flight_bytes: must not exceed the container's memory limit (67108864 bytes), got 134217728 at c.toml:3" {
+		t.Fatalf("err = %v", err)
+	}
+	cfg, _ = Parse("c.toml", []byte("[mongo]\nuri = \"mongodb://localhost\"\n"), nil)
+	if cfg.MaxInFlightBytes != 0 || cfg.CheckContainerLimit(1) != nil {
+		t.Fatal("unset max_in_flight_bytes")
+	}
+}
+
 // TestSourceOfTheStateDatabase: a database-level source of
 // mongo.state_database is refused with its file:line; one collection of it
 // may be watched on purpose (the dead-letter collection); a cluster-level

@@ -644,6 +644,16 @@ mongo.state_database: invalid database name "my.db": it must not contain '.' at 
 mongo.deadletter_collection: must differ from checkpoint_collection at config.toml:5
 server.listen: invalid address "localhost": want "host:port" or ":port" (or "" to disable the server) at config.toml:7`},
 
+		{"max_in_flight_bytes below 1 MiB", `max_in_flight_bytes = 1048575
+[mongo]
+uri = "mongodb://localhost"
+`, nil, `max_in_flight_bytes: must be at least 1048576 (1 MiB), got 1048575 at config.toml:1`},
+
+		{"max_in_flight_bytes not an integer", `max_in_flight_bytes = "1GiB"
+[mongo]
+uri = "mongodb://localhost"
+`, nil, `max_in_flight_bytes: expected an integer, got string at config.toml:1`},
+
 		{"source values", head + `
 [[sources]]
 name = "my orders"

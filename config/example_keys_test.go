@@ -50,10 +50,13 @@ func exampleKeys(text string) []exampleKey {
 			continue
 		}
 		m := exampleKeyRE.FindStringSubmatch(line)
-		if m == nil || table == "" {
+		if m == nil {
 			continue
 		}
 		k := exampleKey{path: table + "." + m[1], line: i + 1}
+		if table == "" {
+			k.path = m[1] // a top-level key, before the first table
+		}
 		if d := exampleDefRE.FindStringSubmatch(m[2]); d != nil {
 			k.def = strings.TrimSpace(d[1])
 		}

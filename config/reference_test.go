@@ -44,6 +44,7 @@ type keyDoc struct {
 // keyDocs describes every key Describe returns, by path. A key added to the
 // decoder fails TestConfigurationReference until it is described here.
 var keyDocs = map[string]keyDoc{
+	"max_in_flight_bytes":         {Default: "25% of the container's memory limit, else 268435456 (256 MiB)", Doc: "Top level, before the first table. The byte budget of everything the process holds of events (raw changes, shaped views, encodings, request bodies, entries read by re-drives and replays), shared by every source and sink; sources stop reading while it is spent, and one change larger than it goes alone. `changegate check` prints the budget in force and where it comes from. Without `GOMEMLIMIT` in the environment, the Go memory limit is set to 90% of the container's limit."},
 	"mongo":                       {Doc: "The MongoDB deployment to watch (a replica set or sharded cluster, 5.0+) and where changegate keeps its own state."},
 	"mongo.uri":                   {Doc: "Connection string (`mongodb://` or `mongodb+srv://`). Change streams need a replica set or a sharded cluster."},
 	"mongo.state_database":        {Doc: "Database holding checkpoints, dead letters, parked events and leases. Whole-cluster sources leave it out (stream, snapshot, backfills); a database-level source of it is refused."},
@@ -259,6 +260,13 @@ of [the documentation](README.md) explain what the features do.
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString("## Top level\n\nKeys written before the first table.\n\n" + tableHead)
+	for _, k := range keys {
+		if !strings.ContainsAny(k.Path, ".[") && k.Type != "table" && k.Type != "array of tables" {
+			b.WriteString(row(k.Path, k))
+		}
+	}
+	b.WriteString("\n")
 	plain("[mongo]", "mongo", "mongo")
 	plain("[server]", "server", "server")
 	plain("[cluster]", "cluster", "cluster")

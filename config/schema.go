@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -18,6 +19,9 @@ const (
 	DefaultListen               = ":9464"
 	DefaultShutdownGrace        = 30 * time.Second
 	DefaultReadyMaxLag          = 30 * time.Second
+
+	// MinMaxInFlightBytes is the smallest max_in_flight_bytes (1 MiB).
+	MinMaxInFlightBytes = 1 << 20
 
 	DefaultMaxAwait           = time.Second
 	DefaultMaxInFlightEvents  = 10000
@@ -69,6 +73,18 @@ func (d *decoder) decodeTree(tree *table) (*Config, error) {
 	cfg := &Config{File: d.file}
 	root := d.obj("", &value{kind: kindTable, tbl: tree, line: 1})
 
+	root.note("max_in_flight_bytes", func(k *Key) {
+		k.Type, k.Range = "integer", fmt.Sprintf("%d (1 MiB) to the container's memory limit", MinMaxInFlightBytes)
+	})
+	if v := root.lookup("max_in_flight_bytes"); v != nil {
+		if n := root.integer("max_in_flight_bytes", 0, math.MinInt64, math.MaxInt64); n != 0 || !root.bad["max_in_flight_bytes"] {
+			if n < MinMaxInFlightBytes {
+				d.errorf("max_in_flight_bytes", v.line, "must be at least %d (1 MiB), got %d", MinMaxInFlightBytes, n)
+			} else {
+				cfg.MaxInFlightBytes, cfg.MaxInFlightBytesLine = n, v.line
+			}
+		}
+	}
 	cfg.Mongo = d.mongo(root.section("mongo"))
 	cfg.Server = d.server(root.section("server"))
 	cfg.Cluster = d.cluster(root.section("cluster"), cfg.Mongo)

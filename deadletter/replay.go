@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -147,69 +148,92 @@ func (s *Store) Replay(ctx context.Context, f Filter, deliver func(ctx context.C
 			res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", id, ErrHeldBack))
 			continue
 		}
-		e, claimed, err := s.claim(ctx, id, claim)
+		// An entry is read whole only once the byte budget of ctx
+		// (memory.WithBudget; none: not counted) admits the largest
+		// entry; the charge is then what was read, with what is derived
+		// from it, until it is delivered.
+		mem, err := memory.FromContext(ctx).Acquire(ctx, MaxEntryBytes, "dead-letter replay")
 		if err != nil {
 			return res, fmt.Errorf("dead letters: replay: %w", err)
 		}
-		if !claimed {
-			if _, still, err := s.head(ctx, id); err != nil {
-				return res, fmt.Errorf("dead letters: replay: %w", err)
-			} else if !still {
-				continue // delivered and deleted by another replay meanwhile
-			}
-			// Another replay is delivering it: this one must neither
-			// deliver it again nor overtake it with a later change of
-			// the same document.
-			res.Skipped++
-			res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", id, ErrClaimed))
-			holdBack(head)
-			continue
-		}
-		ev, err := e.Event()
-		if err != nil {
-			res.Errors = append(res.Errors, err)
-			if errors.Is(err, ErrNotReplayable) {
-				res.Skipped++
-			} else {
-				res.Failed++
-			}
-			// Held back: a later change of this document must not be
-			// delivered while this one is still owed to the sink.
-			holdBack(e)
-			s.release(ctx, id, claim)
-			continue
-		}
-		derr := s.deliverClaimed(ctx, id, claim, func(ctx context.Context) error { return deliver(ctx, e.Sink, ev) })
-		if derr == nil {
-			if _, err := s.deleteClaimed(ctx, id, claim); err != nil {
-				// Delivered but still stored: a later replay delivers it
-				// again (at least once), once the claim expired.
-				return res, fmt.Errorf("dead letters: replay: %w", err)
-			}
-			res.Replayed++
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			s.release(ctx, id, claim)
-			return res, fmt.Errorf("dead letters: replay: %w", err)
-		}
-		if errors.Is(derr, ErrNotRouted) {
-			// Not attempted: the entry stays as it was, and so do the
-			// later entries of its document for this sink.
-			res.Skipped++
-			res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", id, derr))
-			holdBack(e)
-			s.release(ctx, id, claim)
-			continue
-		}
-		res.Failed++
-		res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: sink %s: %w", id, e.Sink, derr))
-		holdBack(e)
-		if err := s.recordFailure(ctx, id, claim, derr); err != nil {
-			return res, fmt.Errorf("dead letters: replay: %w", err)
+		var stop bool
+		res, stop, err = s.replayOne(ctx, id, head, claim, mem, res, holdBack, deliver)
+		mem.Release()
+		if stop {
+			return res, err
 		}
 	}
 	return res, nil
+}
+
+// replayOne claims, delivers and deletes (or records the failure of) the
+// entry id; stop reports that Replay must return res and err.
+func (s *Store) replayOne(ctx context.Context, id string, head Entry, claim string, mem *memory.Charge, res ReplayResult,
+	holdBack func(Entry), deliver func(ctx context.Context, sink string, e *event.Event) error) (_ ReplayResult, stop bool, _ error) {
+	e, claimed, err := s.claim(ctx, id, claim)
+	if err != nil {
+		return res, true, fmt.Errorf("dead letters: replay: %w", err)
+	}
+	mem.Resize(int64(len(e.Change) + len(e.Envelope) + len(e.DocumentKey)))
+	if !claimed {
+		if _, still, err := s.head(ctx, id); err != nil {
+			return res, true, fmt.Errorf("dead letters: replay: %w", err)
+		} else if !still {
+			return res, false, nil // delivered and deleted by another replay meanwhile
+		}
+		// Another replay is delivering it: this one must neither
+		// deliver it again nor overtake it with a later change of
+		// the same document.
+		res.Skipped++
+		res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", id, ErrClaimed))
+		holdBack(head)
+		return res, false, nil
+	}
+	ev, err := e.Event()
+	if err != nil {
+		res.Errors = append(res.Errors, err)
+		if errors.Is(err, ErrNotReplayable) {
+			res.Skipped++
+		} else {
+			res.Failed++
+		}
+		// Held back: a later change of this document must not be
+		// delivered while this one is still owed to the sink.
+		holdBack(e)
+		s.release(ctx, id, claim)
+		return res, false, nil
+	}
+	ev.Mem = mem
+	derr := s.deliverClaimed(ctx, id, claim, func(ctx context.Context) error { return deliver(ctx, e.Sink, ev) })
+	if derr == nil {
+		if _, err := s.deleteClaimed(ctx, id, claim); err != nil {
+			// Delivered but still stored: a later replay delivers it
+			// again (at least once), once the claim expired.
+			return res, true, fmt.Errorf("dead letters: replay: %w", err)
+		}
+		res.Replayed++
+		return res, false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		s.release(ctx, id, claim)
+		return res, true, fmt.Errorf("dead letters: replay: %w", err)
+	}
+	if errors.Is(derr, ErrNotRouted) {
+		// Not attempted: the entry stays as it was, and so do the
+		// later entries of its document for this sink.
+		res.Skipped++
+		res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", id, derr))
+		holdBack(e)
+		s.release(ctx, id, claim)
+		return res, false, nil
+	}
+	res.Failed++
+	res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: sink %s: %w", id, e.Sink, derr))
+	holdBack(e)
+	if err := s.recordFailure(ctx, id, claim, derr); err != nil {
+		return res, true, fmt.Errorf("dead letters: replay: %w", err)
+	}
+	return res, false, nil
 }
 
 // heldKey is the document and sink of an entry: replay holds back later

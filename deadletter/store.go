@@ -21,6 +21,11 @@ import (
 // ErrNotFound is returned (wrapped) when an entry named by id does not exist.
 var ErrNotFound = errors.New("dead letter not found")
 
+// MaxEntryBytes is the most an entry read from the store can hold: MongoDB's
+// 16 MiB document limit. Readers of whole entries (re-drive, replay) admit
+// this much of the byte budget before they read one.
+const MaxEntryBytes = 16 * 1024 * 1024
+
 // maxStoredSize bounds the size of the parts of an entry that can be large
 // (change, envelope, keys), leaving room below MongoDB's 16 MiB document
 // limit for the other fields.

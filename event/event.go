@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/internal/bsonraw"
+	"github.com/changegate/changegate/memory"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
@@ -65,6 +66,12 @@ type Event struct {
 	// Tenure is the ownership under which the event was read in cluster
 	// mode (nil when this process owns every unit). Set by the source.
 	Tenure *Tenure
+	// Mem is the event's share of the process's byte budget
+	// (max_in_flight_bytes), set by whoever admitted it (a source, a
+	// re-drive, a replay, a backfill); nil when nothing counts it. The
+	// encodings and shaped views cached on the event are charged to it
+	// when they are made (Mem.Grow); views share their event's Mem.
+	Mem *memory.Charge
 	// Txn is the transaction metadata of an event written by a
 	// multi-document transaction, nil for a single write. Set by the source
 	// before dispatch (and by dead-letter replay from the stored entry).
@@ -352,7 +359,10 @@ func (e *Event) Envelope(canonical bool) ([]byte, error) {
 	if canonical {
 		l = &e.canonical
 	}
-	l.once.Do(func() { l.b, l.err = e.encodeShaped(canonical) })
+	l.once.Do(func() {
+		l.b, l.err = e.encodeShaped(canonical)
+		e.Mem.Grow(int64(cap(l.b))) // cached as long as the event is held
+	})
 	return l.b, l.err
 }
 

@@ -942,7 +942,7 @@ func (e *Event) Shaped(s *Shape) (view *Event, skip bool) {
 	v := &Event{
 		ID: base.ID, Source: base.Source, Seq: base.Seq, Token: base.Token, OperationType: base.OperationType,
 		DB: base.DB, Coll: base.Coll, DocumentKey: base.DocumentKey, ClusterTime: base.ClusterTime,
-		WallTime: base.WallTime, Rules: base.Rules, Tenure: base.Tenure, Txn: base.Txn,
+		WallTime: base.WallTime, Rules: base.Rules, Tenure: base.Tenure, Txn: base.Txn, Mem: base.Mem,
 	}
 	vs := &viewState{base: base, shape: s}
 	v.view = vs
@@ -952,6 +952,9 @@ func (e *Event) Shaped(s *Shape) (view *Event, skip bool) {
 	} else {
 		v.Raw = sc.raw
 		vs.skip = sc.empty && s.skip
+		if len(v.Raw) > 0 && (len(base.Raw) == 0 || &v.Raw[0] != &base.Raw[0]) {
+			base.Mem.Grow(int64(cap(v.Raw))) // the view lives as long as its event
+		}
 	}
 	set.list = append(set.list, v)
 	return v, vs.skip
@@ -1091,6 +1094,7 @@ func (e *Event) Record(canonical bool) ([]byte, error) {
 			return
 		}
 		l.b, l.err = e.encodeRecord(canonical)
+		e.Mem.Grow(int64(cap(l.b)))
 	})
 	return l.b, l.err
 }

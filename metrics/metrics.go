@@ -67,6 +67,9 @@ type Metrics struct {
 	SnapshotEstimated *prometheus.GaugeVec   // source: estimated documents of the running snapshot
 	SnapshotRunning   *prometheus.GaugeVec   // source: 1 while an initial snapshot scans
 	BackfillDocuments *prometheus.CounterVec // source, sink: documents sent by backfills ("" sink: every matching sink)
+
+	InflightBytes       prometheus.Gauge // bytes of events held, against max_in_flight_bytes
+	InflightBytesBudget prometheus.Gauge // max_in_flight_bytes in force
 }
 
 // New creates the collectors and registers them, with the Go runtime and
@@ -178,6 +181,15 @@ func New(reg prometheus.Registerer) *Metrics {
 	}, []string{"source", "sink"})
 	if reg != nil {
 		reg.MustRegister(m.SnapshotDocuments, m.SnapshotEstimated, m.SnapshotRunning, m.BackfillDocuments)
+	}
+	m.InflightBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "changegate_inflight_bytes", Help: "Bytes of change events the process holds (raw changes, shaped views, encodings, request bodies, entries read for re-drives and replays), counted against max_in_flight_bytes.",
+	})
+	m.InflightBytesBudget = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "changegate_inflight_bytes_budget", Help: "The byte budget in force (max_in_flight_bytes, or its default from the container's memory limit); sources stop reading while changegate_inflight_bytes would exceed it.",
+	})
+	if reg != nil {
+		reg.MustRegister(m.InflightBytes, m.InflightBytesBudget)
 	}
 	if reg != nil {
 		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts, m.DeliveryFailures,

@@ -64,6 +64,8 @@ var families = []family{
 	{"changegate_lease_losses_total", counter, []string{"unit"}, func(m *metrics.Metrics) { m.LeaseLosses.WithLabelValues("s").Inc() }},
 	{"changegate_cluster_members", gauge, nil, func(m *metrics.Metrics) { m.ClusterMembers.Set(2) }},
 	{"changegate_cluster_member_info", gauge, []string{"member"}, func(m *metrics.Metrics) { m.ClusterMember.WithLabelValues("pod-a").Set(1) }},
+	{"changegate_inflight_bytes", gauge, nil, func(m *metrics.Metrics) { m.InflightBytes.Set(1 << 20) }},
+	{"changegate_inflight_bytes_budget", gauge, nil, func(m *metrics.Metrics) { m.InflightBytesBudget.Set(256 << 20) }},
 }
 
 func gather(t *testing.T, g prometheus.Gatherer) map[string]*dto.MetricFamily {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
 )
 
@@ -62,6 +63,9 @@ type deliverer struct {
 	clk    clock
 	log    *slog.Logger
 	limit  Limiter // nil: none
+	// budget is the byte budget request bodies are charged to while they
+	// are sent (memory.FromContext in the sinks); nil: none.
+	budget *memory.Budget
 
 	// pausedUntil (unix nanos) holds every new request of the sink back:
 	// the destination asked for it with Retry-After.
@@ -168,7 +172,7 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 	}
 	start := d.clk.Now()
 	d.mAttempts.Inc()
-	err := d.sink.Send(ctx, evs)
+	err := d.sink.Send(memory.WithBudget(ctx, d.budget), evs)
 	d.mDuration.Observe(d.clk.Now().Sub(start).Seconds())
 	fenced := err != nil && !allHeld(ts)
 	for _, t := range ts {

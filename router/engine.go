@@ -13,6 +13,7 @@ import (
 
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/limit"
@@ -86,6 +87,8 @@ type Engine struct {
 	state   atomic.Pointer[engineState]
 	dl      DeadLetters
 	own     *ownership
+	budget  *memory.Budget // set by SetBudget before Start
+	redrive *memory.Budget // the re-drives' share of budget (RedriveSharePercent)
 	metrics *metrics.Metrics
 	log     *slog.Logger
 
@@ -173,6 +176,36 @@ func NewEngine(rules *Rules, specs []SinkSpec, dl DeadLetters, m *metrics.Metric
 	return e, nil
 }
 
+// SetBudget sets the process's byte budget (max_in_flight_bytes): the
+// lanes' re-drives admit the parked entries they read against it, and
+// requests bodies built by the sinks are charged to it while they are sent.
+// Call it before Start. A nil budget counts nothing.
+func (e *Engine) SetBudget(b *memory.Budget) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.budget = b
+	e.redrive = nil
+	if b != nil {
+		e.redrive = memory.NewBudget(max(b.Limit()*RedriveSharePercent/100, deadletter.MaxEntryBytes), nil, nil)
+	}
+	for _, l := range e.state.Load().lanes {
+		l.setBudget(b, e.redrive)
+	}
+}
+
+// RedriveSharePercent is the share of the byte budget that the re-drives
+// of every parked lane together may hold (at least one whole entry): a
+// re-drive retries its entries until the sink takes them, so the live
+// stream keeps the rest.
+const RedriveSharePercent = 25
+
+// Budget returns the byte budget set by SetBudget (nil: none).
+func (e *Engine) Budget() *memory.Budget {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.budget
+}
+
 // Start starts the lanes' workers; they run until ctx is cancelled or Stop.
 // Parked backlogs left by a previous run are re-driven.
 func (e *Engine) Start(ctx context.Context) {
@@ -252,6 +285,7 @@ func (e *Engine) Reload(rules *Rules, updates []LaneUpdate) error {
 			return err
 		}
 		l.own = e.own
+		l.setBudget(e.budget, e.redrive)
 		fresh = append(fresh, l)
 		st.lanes = append(st.lanes, l)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/limit"
@@ -40,6 +41,10 @@ type Lane struct {
 	q   *keyQueue
 	d   *deliverer
 	own *ownership // the engine's; every unit when the lane runs alone
+	// budget is the process's byte budget (nil: none), set before start:
+	// the re-drive admits the entries it reads against it, and against
+	// redriveBudget, the engine's share of it for every lane's re-drive.
+	budget, redriveBudget *memory.Budget
 
 	auto    bool // max_in_flight = "auto": the pool follows the limiter
 	cancel  context.CancelFunc
@@ -143,6 +148,11 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 
 // Name returns the sink's name.
 func (l *Lane) Name() string { return l.name }
+
+func (l *Lane) setBudget(b, redrive *memory.Budget) {
+	l.budget, l.redriveBudget = b, redrive
+	l.d.budget = b
+}
 
 // LaneStatus is a snapshot of a lane for status reports.
 type LaneStatus struct {
@@ -273,6 +283,11 @@ func (l *Lane) stop() {
 	}
 	l.q.close()
 	l.wg.Wait()
+	// What is still queued stays unacknowledged; the memory it held is
+	// returned to the byte budget.
+	for _, it := range l.q.discard() {
+		it.release()
+	}
 }
 
 // waitIdle returns once nothing is queued or in progress in the lane (or ctx
@@ -289,6 +304,7 @@ func (l *Lane) waitIdle(ctx context.Context) {
 // enqueue queues ev; key is ev.OrderingKeyHash() (computed once per event
 // by Dispatch for all its sinks).
 func (l *Lane) enqueue(ev *event.Event, key uint64, done func()) {
+	ev.Mem.Retain(1) // the item's reference, released once it is finished (item.release)
 	it := &item{ev: ev, done: done, key: key}
 	l.mode.RLock()
 	l.q.push(it)
@@ -331,6 +347,11 @@ func (l *Lane) serve(ctx context.Context, p *partition) {
 		return
 	}
 	taken := len(batch)
+	// Whatever happens to them below — delivered, dead-lettered, parked,
+	// dropped for a lost tenure, abandoned by a shutdown — the lane holds
+	// none of these items once serve returns: their memory goes back to
+	// the byte budget then.
+	defer releaseItems(batch)
 	if batch = l.dropLost(batch); len(batch) == 0 {
 		l.q.release(taken)
 		return
@@ -437,7 +458,10 @@ func (l *Lane) deadLetter(items []*item, reason string) {
 		}
 		// Dead-lettering must complete even when the lane's live context
 		// was cancelled by parking; it stops only with the engine.
-		if !l.persist(l.engineCtx(), "dead-letter", func(ctx context.Context) error { return fencedWrite(l.dl.Put(ctx, e), it) }) {
+		mem := l.budget.Force(writeBytes(e))
+		ok := l.persist(l.engineCtx(), "dead-letter", func(ctx context.Context) error { return fencedWrite(l.dl.Put(ctx, e), it) })
+		mem.Release()
+		if !ok {
 			continue
 		}
 		l.log.Warn("event dead-lettered", "event", it.ev.ID, "reason", reason, "attempts", it.attempts, "err", it.lastErr)

@@ -61,6 +61,8 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 		}
 		es = append(es, e)
 	}
+	mem := l.budget.Force(writeBytes(es...))
+	defer mem.Release()
 	if !l.persist(ctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) }) {
 		return
 	}
@@ -68,6 +70,19 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 	for _, it := range items {
 		it.done()
 	}
+}
+
+// writeBytes is what writing entries holds beyond their events while the
+// write runs, charged to the byte budget then: each entry's envelope
+// document (decoded from the event's encoding by deadletter.EntryFor) and
+// the BSON of the write (change and envelope again, in the driver's wire
+// message).
+func writeBytes(es ...deadletter.Entry) int64 {
+	var n int64
+	for _, e := range es {
+		n += int64(2*len(e.Envelope) + len(e.Change))
+	}
+	return n
 }
 
 func (l *Lane) setParked(on bool) {
@@ -248,6 +263,24 @@ const redriveParallel = 64
 // ctx ended or the tenure of the entry's unit ended (cluster mode: the
 // entry stays parked for the unit's next owner).
 func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
+	// An entry is read whole only once the byte budget admits the largest
+	// one can be (MaxEntryBytes); the charge is then set to what was read,
+	// and the event rebuilt from it, its shaped views and encodings are
+	// charged to it until it is delivered (or converted).
+	//
+	// It is admitted first by the re-drives' share of the budget, so that
+	// re-drives retrying a sink that is still down never hold more than
+	// RedriveSharePercent of it, then by the budget itself.
+	share, err := l.redriveBudget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
+	if err != nil {
+		return false
+	}
+	defer share.Release()
+	mem, err := l.budget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
+	if err != nil {
+		return false
+	}
+	defer mem.Release()
 	var e deadletter.Entry
 	var found bool
 	if !l.persist(ctx, "get", func(ctx context.Context) error {
@@ -260,6 +293,9 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	if !found || e.Kind != deadletter.KindParked {
 		return true // delivered, converted or purged meanwhile
 	}
+	read := int64(len(e.Change) + len(e.Envelope) + len(e.DocumentKey))
+	share.Resize(read)
+	mem.Resize(read)
 	ev, err := event.FromChange(e.Source, 0, e.Change)
 	if err != nil {
 		reason, msg := "corrupt", fmt.Sprintf("cannot rebuild parked event: %v", err)
@@ -283,6 +319,7 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		return false
 	}
 	ev.Tenure = tenure
+	ev.Mem = mem // views made by reshape share it
 	// The entry keeps the raw change: route and shape it as the current
 	// configuration would live. One no current rule routes to this sink is
 	// not delivered: it stays as failed, for an operator to replay (with

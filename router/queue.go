@@ -24,6 +24,24 @@ type item struct {
 	firstErr string
 	lastErr  string
 	reason   string
+	released bool // release ran (the item's holder is the only one to call it)
+}
+
+// release returns the item's reference to its event's share of the byte
+// budget (event.Event.Mem), once: it is called when the lane no longer
+// holds the item, whatever the outcome.
+func (it *item) release() {
+	if it.released {
+		return
+	}
+	it.released = true
+	it.ev.Mem.Release()
+}
+
+func releaseItems(items []*item) {
+	for _, it := range items {
+		it.release()
+	}
 }
 
 // partition is a FIFO of items delivered one batch at a time, in order. Its
@@ -108,6 +126,23 @@ func (q *keyQueue) close() {
 	q.closed = true
 	q.mu.Unlock()
 	q.cond.Broadcast()
+}
+
+// discard empties the partitions of a closed queue whose workers exited and
+// returns what was still queued (unacknowledged: re-read after a restart).
+func (q *keyQueue) discard() []*item {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []*item
+	for _, p := range q.parts {
+		out = append(out, p.q...)
+		n := len(p.q)
+		clear(p.q)
+		p.q = p.q[:0]
+		q.queued.Add(-int64(n))
+		q.mQueue.Sub(float64(n))
+	}
+	return out
 }
 
 func (q *keyQueue) partitionFor(key uint64) *partition {

@@ -552,6 +552,13 @@ func (s *Source) scanNamespace(ctx context.Context, tr *checkpoint.Tracker, st *
 // emitSnapshot tracks and dispatches the snapshot event of one document
 // (or only tracks it when it belongs to another partition).
 func (s *Source) emitSnapshot(ctx context.Context, tr *checkpoint.Tracker, st *snapState, db, coll, ns string, key, doc bson.Raw, n int64) error {
+	// Admitted against the byte budget as a change is: the scan stops
+	// reading while it is spent.
+	mem, err := s.spec.Budget.Acquire(ctx, int64(len(doc)), s.spec.Unit)
+	if err != nil {
+		return err
+	}
+	defer mem.Release() // the lanes hold their own references
 	seq, err := tr.Add(ctx, snapPos(ns, key, n), st.eventCT, time.Time{})
 	if err != nil {
 		return err
@@ -575,6 +582,8 @@ func (s *Source) emitSnapshot(ctx context.Context, tr *checkpoint.Tracker, st *s
 	}
 	ev.Seq = seq
 	ev.Tenure = s.spec.Tenure
+	mem.Resize(int64(len(ev.Raw))) // the event holds its own copy of the document
+	ev.Mem = mem
 	s.mRead.Inc()
 	s.mInFlight.Inc()
 	s.dispatch(ev, func() {

@@ -23,6 +23,7 @@ import (
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/internal/mhash"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/metrics"
 )
 
@@ -75,7 +76,12 @@ type Spec struct {
 	BatchSize                int32
 	MaxAwait                 time.Duration
 	MaxInFlight              int
-	CheckpointInterval       time.Duration
+	// Budget is the process's byte budget (max_in_flight_bytes), shared
+	// with every other source, unit and lane: each change read is admitted
+	// against it, where MaxInFlight admits its count, and the Source stops
+	// reading while it is spent. Nil: bytes are not counted.
+	Budget             *memory.Budget
+	CheckpointInterval time.Duration
 	// Snapshot is SnapshotNever (default) or SnapshotInitial: on a start
 	// without a checkpoint, deliver every existing document first (see
 	// snapshot.go).
@@ -706,6 +712,10 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 	// after its last fragment; the post-batch token is not a resume point
 	// while fragments are pending.
 	var frags fragments
+	// mem is the byte budget's charge of the change being read (its
+	// fragments so far); returned if the change is not handed on.
+	var mem *memory.Charge
+	defer func() { mem.Release() }()
 	polls := 0
 	// A getMore that never answers (a network partition, a hung server)
 	// would block forever: bound each one and reopen when it expires.
@@ -729,6 +739,21 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			progress()
 			raw := make(bson.Raw, len(cs.Current))
 			copy(raw, cs.Current)
+			// The byte budget admits the change (its first fragment, for a
+			// split one) before the next is read: while it is spent, the
+			// Source stops reading here. A split change's later fragments
+			// are charged to it without waiting (waiting on bytes that the
+			// change itself holds could never end); the reassembled change
+			// then replaces them.
+			if mem == nil {
+				c, err := s.spec.Budget.Acquire(ctx, int64(len(raw)), s.spec.Unit)
+				if err != nil {
+					return token, false, progressed, nil // stopping
+				}
+				mem = c
+			} else {
+				mem.Grow(int64(len(raw)))
+			}
 			whole, err := frags.add(raw)
 			if err != nil {
 				// Reopen from the last whole event: the fragments come again
@@ -740,6 +765,7 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			}
 			if len(whole) != len(raw) || string(whole) != string(raw) {
 				s.mSplit.Inc()
+				mem.Resize(int64(len(whole))) // the fragments are garbage now
 			}
 			raw = whole
 			ev, err := event.FromChange(s.spec.Name, 0, raw)
@@ -749,6 +775,7 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 				return token, false, progressed, fmt.Errorf("malformed change event: %w", err)
 			}
 			ev.Tenure = s.spec.Tenure
+			ev.Mem, mem = mem, nil // released by handOn, or where the change is not handed on (txn.go)
 			// Transactions (txn.go): the event may be held back until its
 			// successor tells whether it ends its transaction.
 			reopen, ok := s.txnEvent(ctx, tr, tx, ev)

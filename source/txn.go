@@ -80,6 +80,7 @@ func (t *txnState) open() bool { return t.id != "" }
 // dropHeld forgets the held event (it is read again after a reopen).
 func (t *txnState) dropHeld() {
 	if t.held != nil {
+		t.held.Mem.Release() // its bytes: it is read again
 		t.held = nil
 		t.next--
 	}
@@ -88,6 +89,9 @@ func (t *txnState) dropHeld() {
 // reset forgets the open transaction (its events are not read again:
 // history lost, or a new start point).
 func (t *txnState) reset() {
+	if t.held != nil {
+		t.held.Mem.Release()
+	}
 	t.id, t.next, t.held = "", 0, nil
 }
 
@@ -104,6 +108,9 @@ func (s *Source) resumePoint(tr *checkpoint.Tracker, tx *txnState, rt bson.Raw) 
 // handOn adds ev to the tracker at pos and dispatches it; false when the
 // source is stopping (ev was not added).
 func (s *Source) handOn(ctx context.Context, tr *checkpoint.Tracker, ev *event.Event, pos checkpoint.Position) bool {
+	// The source's reference to ev.Mem (the byte budget's charge) ends
+	// here: the lanes hold their own once dispatched.
+	defer ev.Mem.Release()
 	seq, err := tr.Add(ctx, pos.Token, pos.ClusterTime, pos.WallTime)
 	if err != nil {
 		return false
@@ -134,6 +141,7 @@ func (s *Source) endTxn(ctx context.Context, tr *checkpoint.Tracker, tx *txnStat
 	}
 	if h := tx.held; h != nil {
 		h.Txn.Last = true
+		tx.held = nil // handed on (handOn releases its bytes either way)
 		if !s.handOn(ctx, tr, h, own(h)) {
 			return false
 		}
@@ -156,6 +164,9 @@ func (s *Source) txnEvent(ctx context.Context, tr *checkpoint.Tracker, tx *txnSt
 		}
 	}
 	mine := s.mine(ev)
+	if !mine {
+		ev.Mem.Release() // another partition's: never dispatched
+	}
 	if !inTxn {
 		if !mine {
 			seq, err := tr.Add(ctx, ev.Token, ev.ClusterTime, ev.WallTime)

@@ -178,8 +178,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check", "Usage: changegate check -config FILE\n\n"+
 		"Validates the config file (syntax, types, names, filters, secrets) and builds\n"+
-		"every sink exactly as run does, without connecting to anything. Exits 0 when\n"+
-		"valid, 1 with every problem listed.", stderr)
+		"every sink exactly as run does, without connecting to anything, and prints the\n"+
+		"byte budget (max_in_flight_bytes) and GOMEMLIMIT that apply in this container\n"+
+		"and where they come from. Exits 0 when valid, 1 with every problem listed.", stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
@@ -203,6 +204,11 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d sources, %d sinks, %d rules)\n", *path, len(cfg.Sources), len(cfg.Sinks), len(cfg.Rules))
+	if sizing, err := app.MemorySizing(cfg); err == nil {
+		for _, l := range app.SizingText(sizing) {
+			fmt.Fprintf(stdout, "memory: %s\n", l)
+		}
+	}
 	for _, sc := range cfg.Sources {
 		if sc.Partitions > 1 {
 			fmt.Fprintf(stdout, "note: source %q has %d partitions (units %s ... %s), each with its own change stream and checkpoint. "+

@@ -67,6 +67,36 @@ sinks = ["hook"]
 	}
 }
 
+// TestCheckSaysMemoryBudget: check prints the byte budget in force and
+// where it comes from (here, when the test runs outside a memory-limited
+// cgroup, the configured value and the environment's GOMEMLIMIT).
+func TestCheckSaysMemoryBudget(t *testing.T) {
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	path := filepath.Join(t.TempDir(), "c.toml")
+	src := "max_in_flight_bytes = 67108864\n[mongo]\nuri = \"mongodb://localhost:27017\"\n"
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := run([]string{"check", "-config", path}, &out, &errOut)
+	if code != 0 {
+		// Inside a container limited below 64 MiB the value is refused,
+		// naming the key and file:line.
+		if !strings.Contains(errOut.String(), "max_in_flight_bytes: must not exceed the container's memory limit") {
+			t.Fatalf("exit %d: %s", code, errOut.String())
+		}
+		return
+	}
+	for _, want := range []string{
+		"memory: max_in_flight_bytes: 64 MiB (67108864 bytes), max_in_flight_bytes at " + path + ":1",
+		"memory: GOMEMLIMIT: GOMEMLIMIT=1GiB from the environment",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // TestCheckStateDatabase: check notes that a cluster-level source leaves
 // the state database out, and refuses a source of the state database with
 // its file:line.

@@ -74,6 +74,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/internal/confcheck"
 )
@@ -636,8 +637,14 @@ func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]
 	for j, i := range idx {
 		parts[j], sizes[j], ids[j] = envs[i], len(envs[i]), batch[i].ID
 	}
+	// The one copy of a batch request: the envelopes (cached on their
+	// events, charged to them) joined into an array. It is charged to the
+	// byte budget while it is sent; retries of the request, its signature
+	// and the HTTP client's rewinds read this slice, they do not copy it.
 	body := sinks.AppendJSONArray(make([]byte, 0, sinks.JSONArraySize(sizes...)), parts...)
+	mem := memory.FromContext(ctx).Force(int64(cap(body)))
 	err := w.post(ctx, BatchID(ids), body, nil)
+	mem.Release()
 	if err == nil {
 		return nil
 	}
@@ -682,6 +689,10 @@ func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.
 	// the attempt including go-retryablehttp's quick connection retries.
 	ctx, cancel := context.WithTimeout(parent, w.timeout)
 	defer cancel()
+	// body is not copied from here on: go-retryablehttp wraps a []byte in
+	// a new bytes.Reader for each try (its GetBody), and prepareRetry
+	// signs the same slice, found through the request's context.
+	ctx = context.WithValue(ctx, bodyKey{}, body)
 	hr := w.reqTemplate.WithContext(ctx)
 	h := make(http.Header, len(w.static)+3)
 	for k, v := range w.static {
@@ -721,6 +732,9 @@ func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.
 	return w.classify(resp)
 }
 
+// bodyKey is the request context key of the body post sends.
+type bodyKey struct{}
+
 // sign sets the timestamp and signature headers for one attempt.
 func (w *Webhook) sign(h http.Header, id string, body []byte) {
 	ts := w.timestamp()
@@ -753,18 +767,8 @@ func (w *Webhook) prepareRetry(r *http.Request) error {
 	}
 	h := r.Header.Clone()
 	r.Header = h
-	var body []byte
-	if w.signer != nil && r.GetBody != nil {
-		rc, err := r.GetBody()
-		if err != nil {
-			return err
-		}
-		body, err = io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			return err
-		}
-	}
+	// The body post sent, not a copy read back through GetBody.
+	body, _ := r.Context().Value(bodyKey{}).([]byte)
 	w.sign(h, h.Get(HeaderID), body)
 	if w.aws != nil {
 		// A new date and signature over the new webhook-timestamp; the

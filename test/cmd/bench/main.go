@@ -38,9 +38,13 @@
 //     start with snapshot = "initial"; a webhook sink with batch_size =
 //     100 receives them all as snapshot events: documents/s and peak RSS
 //     (see snapshot.go).
+//  14. large: 1,000 changes of 1 MiB and 100 of 8 MiB to a webhook
+//     (max_request_bytes = 16777216), each next to the bare-POST ceiling
+//     of the same bodies: MB/s, and peak RSS next to the byte budget
+//     (max_in_flight_bytes; see large.go).
 //
 // "all" runs 1-9; 10 and 11 (about 6 minutes) run when named, or with
-// "limits" (see adaptive.go); 12 (about 70 s) and 13 run when named.
+// "limits" (see adaptive.go); 12 (about 70 s), 13 and 14 run when named.
 //
 // Scenarios 1-6 and 9 drain a backlog written before the consumer starts
 // (events/s is measured from the first to the last event received), so
@@ -83,7 +87,7 @@ func main() {
 	os.Exit(benchMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-var scenarioNames = []string{"", "drain", "http", "naive", "single", "batch", "fanout", "latency", "backlog", "filter", "limit", "slots", "replicas", "snapshot"}
+var scenarioNames = []string{"", "drain", "http", "naive", "single", "batch", "fanout", "latency", "backlog", "filter", "limit", "slots", "replicas", "snapshot", "large"}
 
 // allScenarios is how many scenarios "all" runs: 10 and 11 (issue 11's
 // max_in_flight sweeps, about 6 minutes) only run when named, or with
@@ -159,7 +163,7 @@ func (r *result) rate() float64 {
 func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scen := fs.String("scenarios", "all", "comma-separated scenario numbers or names: 1 drain, 2 http, 3 naive, 4 single, 5 batch, 6 fanout, 7 latency, 8 backlog, 9 filter, 10 limit, 11 slots, 12 replicas, 13 snapshot; all (1-9), limits (10-11)")
+	scen := fs.String("scenarios", "all", "comma-separated scenario numbers or names: 1 drain, 2 http, 3 naive, 4 single, 5 batch, 6 fanout, 7 latency, 8 backlog, 9 filter, 10 limit, 11 slots, 12 replicas, 13 snapshot, 14 large; all (1-9), limits (10-11)")
 	repls := fs.String("replicas", "1,2,3", "scenario 12: replica counts")
 	lats := fs.String("latencies", "20ms,50ms,200ms", "receiver latencies of scenario 10")
 	sweep := fs.String("sweep", "16,64,256,1024,4096", "fixed max_in_flight values run next to the defaults in scenarios 10 and 11")
@@ -395,6 +399,18 @@ func (b *bench) run(args []string) string {
 				b.logf("scenario 13 (snapshot): %v", r.err)
 			} else {
 				b.logf("scenario 13 (snapshot): %.0f documents/s", r.rate())
+			}
+		}
+		b.result = append(b.result, rs...)
+	}
+	if b.o.scenarios[14] {
+		b.logf("scenario 14 (large)")
+		rs := b.scenarioLarge()
+		for _, r := range rs {
+			if r.err != nil {
+				b.logf("scenario 14 (large): %v", r.err)
+			} else {
+				b.logf("scenario 14 (large): %s: %.1f events/s; %s", r.name, r.rate(), r.note)
 			}
 		}
 		b.result = append(b.result, rs...)

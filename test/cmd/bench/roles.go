@@ -192,6 +192,7 @@ func roleHTTP(args []string) (roleResult, error) {
 	url := fs.String("url", "", "receiver URL")
 	n := fs.Int("n", 0, "requests")
 	c := fs.Int("c", 16, "concurrent requests")
+	size := fs.Int("size", 0, "pad each document to about this many bytes (0: the usual order); 4 distinct bodies then")
 	if err := fs.Parse(args); err != nil {
 		return roleResult{}, err
 	}
@@ -200,10 +201,17 @@ func roleHTTP(args []string) (roleResult, error) {
 		h    http.Header
 	}
 	k := min(*n, 10000)
+	if *size > 0 {
+		k = min(*n, 4) // large bodies: a few, reused (the receiver counts them all)
+	}
 	reqs := make([]req, k)
 	ts := time.Now()
 	for i := range reqs {
-		ev, err := event.FromChange("orders", uint64(i), syntheticChange(i))
+		change := syntheticChange(i)
+		if *size > 0 {
+			change = syntheticLargeChange(i, *size)
+		}
+		ev, err := event.FromChange("orders", uint64(i), change)
 		if err != nil {
 			return roleResult{}, err
 		}
@@ -225,7 +233,7 @@ func roleHTTP(args []string) (roleResult, error) {
 		}}
 	}
 	tr := &http.Transport{MaxIdleConns: *c, MaxIdleConnsPerHost: *c, DisableCompression: true}
-	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
 	var next atomic.Int64
 	var firstErr atomic.Pointer[error]
 	var wg sync.WaitGroup
@@ -263,6 +271,22 @@ func roleHTTP(args []string) (roleResult, error) {
 		return res, *p
 	}
 	return res, nil
+}
+
+// syntheticLargeChange is syntheticChange with the document padded to
+// about size bytes (scenario 14's ceiling).
+func syntheticLargeChange(i, size int) bson.Raw {
+	tok := bson.D{{Key: "_data", Value: fmt.Sprintf("8266%024X", i)}}
+	b, _ := bson.Marshal(bson.D{
+		{Key: "_id", Value: tok},
+		{Key: "operationType", Value: "insert"},
+		{Key: "clusterTime", Value: bson.Timestamp{T: uint32(time.Now().Unix()), I: uint32(i + 1)}},
+		{Key: "wallTime", Value: bson.NewDateTimeFromTime(time.Now())},
+		{Key: "fullDocument", Value: largeDoc(i, 0, size)},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: benchDB}, {Key: "coll", Value: benchColl}}},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: int32(i)}}},
+	})
+	return b
 }
 
 // syntheticChange returns an insert change event shaped like the ones

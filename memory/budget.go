@@ -1,0 +1,338 @@
+// Package memory bounds, in bytes, what the process holds of change events,
+// and sizes that bound (and the Go runtime's soft memory limit) from the
+// container's memory limit.
+//
+// A [Budget] is one process-wide byte budget (max_in_flight_bytes) shared by
+// every source, unit, lane, re-drive, replay and backfill. Readers admit
+// what they read with [Budget.Acquire], which waits while the budget is
+// spent (one event larger than the whole budget is admitted when nothing
+// else is held, so it cannot deadlock). What the process derives from an
+// admitted event while it holds it (shaped views, encoded envelopes) is
+// charged to the same [Charge] with [Charge.Grow], which never waits: a
+// reader that admits the next event waits until the derived bytes are
+// returned too. A Charge is reference counted: every holder (the source
+// until it dispatched the event, each sink lane it was handed to) releases
+// its reference once, whatever the outcome, and the bytes return to the
+// budget with the last reference.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// HeldBackLogAfter is how long an Acquire waits before the budget logs that
+// reading is held back by it.
+const HeldBackLogAfter = 10 * time.Second
+
+// Budget is a byte budget: Acquire admits bytes while the bytes held stay
+// within the limit. A nil *Budget admits everything and counts nothing. A
+// Budget is safe for concurrent use.
+type Budget struct {
+	limit int64
+	log   *slog.Logger
+	// heldBackAfter is how long an Acquire waits before it logs
+	// (HeldBackLogAfter; tests shorten it).
+	heldBackAfter time.Duration
+	// onChange, when set, is called with the bytes held after every change
+	// (a metrics gauge).
+	onChange func(int64)
+
+	mu      sync.Mutex
+	used    int64
+	charges int64         // charges not yet released (leak checks)
+	freed   chan struct{} // closed and replaced whenever bytes are returned
+	// waitingSince is when the oldest waiting Acquire began (zero: none).
+	waiters      int
+	waitingSince time.Time
+	heldBack     atomic.Int64 // total nanoseconds readers waited (metrics)
+}
+
+// NewBudget returns a budget of limit bytes (at least 1). log receives the
+// "held back" lines (nil: none); onChange, when not nil, is called with the
+// bytes held after every change, under the budget's lock (keep it cheap).
+func NewBudget(limit int64, log *slog.Logger, onChange func(int64)) *Budget {
+	if limit < 1 {
+		limit = 1
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Budget{limit: limit, log: log, onChange: onChange, freed: make(chan struct{}), heldBackAfter: HeldBackLogAfter}
+}
+
+// Limit returns the budget in bytes (0 for a nil budget).
+func (b *Budget) Limit() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.limit
+}
+
+// InUse returns the bytes held now.
+func (b *Budget) InUse() int64 {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
+
+// Charges returns the number of charges not yet released: with InUse, what
+// a leak test checks is back to zero.
+func (b *Budget) Charges() int64 {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.charges
+}
+
+// HeldBack returns how long readers have waited for the budget in total.
+func (b *Budget) HeldBack() time.Duration {
+	if b == nil {
+		return 0
+	}
+	return time.Duration(b.heldBack.Load())
+}
+
+// Waiting reports since when a reader waits for the budget (zero: none
+// waits).
+func (b *Budget) Waiting() time.Time {
+	if b == nil {
+		return time.Time{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.waitingSince
+}
+
+// Acquire waits until n more bytes fit in the budget, or nothing at all is
+// held (so an event larger than the whole budget is admitted alone), and
+// returns a Charge of n bytes with one reference, held by the caller. It
+// returns ctx's error, holding nothing, when ctx ends first. what names the
+// reader in the "held back" log line. A nil budget returns a nil Charge
+// (whose methods do nothing) at once.
+func (b *Budget) Acquire(ctx context.Context, n int64, what string) (*Charge, error) {
+	if b == nil {
+		return nil, nil
+	}
+	if n < 0 {
+		n = 0
+	}
+	b.mu.Lock()
+	if b.fitsLocked(n) {
+		c := b.chargeLocked(n)
+		b.mu.Unlock()
+		return c, nil
+	}
+	start := time.Now()
+	b.waiters++
+	if b.waiters == 1 {
+		b.waitingSince = start
+	}
+	b.mu.Unlock()
+	logAt := time.NewTimer(b.heldBackAfter)
+	defer logAt.Stop()
+	defer func() {
+		b.mu.Lock()
+		b.waiters--
+		if b.waiters == 0 {
+			b.waitingSince = time.Time{}
+		}
+		b.mu.Unlock()
+		b.heldBack.Add(int64(time.Since(start)))
+	}()
+	for {
+		b.mu.Lock()
+		if b.fitsLocked(n) {
+			c := b.chargeLocked(n)
+			b.mu.Unlock()
+			return c, nil
+		}
+		freed := b.freed
+		used := b.used
+		b.mu.Unlock()
+		select {
+		case <-freed:
+		case <-logAt.C:
+			b.log.Warn("reading is held back by the byte budget (max_in_flight_bytes): the events held are not finished yet",
+				"reader", what, "waiting", time.Since(start).Round(time.Second).String(),
+				"want_bytes", n, "inflight_bytes", used, "budget_bytes", b.limit)
+			logAt.Reset(b.heldBackAfter)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// TryAcquire is Acquire without waiting: nil, false when n bytes do not fit
+// now.
+func (b *Budget) TryAcquire(n int64) (*Charge, bool) {
+	if b == nil {
+		return nil, true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.fitsLocked(n) {
+		return nil, false
+	}
+	return b.chargeLocked(n), true
+}
+
+// Force charges n bytes without waiting, even over the budget: for bytes
+// that already exist and must be counted (a request body while it is
+// sent). The next Acquire waits until they are returned.
+func (b *Budget) Force(n int64) *Charge {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.chargeLocked(n)
+}
+
+func (b *Budget) fitsLocked(n int64) bool {
+	return b.used == 0 || b.used+n <= b.limit
+}
+
+func (b *Budget) chargeLocked(n int64) *Charge {
+	b.used += n
+	b.charges++
+	if b.onChange != nil {
+		b.onChange(b.used)
+	}
+	return &Charge{b: b, n: n, refs: 1}
+}
+
+// add changes the bytes held by d (negative: returned).
+func (b *Budget) add(d int64, released bool) {
+	b.mu.Lock()
+	b.used += d
+	if b.used < 0 {
+		b.mu.Unlock()
+		panic(fmt.Sprintf("memory: budget below zero (%d bytes): a charge was released twice", b.used))
+	}
+	if released {
+		b.charges--
+	}
+	if b.onChange != nil {
+		b.onChange(b.used)
+	}
+	if (d < 0 || released) && b.waiters > 0 {
+		close(b.freed) // wake the waiting readers
+		b.freed = make(chan struct{})
+	}
+	b.mu.Unlock()
+}
+
+// Charge is the bytes one event (or one request, one page of entries)
+// holds of a Budget. It starts with one reference. A nil *Charge does
+// nothing (no budget). A Charge is safe for concurrent use.
+type Charge struct {
+	b    *Budget
+	mu   sync.Mutex
+	n    int64
+	refs int
+}
+
+// Bytes returns the bytes charged (0 after the last release).
+func (c *Charge) Bytes() int64 {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// Grow charges n more bytes derived from the event (a shaped view, an
+// encoding) without waiting. Growing a released charge does nothing: the
+// event is no longer held.
+func (c *Charge) Grow(n int64) {
+	if c == nil || n <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refs <= 0 {
+		return
+	}
+	c.n += n
+	c.b.add(n, false)
+}
+
+// Resize sets the bytes charged to n (a split change reassembled: its
+// fragments replaced by the whole), without waiting.
+func (c *Charge) Resize(n int64) {
+	if c == nil || n < 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refs <= 0 {
+		return
+	}
+	d := n - c.n
+	c.n = n
+	c.b.add(d, false)
+}
+
+// Retain adds k references: one for each holder the event is handed to.
+// Retaining a released charge panics: the accounting is broken.
+func (c *Charge) Retain(k int) {
+	if c == nil || k <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refs <= 0 {
+		panic("memory: retain of a released charge")
+	}
+	c.refs += k
+}
+
+// Release drops one reference; the last returns the bytes to the budget.
+// Releasing more often than references were taken panics: the accounting
+// is broken.
+func (c *Charge) Release() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refs <= 0 {
+		panic("memory: charge released more often than retained")
+	}
+	c.refs--
+	if c.refs > 0 {
+		return
+	}
+	n := c.n
+	c.n = 0
+	c.b.add(-n, true)
+}
+
+type budgetKey struct{}
+
+// WithBudget returns ctx carrying b, for the code below a sink's Send that
+// builds request bodies: it charges them with FromContext(ctx).Force while
+// they are sent. A nil b returns ctx.
+func WithBudget(ctx context.Context, b *Budget) context.Context {
+	if b == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, budgetKey{}, b)
+}
+
+// FromContext returns the budget WithBudget put in ctx (nil: none).
+func FromContext(ctx context.Context) *Budget {
+	b, _ := ctx.Value(budgetKey{}).(*Budget)
+	return b
+}
