@@ -528,7 +528,8 @@ func unitOfN(id int32, n int) string {
 type leaseEvent struct {
 	At   time.Time
 	Unit string
-	Held bool // acquired; false: lost or released
+	Held bool   // acquired; false: lost or released
+	What string // "acquired", "lost" or "released"
 }
 
 var leaseLine = regexp.MustCompile(`^time=(\S+) .*msg="?(acquired unit|released unit|lost the lease[^"]*)"? .*\bunit="?([^" ]+)"?`)
@@ -555,7 +556,11 @@ func parseLeaseEvents(sc *bufio.Scanner) ([]leaseEvent, error) {
 		if err != nil {
 			return out, fmt.Errorf("time %q: %w", m[1], err)
 		}
-		out = append(out, leaseEvent{At: at, Unit: m[3], Held: m[2] == "acquired unit"})
+		what := strings.Fields(m[2])[0]
+		if what == "lost" {
+			what = "lost the lease of"
+		}
+		out = append(out, leaseEvent{At: at, Unit: m[3], Held: what == "acquired", What: what})
 	}
 	return out, sc.Err()
 }
@@ -565,6 +570,7 @@ type staleReport struct {
 	Requests   int // requests with a replica and a document
 	Stale      []request
 	Lag        []time.Duration // for each stale request, the time since its replica's loss
+	Why        []string        // for each stale request, the line: "lost the lease of" or "released"
 	Unattached int             // requests the verifier could not attribute
 }
 
@@ -593,17 +599,24 @@ func staleSends(reqs []request, leases map[string][]leaseEvent, unitOf func(int3
 		if last != nil && !last.Held {
 			r.Stale = append(r.Stale, q)
 			r.Lag = append(r.Lag, q.At.Sub(last.At))
+			r.Why = append(r.Why, last.What)
 		}
 	}
 	return r
 }
 
 func (r *staleReport) Summary() string {
-	s := fmt.Sprintf("stale sends %d of %d requests", len(r.Stale), r.Requests)
+	lost := 0
+	for _, w := range r.Why {
+		if w != "released" {
+			lost++
+		}
+	}
+	s := fmt.Sprintf("stale sends %d of %d requests (%d after a loss, %d after a release)", len(r.Stale), r.Requests, lost, len(r.Stale)-lost)
 	if len(r.Lag) > 0 {
 		l := slices.Clone(r.Lag)
 		sort.Slice(l, func(i, k int) bool { return l[i] < l[k] })
-		s += fmt.Sprintf(" (after the loss: min %v, median %v, max %v)", l[0].Round(time.Millisecond), l[len(l)/2].Round(time.Millisecond), l[len(l)-1].Round(time.Millisecond))
+		s += fmt.Sprintf(" (since the line: min %v, median %v, max %v)", l[0].Round(time.Millisecond), l[len(l)/2].Round(time.Millisecond), l[len(l)-1].Round(time.Millisecond))
 	}
 	if r.Unattached > 0 {
 		s += fmt.Sprintf("; %d requests not attributed", r.Unattached)
@@ -622,7 +635,7 @@ func (r *staleReport) Details(limit int, t0 time.Time) string {
 			fmt.Fprintf(&b, "    ... %d more\n", len(r.Stale)-limit)
 			break
 		}
-		fmt.Fprintf(&b, "    %s sent event %s (doc %d) at %s, %v after it lost the unit (answer %d)\n", q.Replica, q.EventID, q.Doc, rel(q.At, t0), r.Lag[i].Round(time.Millisecond), q.Status)
+		fmt.Fprintf(&b, "    %s sent event %s (doc %d) at %s, %v after it %s the unit (answer %d)\n", q.Replica, q.EventID, q.Doc, rel(q.At, t0), r.Lag[i].Round(time.Millisecond), r.Why[i], q.Status)
 	}
 	return b.String()
 }

@@ -24,15 +24,15 @@ time=2026-11-26T15:59:59.100Z level=ERROR msg="lost the lease of a unit: stopped
 		t.Fatal(err)
 	}
 	want := []leaseEvent{
-		{At: time.Date(2026, 11, 26, 15, 59, 56, 870e6, time.UTC), Unit: "items#2/6", Held: true},
-		{At: time.Date(2026, 11, 26, 15, 59, 58, 534e6, time.UTC), Unit: "items#4/6"},
-		{At: time.Date(2026, 11, 26, 15, 59, 59, 100e6, time.UTC), Unit: "items#2/6"},
+		{At: time.Date(2026, 11, 26, 15, 59, 56, 870e6, time.UTC), Unit: "items#2/6", Held: true, What: "acquired"},
+		{At: time.Date(2026, 11, 26, 15, 59, 58, 534e6, time.UTC), Unit: "items#4/6", What: "released"},
+		{At: time.Date(2026, 11, 26, 15, 59, 59, 100e6, time.UTC), Unit: "items#2/6", What: "lost the lease of"},
 	}
 	if len(evs) != len(want) {
 		t.Fatalf("events %+v, want %+v", evs, want)
 	}
 	for i := range want {
-		if !evs[i].At.Equal(want[i].At) || evs[i].Unit != want[i].Unit || evs[i].Held != want[i].Held {
+		if !evs[i].At.Equal(want[i].At) || evs[i].Unit != want[i].Unit || evs[i].Held != want[i].Held || evs[i].What != want[i].What {
 			t.Errorf("event %d: %+v, want %+v", i, evs[i], want[i])
 		}
 	}
@@ -42,7 +42,7 @@ func TestStaleSends(t *testing.T) {
 	at := func(ms int) time.Time { return v0.Add(time.Duration(ms) * time.Millisecond) }
 	unit := func(doc int32) string { return map[int32]string{1: "u1", 2: "u2"}[doc] }
 	leases := map[string][]leaseEvent{
-		"a": {{At: at(0), Unit: "u1", Held: true}, {At: at(1000), Unit: "u1"}, {At: at(3000), Unit: "u1", Held: true}},
+		"a": {{At: at(0), Unit: "u1", Held: true}, {At: at(1000), Unit: "u1", What: "lost the lease of"}, {At: at(3000), Unit: "u1", Held: true}},
 		"b": {{At: at(0), Unit: "u2", Held: true}},
 	}
 	reqs := []request{
@@ -63,7 +63,7 @@ func TestStaleSends(t *testing.T) {
 	if r.Lag[0] != time.Millisecond || r.Lag[1] != 1500*time.Millisecond {
 		t.Errorf("lags %v, want [1ms 1.5s]", r.Lag)
 	}
-	if d := r.Details(10, v0); !strings.Contains(d, "a sent event") || !strings.Contains(d, "1.5s after it lost the unit") {
+	if d := r.Details(10, v0); !strings.Contains(d, "a sent event") || !strings.Contains(d, "1.5s after it lost the lease of the unit") {
 		t.Errorf("details:\n%s", d)
 	}
 }
