@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -600,7 +601,12 @@ type leaseEvent struct {
 	What string // "acquired", "lost" or "released"
 }
 
-var leaseLine = regexp.MustCompile(`^time=(\S+) .*msg="?(acquired unit|released unit|lost the lease[^"]*)"? .*\bunit="?([^" ]+)"?`)
+var (
+	leaseLine = regexp.MustCompile(`^time=(\S+) .*msg="?(acquired unit|released unit|lost the lease[^"]*)"? .*\bunit="?([^" ]+)"? epoch=(\d+)`)
+	// A unit's source logs (e.g. "resuming from checkpoint") under its new
+	// epoch a few milliseconds before the "acquired unit" line.
+	unitLine = regexp.MustCompile(`^time=(\S+) .*\bunit="?([^" ]+)"? epoch=(\d+)`)
+)
 
 // readLeaseEvents reads the lease lines of a replica's text log, in order.
 func readLeaseEvents(path string) ([]leaseEvent, error) {
@@ -612,23 +618,46 @@ func readLeaseEvents(path string) ([]leaseEvent, error) {
 	return parseLeaseEvents(bufio.NewScanner(f))
 }
 
+// parseLeaseEvents reads "acquired unit", "released unit" and "lost the
+// lease" lines; any other line of a unit under an epoch newer than its last
+// release or loss also counts as holding it (the source starts before the
+// "acquired unit" line is logged).
 func parseLeaseEvents(sc *bufio.Scanner) ([]leaseEvent, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	var out []leaseEvent
+	gone := map[string]int64{} // unit → epoch of its last release or loss
+	held := map[string]int64{} // unit → epoch held
 	for sc.Scan() {
-		m := leaseLine.FindStringSubmatch(sc.Text())
-		if m == nil {
+		line := sc.Text()
+		var at, unit, what string
+		var epoch int64
+		if m := leaseLine.FindStringSubmatch(line); m != nil {
+			at, unit, what = m[1], m[3], strings.Fields(m[2])[0]
+			epoch, _ = strconv.ParseInt(m[4], 10, 64)
+		} else if m := unitLine.FindStringSubmatch(line); m != nil {
+			at, unit, what = m[1], m[2], "started"
+			epoch, _ = strconv.ParseInt(m[3], 10, 64)
+		} else {
 			continue
 		}
-		at, err := time.Parse(time.RFC3339Nano, m[1])
+		t, err := time.Parse(time.RFC3339Nano, at)
 		if err != nil {
-			return out, fmt.Errorf("time %q: %w", m[1], err)
+			return out, fmt.Errorf("time %q: %w", at, err)
 		}
-		what := strings.Fields(m[2])[0]
-		if what == "lost" {
-			what = "lost the lease of"
+		switch what {
+		case "lost", "released":
+			gone[unit] = max(gone[unit], epoch)
+			delete(held, unit)
+			if what == "lost" {
+				what = "lost the lease of"
+			}
+		default: // acquired, started
+			if epoch <= gone[unit] || held[unit] == epoch {
+				continue
+			}
+			held[unit] = epoch
 		}
-		out = append(out, leaseEvent{At: at, Unit: m[3], Held: what == "acquired", What: what})
+		out = append(out, leaseEvent{At: t, Unit: unit, Held: what == "acquired" || what == "started", What: what})
 	}
 	return out, sc.Err()
 }

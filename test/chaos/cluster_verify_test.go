@@ -16,8 +16,13 @@ import (
 func TestParseLeaseEvents(t *testing.T) {
 	log := `time=2026-11-26T15:59:56.870Z level=INFO msg="acquired unit" instance=cg-0 component=cluster unit=items#2/6 epoch=1
 time=2026-11-26T15:59:57.000Z level=INFO msg="delivered" instance=cg-0 unit=items#2/6
+time=2026-11-26T15:59:57.100Z level=INFO msg="resuming from checkpoint" instance=cg-0 source=items unit=items#2/6 epoch=1 cluster_time="{T:1 I:2}"
 time=2026-11-26T15:59:58.534Z level=INFO msg="released unit" instance=cg-0 component=cluster unit=items#4/6 epoch=1
 time=2026-11-26T15:59:59.100Z level=ERROR msg="lost the lease of a unit: stopped reading it; what it still held is dropped unacknowledged and re-read by its next owner" instance=cg-0 component=cluster unit=items#2/6 epoch=1 reason="lease expired"
+time=2026-11-26T15:59:59.200Z level=WARN msg="shutdown grace period over" instance=cg-0 unit=items#2/6 epoch=1
+time=2026-11-26T16:00:00.100Z level=INFO msg="resuming from checkpoint" instance=cg-0 source=items unit=items#2/6 epoch=3 cluster_time="{T:1 I:2}"
+time=2026-11-26T16:00:00.101Z level=INFO msg="large change events are split by the server and reassembled" instance=cg-0 source=items unit=items#2/6 epoch=3
+time=2026-11-26T16:00:00.104Z level=INFO msg="acquired unit" instance=cg-0 component=cluster unit=items#2/6 epoch=3
 `
 	evs, err := parseLeaseEvents(bufio.NewScanner(strings.NewReader(log)))
 	if err != nil {
@@ -27,6 +32,9 @@ time=2026-11-26T15:59:59.100Z level=ERROR msg="lost the lease of a unit: stopped
 		{At: time.Date(2026, 11, 26, 15, 59, 56, 870e6, time.UTC), Unit: "items#2/6", Held: true, What: "acquired"},
 		{At: time.Date(2026, 11, 26, 15, 59, 58, 534e6, time.UTC), Unit: "items#4/6", What: "released"},
 		{At: time.Date(2026, 11, 26, 15, 59, 59, 100e6, time.UTC), Unit: "items#2/6", What: "lost the lease of"},
+		// a line of the old epoch after the loss changes nothing; the new
+		// epoch's source holds the unit from its first line
+		{At: time.Date(2026, 11, 26, 16, 0, 0, 100e6, time.UTC), Unit: "items#2/6", Held: true, What: "started"},
 	}
 	if len(evs) != len(want) {
 		t.Fatalf("events %+v, want %+v", evs, want)
