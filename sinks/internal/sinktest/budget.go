@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -131,4 +134,18 @@ func CheckBudget(t *testing.T, newSend func(t *testing.T, h *Hook) func(context.
 			}
 		})
 	}
+}
+
+// Proxy returns the URL of a test server that forwards every request to
+// target (another test server's URL, whose SigV4 checks still pass: the
+// Host header is kept), held by h as Handler holds them.
+func Proxy(t *testing.T, h *Hook, target string) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h.Handler(httputil.NewSingleHostReverseProxy(u), nil))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
