@@ -1,10 +1,12 @@
 package sinks
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 )
 
 // Counter is the part of a Prometheus counter an Oversize policy uses.
@@ -33,6 +35,28 @@ type Payload struct {
 	Size int
 	// Stripped is true when Body is a stripped envelope.
 	Stripped bool
+}
+
+// Built returns the bytes a sink built for p: the stripped envelope's
+// (made for this Send, not cached on the event, so not charged to it), 0
+// for the event's own cached envelope.
+func (p Payload) Built() int {
+	if !p.Stripped {
+		return 0
+	}
+	return cap(p.Body)
+}
+
+// Hold charges n bytes a sink built for one Send or one call (stripped
+// payloads, a request body) to the byte budget in ctx (memory.WithBudget;
+// none: not counted) with Budget.Force, as the webhook charges a batched
+// body, and returns the release: call it once when the bytes are no longer
+// used, whatever the outcome. n <= 0 charges nothing.
+func Hold(ctx context.Context, n int64) (release func()) {
+	if n <= 0 {
+		return func() {}
+	}
+	return memory.FromContext(ctx).Force(n).Release
 }
 
 // stripLevels are tried in order by Fit.

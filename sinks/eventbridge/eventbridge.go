@@ -214,7 +214,7 @@ func New(cfg Config, logger *slog.Logger) (*EventBridge, error) {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
 	client := eventbridge.NewFromConfig(awsCfg, func(o *eventbridge.Options) {
-		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
+		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, &o.APIOptions, cfg.Endpoint)
 	})
 	b := &EventBridge{
 		name: cfg.Name, bus: cfg.EventBus, source: src, detailType: dt,
@@ -279,6 +279,7 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 	entries := make([]types.PutEventsRequestEntry, len(batch))
 	sizes := make([]int, len(batch))
 	stripped := make([]bool, len(batch))
+	built := 0
 	for i, e := range batch {
 		// The detail is self-contained (event.Event.Record): with envelope
 		// = "document" the metadata goes beside fullDocument.
@@ -324,11 +325,14 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 		ent.Detail = aws.String(unsafe.String(unsafe.SliceData(p.Body), len(p.Body)))
 		stripped[i] = p.Stripped
 		entries[i], sizes[i] = ent, p.Size
+		built += p.Built()
 	}
 
 	ctx, cancel := awsutil.WithTimeout(ctx, b.timeout)
 	defer cancel()
 
+	// The stripped payloads built above, until Send returns.
+	defer sinks.Hold(ctx, int64(built))()
 	err := awsutil.SendInChunks(ctx, prefix+": PutEvents", len(batch), sizes, MaxEntries, b.maxBytes, failed,
 		func(ctx context.Context, idx []int, fail func(int, error)) error {
 			return b.put(ctx, batch, entries, idx, fail)

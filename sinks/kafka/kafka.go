@@ -504,6 +504,11 @@ func (k *Kafka) Send(ctx context.Context, batch []*event.Event) error {
 	records := make([]*kgo.Record, 0, len(batch))
 	idx := make([]int, 0, len(batch))
 	stripped := make([]bool, len(batch))
+	// built is what this Send makes for the call: the produce requests the
+	// client encodes from the records (RecordSize each, an upper bound) and
+	// the stripped payloads, charged to the byte budget while the records
+	// are produced.
+	built := 0
 	for i, e := range batch {
 		topic := k.topic.Execute(e)
 		if msg := CheckTopicName(topic); msg != "" {
@@ -529,6 +534,7 @@ func (k *Kafka) Send(ctx context.Context, batch []*event.Event) error {
 			continue
 		}
 		stripped[i] = p.Stripped
+		built += p.Size + p.Built()
 		records = append(records, &kgo.Record{Topic: topic, Key: key, Value: p.Body, Headers: headers})
 		idx = append(idx, i)
 	}
@@ -537,7 +543,11 @@ func (k *Kafka) Send(ctx context.Context, batch []*event.Event) error {
 		return fmt.Errorf("%s: %w", prefix, ctx.Err())
 	}
 	if len(records) > 0 {
+		// ProduceSync returns once every record's promise has run: the
+		// client holds none of them any more.
+		release := sinks.Hold(ctx, int64(built))
 		results := k.client.ProduceSync(sctx, records...)
+		release()
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w", prefix, ctx.Err())
 		}

@@ -183,7 +183,7 @@ func New(cfg Config, logger *slog.Logger) (*Kinesis, error) {
 		name: cfg.Name, keyPath: keyPath, maxBytes: c.MaxRequestBytes, oversize: cfg.Oversize,
 		canonical: cfg.Canonical, timeout: c.Timeout,
 		client: kinesis.NewFromConfig(awsCfg, func(o *kinesis.Options) {
-			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
+			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, &o.APIOptions, cfg.Endpoint)
 		}),
 	}
 	if strings.HasPrefix(cfg.Stream, "arn:") {
@@ -227,6 +227,7 @@ func (k *Kinesis) Send(ctx context.Context, batch []*event.Event) error {
 	records := make([]types.PutRecordsRequestEntry, len(batch))
 	sizes := make([]int, len(batch))
 	stripped := make([]bool, len(batch))
+	built := 0
 	for i, e := range batch {
 		data, err := sinks.EncodeRecord(e, k.canonical)
 		if err != nil {
@@ -249,7 +250,10 @@ func (k *Kinesis) Send(ctx context.Context, batch []*event.Event) error {
 		// SDK only reads.
 		records[i] = types.PutRecordsRequestEntry{Data: p.Body, PartitionKey: aws.String(key)}
 		sizes[i], stripped[i] = p.Size, p.Stripped
+		built += p.Built()
 	}
+	// The stripped payloads built above, until Send returns.
+	defer sinks.Hold(ctx, int64(built))()
 	err := awsutil.SendInChunks(ctx, prefix+": PutRecords", len(batch), sizes, MaxRecords, k.maxBytes, failed,
 		func(ctx context.Context, idx []int, fail func(int, error)) error {
 			return k.putRecords(ctx, batch, records, idx, fail)

@@ -248,7 +248,7 @@ func New(cfg Config, logger *slog.Logger) (*Lambda, error) {
 		return nil, fmt.Errorf("%s: %w", prefix, err)
 	}
 	client := lambda.NewFromConfig(awsCfg, func(o *lambda.Options) {
-		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
+		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, &o.APIOptions, cfg.Endpoint)
 	})
 	l := &Lambda{
 		name: cfg.Name, prefix: prefix, function: cfg.Function, clientContext: clientContext,
@@ -311,6 +311,7 @@ func (l *Lambda) Send(ctx context.Context, batch []*event.Event) error {
 	envs := make([][]byte, len(batch))
 	sizes := make([]int, len(batch))
 	stripped := make([]bool, len(batch))
+	built := 0
 	// A single event is sent as an object; in a batching sink every
 	// envelope takes one more byte (its comma or the closing bracket)
 	// after the opening bracket, so the chunks' sizes add up exactly.
@@ -328,8 +329,11 @@ func (l *Lambda) Send(ctx context.Context, batch []*event.Event) error {
 			continue
 		}
 		envs[i], sizes[i], stripped[i] = p.Body, p.Size+extra, p.Stripped
+		built += p.Built()
 	}
 
+	// The stripped payloads built above, until Send returns.
+	defer sinks.Hold(ctx, int64(built))()
 	ctx, cancel := awsutil.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	err := awsutil.SendInChunks(ctx, l.prefix+": Invoke", len(batch), sizes, l.batch, maxBytes, failed,

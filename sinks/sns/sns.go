@@ -164,7 +164,7 @@ func New(cfg Config, logger *slog.Logger) (*SNS, error) {
 		name: cfg.Name, topicARN: cfg.TopicARN, fifo: strings.HasSuffix(cfg.TopicARN, ".fifo"), groupBy: groupBy,
 		maxBytes: c.MaxRequestBytes, oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: c.Timeout,
 		client: sns.NewFromConfig(awsCfg, func(o *sns.Options) {
-			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
+			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, &o.APIOptions, cfg.Endpoint)
 		}),
 	}, nil
 }
@@ -224,6 +224,7 @@ func (s *SNS) Send(ctx context.Context, batch []*event.Event) error {
 	entries := make([]types.PublishBatchRequestEntry, len(batch))
 	sizes := make([]int, len(batch))
 	stripped := make([]bool, len(batch))
+	built := 0
 	for i, e := range batch {
 		env, err := e.Envelope(s.canonical)
 		if err == nil {
@@ -235,6 +236,7 @@ func (s *SNS) Send(ctx context.Context, batch []*event.Event) error {
 			}, prefix, "message")
 			if err == nil {
 				entries[i], sizes[i], stripped[i] = ent, p.Size, p.Stripped
+				built += p.Built()
 				continue
 			}
 		} else {
@@ -245,6 +247,8 @@ func (s *SNS) Send(ctx context.Context, batch []*event.Event) error {
 		}
 		failed[i] = err
 	}
+	// The stripped payloads built above, until Send returns.
+	defer sinks.Hold(ctx, int64(built))()
 	err := awsutil.SendInChunks(ctx, prefix+": PublishBatch", len(batch), sizes, MaxEntries, s.maxBytes, failed,
 		func(ctx context.Context, idx []int, fail func(int, error)) error {
 			return s.publishBatch(ctx, batch, entries, idx, fail)

@@ -216,7 +216,7 @@ func New(cfg Config, logger *slog.Logger) (*SQS, error) {
 		name: cfg.Name, queueName: cfg.QueueName, groupBy: groupBy,
 		maxBytes: c.MaxRequestBytes, oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: c.Timeout,
 		client: sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
-			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
+			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, &o.APIOptions, cfg.Endpoint)
 		}),
 		log:  logger,
 		fifo: strings.HasSuffix(cfg.QueueURL, ".fifo") || strings.HasSuffix(cfg.QueueName, ".fifo"),
@@ -325,6 +325,7 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 	entries := make([]types.SendMessageBatchRequestEntry, len(batch))
 	sizes := make([]int, len(batch))
 	stripped := make([]bool, len(batch))
+	built := 0
 	for i, e := range batch {
 		env, err := e.Envelope(s.canonical)
 		if err != nil {
@@ -345,8 +346,11 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 		}
 		stripped[i] = p.Stripped
 		entries[i], sizes[i] = ent, p.Size
+		built += p.Built()
 	}
 
+	// The stripped payloads built above, until Send returns.
+	defer sinks.Hold(ctx, int64(built))()
 	err = awsutil.SendInChunks(ctx, prefix+": SendMessageBatch", len(batch), sizes, MaxEntries, s.maxBytes, failed,
 		func(ctx context.Context, idx []int, fail func(int, error)) error {
 			return s.sendBatch(ctx, url, batch, entries, idx, fail)

@@ -535,7 +535,9 @@ func (w *Webhook) sendOne(ctx context.Context, e *event.Event) error {
 	if err != nil {
 		return err
 	}
+	release := sinks.Hold(ctx, int64(p.Built())) // a stripped body, made for this Send
 	err = w.post(ctx, e.ID, p.Body, e)
+	release()
 	w.oversize.Delivered([]bool{p.Stripped}, err)
 	return err
 }
@@ -574,6 +576,7 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err erro
 	envs := make([][]byte, len(batch))
 	stripped := make([]bool, len(batch))
 	defer func() { w.oversize.Delivered(stripped, err) }()
+	built := 0 // stripped envelopes made for this Send, held until it returns
 	var chunks [][]int
 	var cur []int
 	size := 2 // []
@@ -591,6 +594,7 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err erro
 			continue
 		}
 		env, envs[i], stripped[i] = p.Body, p.Body, p.Stripped
+		built += p.Built()
 		if len(cur) > 0 && size+len(env)+1 > w.maxBytes {
 			chunks, cur, size = append(chunks, cur), nil, 2
 		}
@@ -600,6 +604,7 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err erro
 	if len(cur) > 0 {
 		chunks = append(chunks, cur)
 	}
+	defer sinks.Hold(ctx, int64(built))()
 	for _, idx := range chunks {
 		if err := w.postParts(ctx, batch, envs, idx, failed); err != nil {
 			return err

@@ -24,6 +24,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/internal/confcheck"
@@ -124,13 +126,37 @@ func ServiceRetryer() aws.Retryer {
 // from the service's NewFromConfig option function:
 //
 //	sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
-//		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, cfg.Endpoint)
+//		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, &o.APIOptions, cfg.Endpoint)
 //	})
-func ClientOptions(retryer *aws.Retryer, baseEndpoint **string, endpoint string) {
+func ClientOptions(retryer *aws.Retryer, baseEndpoint **string, apiOptions *[]func(*middleware.Stack) error, endpoint string) {
 	*retryer = ServiceRetryer()
 	if endpoint != "" {
 		*baseEndpoint = aws.String(endpoint)
 	}
+	*apiOptions = append(*apiOptions, chargeBody)
+}
+
+// chargeBody adds to a client's stack, after the request is serialized,
+// the charge of its body to the byte budget in the call's context
+// (memory.WithBudget, which the engine puts in Send's context): the body
+// the SDK encoded for this call (entries, attributes, escaped JSON,
+// base64 records) or the payload it sends as is (Lambda), charged with
+// sinks.Hold from here until the call returns, whatever its outcome. The
+// body is made once per call: the SDK's retries rewind it and the SigV4
+// signer reads it, neither copies it.
+func chargeBody(stack *middleware.Stack) error {
+	return stack.Build.Add(middleware.BuildMiddlewareFunc("changegate.ChargeBody",
+		func(ctx context.Context, in middleware.BuildInput, next middleware.BuildHandler) (middleware.BuildOutput, middleware.Metadata, error) {
+			var n int64
+			if req, ok := in.Request.(*smithyhttp.Request); ok {
+				if l, ok, err := req.StreamLength(); err == nil && ok {
+					n = l
+				}
+			}
+			release := sinks.Hold(ctx, n)
+			defer release()
+			return next.HandleBuild(ctx, in)
+		}), middleware.After)
 }
 
 // ErrSendTimeout is the cause of a Send's context when Config.Timeout

@@ -1,0 +1,71 @@
+package sqs
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/sinktest"
+)
+
+// budgetSink returns the Send of an SQS sink whose endpoint is held by h.
+func budgetSink(evs []*event.Event, mod func(*Config)) func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
+	return func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
+		srv := httptest.NewServer(h.Handler(&fakeQueue{}, nil))
+		t.Cleanup(srv.Close)
+		cfg := Config{
+			Name: "audit", QueueURL: srv.URL + "/123456789012/audit", Region: "us-east-1", Endpoint: srv.URL,
+			Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),
+			Timeout:     time.Minute,
+		}
+		if mod != nil {
+			mod(&cfg)
+		}
+		s, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return func(ctx context.Context) error { return s.Send(ctx, evs) }
+	}
+}
+
+// TestBudgetChargesRequestBody: the SendMessageBatch body the SDK encodes
+// is charged to the byte budget of Send's context, exactly its bytes, while
+// the call runs, and returned after it on success, on a refusal and on
+// cancellation.
+func TestBudgetChargesRequestBody(t *testing.T) {
+	evs := events(t, 5, 2000)
+	sinktest.CheckBudget(t, budgetSink(evs, nil), func(held, body int64) string {
+		if body < 5*2000 || held != body {
+			return "want the body's bytes, exactly"
+		}
+		return ""
+	})
+}
+
+// TestBudgetChargesStrippedPayload: with oversize = "strip", the stripped
+// envelope made for the Send is charged too, besides the request body.
+func TestBudgetChargesStrippedPayload(t *testing.T) {
+	evs := append(events(t, 1, 10), events(t, 2, 5000)[1])
+	env, _ := evs[1].Envelope(false)
+	if len(env) <= 3000 {
+		t.Fatalf("test event of %d bytes is not oversize", len(env))
+	}
+	sinktest.CheckBudget(t, budgetSink(evs, func(c *Config) {
+		c.MaxRequestBytes = 3000
+		c.Oversize = sinks.Oversize{Strip: true}
+	}), func(held, body int64) string {
+		// The stripped envelope is in the body once more (escaped).
+		if body == 0 || body > 3000*2 || held < body+200 {
+			return fmt.Sprintf("want the body plus the stripped envelope (at least %d)", body+200)
+		}
+		return ""
+	})
+}
