@@ -15,6 +15,14 @@
 // CHANGEGATE_CHAOS_DIR keeps each run's config and changegate log there
 // (default: a temporary directory, removed after the test).
 //
+// TestClusterChaos is the cluster campaign of issue 25 (three replicas,
+// partitions = 6, lease_ttl = "5s", a cuttable proxy per replica, receiver
+// outages, a parking sink, kill -9 / SIGSTOP / SIGTERM of replicas), opt-in
+// with CHANGEGATE_CHAOS_CLUSTER=1 and the same RUNS, SEED and DIR variables;
+// it also counts stale sends (a request from a replica after its own lease
+// loss or release line). CHANGEGATE_CHAOS_BIN runs any campaign against a
+// given binary. docs/testing.md describes both campaigns.
+//
 // TestChaosSmoke, a small campaign without receiver outages (about 10 s), runs
 // in the default suite unless -short.
 package chaos

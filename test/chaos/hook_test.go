@@ -1,10 +1,13 @@
 package chaos
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,14 +18,20 @@ import (
 type hookMode int
 
 const (
-	hookNormal      hookMode = iota // 204 and record
-	hookUnavailable                 // 503 with Retry-After
-	hookRefusing                    // listener closed: connections refused
+	hookNormal          hookMode = iota // 204 and record
+	hookUnavailable                     // 503 with Retry-After
+	hookUnavailableBare                 // 503 without Retry-After
+	hookRefusing                        // listener closed: connections refused
 )
 
 // request is one request an endpoint answered (accepted or refused with 503).
+// Replica is the last element of the URL's path when the sender's URL names
+// it (the cluster campaign gives each replica its own path).
 type request struct {
 	EventID string
+	Replica string
+	Doc     int32 // the envelope's documentKey._id, when HasDoc
+	HasDoc  bool
 	At      time.Time
 	Status  int
 }
@@ -56,26 +65,58 @@ func newEndpoint(secret string, retryAfter int) (*endpoint, error) {
 func (e *endpoint) URL() string { return "http://" + e.addr + "/hook" }
 
 func (e *endpoint) serve(ln net.Listener) {
-	srv := &http.Server{Handler: e.rcv, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: http.HandlerFunc(e.handle), ReadHeaderTimeout: 10 * time.Second}
 	e.srv = srv
 	go func() { _ = srv.Serve(ln) }()
 }
 
-func (e *endpoint) respond(body []byte) *receiver.Response {
+// handle records every request that reached the receiver: its event id,
+// the replica named by the path, its arrival and the answer.
+func (e *endpoint) handle(w http.ResponseWriter, req *http.Request) {
+	at := time.Now()
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
 	var env struct {
-		ID string `json:"id"`
+		ID          string `json:"id"`
+		DocumentKey struct {
+			ID json.Number `json:"_id"`
+		} `json:"documentKey"`
 	}
 	_ = json.Unmarshal(body, &env)
+	doc, derr := strconv.ParseInt(string(env.DocumentKey.ID), 10, 32)
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	e.rcv.ServeHTTP(sw, req)
+	r := request{EventID: env.ID, Replica: strings.TrimPrefix(strings.TrimPrefix(req.URL.Path, "/hook"), "/"), At: at, Status: sw.status, Doc: int32(doc), HasDoc: derr == nil}
+	e.mu.Lock()
+	e.requests = append(e.requests, r)
+	e.mu.Unlock()
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// respond decides the answer from the endpoint's mode.
+func (e *endpoint) respond([]byte) *receiver.Response {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := request{EventID: env.ID, At: time.Now(), Status: http.StatusNoContent}
-	var resp *receiver.Response
-	if e.mode == hookUnavailable {
-		r.Status = http.StatusServiceUnavailable
-		resp = &receiver.Response{Status: r.Status, RetryAfter: strconv.Itoa(e.retryAfter)}
+	switch e.mode {
+	case hookUnavailable:
+		return &receiver.Response{Status: http.StatusServiceUnavailable, RetryAfter: strconv.Itoa(e.retryAfter)}
+	case hookUnavailableBare:
+		return &receiver.Response{Status: http.StatusServiceUnavailable}
 	}
-	e.requests = append(e.requests, r)
-	return resp
+	return nil
 }
 
 // setMode switches the endpoint's behaviour; refusing closes the listener and

@@ -18,8 +18,14 @@ var buildOnce struct {
 	err       error
 }
 
+// changegateBinary returns the binary under test: CHANGEGATE_CHAOS_BIN if
+// set (e.g. an older release, to see that a campaign catches its faults),
+// else one built from this module.
 func changegateBinary(t *testing.T) string {
 	t.Helper()
+	if bin := os.Getenv("CHANGEGATE_CHAOS_BIN"); bin != "" {
+		return bin
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "changegate-chaos-bin")
 		if err != nil {

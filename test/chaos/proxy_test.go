@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // proxy forwards TCP connections from a loopback port to target and can cut
@@ -13,10 +14,11 @@ type proxy struct {
 	ln     net.Listener
 	target string
 
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+	closed    bool
+	downUntil time.Time // connections accepted before this are closed at once
+	wg        sync.WaitGroup
 }
 
 func newProxy(target string) (*proxy, error) {
@@ -39,6 +41,13 @@ func (p *proxy) accept() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		down := time.Now().Before(p.downUntil)
+		p.mu.Unlock()
+		if down {
+			c.Close()
+			continue
 		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {
@@ -91,6 +100,15 @@ func (p *proxy) Cut() int {
 	n := len(p.conns) / 2
 	clear(p.conns)
 	return n
+}
+
+// CutFor cuts every open connection and, for d, closes every new one at
+// once: MongoDB is unreachable from behind this proxy for d.
+func (p *proxy) CutFor(d time.Duration) int {
+	p.mu.Lock()
+	p.downUntil = time.Now().Add(d)
+	p.mu.Unlock()
+	return p.Cut()
 }
 
 // Close stops the proxy and waits for its goroutines.
