@@ -2,6 +2,7 @@ package deadletter_test
 
 import (
 	"errors"
+	"sync"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -113,5 +114,50 @@ func TestFencedWritesReadPreviousFormat(t *testing.T) {
 	got, _, _ = s.Get(ctx, e.ID)
 	if got.Epoch != 3 || got.Attempts != 3 {
 		t.Fatalf("after re-write: epoch %d attempts %d; want 3 and 3", got.Epoch, got.Attempts)
+	}
+}
+
+// Fenced writes of one unit from many goroutines of one process all land:
+// the store runs them one at a time per unit (each writes the unit's guard
+// document, so at once they would conflict and retry each other), and a
+// write of several units takes their locks in order, without deadlock.
+func TestFencedWritesConcurrent(t *testing.T) {
+	s, ctx := newStore(t)
+	units := []string{"orders#0/2", "orders#1/2"}
+	for _, u := range units {
+		if err := s.Fence(ctx, u, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const workers, each = 8, 4
+	errs := make(chan error, workers*each)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				doc := w*each + i + 1
+				a := entry(t, ev(t, "orders", "orders", doc, uint32(doc)), "hook", deadletter.KindParked)
+				a.Unit, a.Epoch = units[w%2], 1
+				b := entry(t, ev(t, "orders", "orders", 1000+doc, uint32(doc)), "hook", deadletter.KindParked)
+				b.Unit, b.Epoch = units[(w+1)%2], 1 // two units, in either order
+				errs <- s.PutMany(ctx, []deadletter.Entry{a, b})
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("fenced write: %v", err)
+		}
+	}
+	n, err := s.Count(ctx, deadletter.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2*workers*each {
+		t.Fatalf("%d entries stored, want %d", n, 2*workers*each)
 	}
 }

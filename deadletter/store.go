@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -72,6 +74,13 @@ type Filter struct {
 type Store struct {
 	coll   *mongo.Collection
 	fences *mongo.Collection // <collection>_fences: one epoch guard per unit
+
+	// guardMu guards guards, a lock per unit held by a fenced write for its
+	// whole transaction: every fenced write of a unit writes the unit's
+	// guard document, so two at once from this process would conflict
+	// (WriteConflict) and retry each other, without end under load.
+	guardMu sync.Mutex
+	guards  map[string]chan struct{}
 }
 
 // NewStore returns a Store on db.collection. Call EnsureIndexes once at
@@ -423,6 +432,19 @@ func (s *Store) fenced(ctx context.Context, es []Entry, write func(context.Conte
 			guards = append(guards, g)
 		}
 	}
+	// One fenced write per unit at a time in this process, units locked
+	// in order (a write of several units cannot deadlock with another).
+	slices.SortFunc(guards, func(a, b guard) int { return strings.Compare(a.unit, b.unit) })
+	for i, g := range guards {
+		if i > 0 && guards[i-1].unit == g.unit {
+			continue
+		}
+		unlock, err := s.lockUnit(ctx, g.unit)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	sess, err := s.coll.Database().Client().StartSession()
 	if err != nil {
 		return err
@@ -437,6 +459,26 @@ func (s *Store) fenced(ctx context.Context, es []Entry, write func(context.Conte
 		return nil, write(ctx)
 	}, options.Transaction().SetWriteConcern(writeconcern.Majority()))
 	return err
+}
+
+// lockUnit takes unit's fenced-write lock, or returns ctx's error.
+func (s *Store) lockUnit(ctx context.Context, unit string) (func(), error) {
+	s.guardMu.Lock()
+	if s.guards == nil {
+		s.guards = map[string]chan struct{}{}
+	}
+	l, ok := s.guards[unit]
+	if !ok {
+		l = make(chan struct{}, 1)
+		s.guards[unit] = l
+	}
+	s.guardMu.Unlock()
+	select {
+	case l <- struct{}{}:
+		return func() { <-l }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Get returns the entry with id, and false (with no error) when there is none.
