@@ -113,9 +113,16 @@ sinks = ["sync", "missing", "batch"]
 		}
 		return seen
 	}
+	var dead int64 // the last count the wait saw, for the failure report
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("at the end: %d failed dead letters (want 11), %d sync invocations (want 12), %d batch documents (want 10)",
+				dead, len(syncSrv.Invocations()), len(batchDocs()))
+		}
+	})
 	waitFor(t, 30*time.Second, "deliveries and dead letters", func() bool {
-		n, _ := dls.Count(ctx, deadletter.Filter{Kind: deadletter.KindFailed})
-		return n >= 11 && len(syncSrv.Invocations()) >= 12 && len(batchDocs()) >= 10
+		dead, _ = dls.Count(ctx, deadletter.Filter{Kind: deadletter.KindFailed})
+		return dead >= 11 && len(syncSrv.Invocations()) >= 12 && len(batchDocs()) >= 10
 	})
 	time.Sleep(300 * time.Millisecond) // nothing more arrives
 
