@@ -84,7 +84,7 @@ func allKeys() []string {
 		"enabled", "lease_ttl", "renew_every", "instance", "leases_collection", "partitions",
 		"name", "database", "collection", "full_document", "full_document_before_change", "pipeline",
 		"start_at", "on_history_lost", "split_large_events", "on_oversize_event", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval", "snapshot",
-		"type", "max_in_flight", "max_in_flight_min", "max_in_flight_max", "rate_limit", "rate_limit_burst", "circuit_max_cooldown", "ordering", "batch_wait", "json", "park_after", "oversize",
+		"type", "max_in_flight", "max_in_flight_min", "max_in_flight_max", "rate_limit", "rate_limit_burst", "circuit_max_cooldown", "ordering", "batch_wait", "json", "park_after", "oversize", "trace_context",
 		"max_attempts", "initial_interval", "max_interval", "max_elapsed", "multiplier", "jitter",
 		"source", "operations", "namespaces", "filter", "sinks",
 	}
@@ -152,8 +152,8 @@ sinks = ["hook"]
 			Ordering:  OrderingKey,
 			BatchSize: 1,
 			JSON:      JSONRelaxed,
-			ParkAfter: 30 * time.Second,
-			Oversize:  OversizeDeadLetter,
+			ParkAfter: 30 * time.Second, TraceContext: true,
+			Oversize: OversizeDeadLetter,
 			Retry: Retry{
 				MaxAttempts:     8,
 				InitialInterval: 500 * time.Millisecond,

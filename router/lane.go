@@ -142,6 +142,7 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 		mFailures: m.DeliveryFailures,
 		mDuration: m.DeliveryDuration.WithLabelValues(name),
 		mLag:      m.EndToEndLag.WithLabelValues(name),
+		kind:      sp.Kind, noTraceContext: sp.NoTraceContext,
 	}
 	return l, nil
 }
@@ -306,6 +307,9 @@ func (l *Lane) waitIdle(ctx context.Context) {
 func (l *Lane) enqueue(ev *event.Event, key uint64, done func()) {
 	ev.Mem.Retain(1) // the item's reference, released once it is finished (item.release)
 	it := &item{ev: ev, done: done, key: key}
+	if ev.Trace != nil {
+		it.trace = ev.Trace.Delivery(l.name, l.spec.Kind)
+	}
 	l.mode.RLock()
 	l.q.push(it)
 	l.mode.RUnlock()
@@ -391,6 +395,7 @@ func (l *Lane) dropLost(items []*item) []*item {
 			keep = append(make([]*item, 0, len(items)), items[:i]...)
 		}
 		l.mDropped.Inc()
+		it.trace.Outcome("dropped", "lease_lost")
 	}
 	if keep == nil {
 		return items
@@ -402,6 +407,7 @@ func (l *Lane) dropLost(items []*item) []*item {
 func (l *Lane) delivered(items []*item) {
 	for _, it := range items {
 		l.mDelivered.Inc()
+		it.trace.Outcome("delivered", "")
 		it.done()
 	}
 }
@@ -459,7 +465,9 @@ func (l *Lane) deadLetter(items []*item, reason string) {
 		// Dead-lettering must complete even when the lane's live context
 		// was cancelled by parking; it stops only with the engine.
 		mem := l.budget.Force(writeBytes(e))
+		end := it.trace.Step("dead_letter "+l.name, tracingReason(reason))
 		ok := l.persist(l.engineCtx(), "dead-letter", func(ctx context.Context) error { return fencedWrite(l.dl.Put(ctx, e), it) })
+		end(persistErr(ok))
 		mem.Release()
 		if !ok {
 			continue
@@ -470,6 +478,7 @@ func (l *Lane) deadLetter(items []*item, reason string) {
 		} else {
 			l.mDead.Inc()
 		}
+		it.trace.Outcome("dead_lettered", reason)
 		it.done()
 	}
 }

@@ -63,11 +63,23 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 	}
 	mem := l.budget.Force(writeBytes(es...))
 	defer mem.Release()
-	if !l.persist(ctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) }) {
+	var ends []func(error)
+	if l.d.tracer != nil {
+		ends = make([]func(error), len(items))
+		for i, it := range items {
+			ends[i] = it.trace.Step("park " + l.name)
+		}
+	}
+	ok := l.persist(ctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) })
+	for _, end := range ends {
+		end(persistErr(ok))
+	}
+	if !ok {
 		return
 	}
 	l.mParked.Add(float64(len(items)))
 	for _, it := range items {
+		it.trace.Outcome("parked", "")
 		it.done()
 	}
 }
@@ -335,6 +347,10 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	}
 	ev.Tenure = tenure // on the shaped view too
 	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
+	if l.d.tracer != nil {
+		it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "redrive")
+		defer it.trace.End() // outcome "abandoned" unless set below
+	}
 	if !skip { // skip_empty_updates: nothing to send, done
 		_, err = l.d.deliver(ctx, []*item{it}, modeRedrive, nil)
 	}
@@ -349,9 +365,11 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		l.persist(ctx, "convert", func(ctx context.Context) error {
 			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, reason, err.Error())
 		})
+		it.trace.Outcome("dead_lettered", reason)
 		l.mDead.Inc()
 		return true
 	}
+	it.trace.Outcome("delivered", "")
 	var deleted bool
 	if l.persist(ctx, "delete", func(ctx context.Context) error {
 		var err error

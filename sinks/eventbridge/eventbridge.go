@@ -76,6 +76,7 @@ import (
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/internal/awsutil"
 	"github.com/changegate/changegate/sinks/internal/confcheck"
+	"github.com/changegate/changegate/tracing"
 )
 
 // Limits and defaults.
@@ -313,6 +314,9 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 		}
 		if !e.WallTime.IsZero() {
 			ent.Time = aws.Time(e.WallTime)
+		}
+		if th := tracing.XRayHeader(ctx, i); th != "" {
+			ent.TraceHeader = aws.String(th) // X-Ray's format (trace_context)
 		}
 		p, err := b.oversize.Fit(e, b.canonical, env, b.maxBytes, func(d []byte) int {
 			ent.Detail = aws.String(unsafe.String(unsafe.SliceData(d), len(d)))

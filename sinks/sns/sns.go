@@ -186,8 +186,9 @@ func (s *SNS) Close() error {
 
 // entry builds the message of e with body env and returns it with its
 // size.
-func (s *SNS) entry(id int, e *event.Event, env []byte) (types.PublishBatchRequestEntry, int) {
+func (s *SNS) entry(ctx context.Context, id int, e *event.Event, env []byte) (types.PublishBatchRequestEntry, int) {
 	list, attrSize := awsutil.Attributes(e)
+	list, attrSize = awsutil.TraceAttributes(ctx, id, list, attrSize)
 	attrs := make(map[string]types.MessageAttributeValue, len(list))
 	for _, a := range list {
 		attrs[a.Name] = types.MessageAttributeValue{DataType: aws.String(awsutil.AttrStringType), StringValue: aws.String(a.Value)}
@@ -231,7 +232,7 @@ func (s *SNS) Send(ctx context.Context, batch []*event.Event) error {
 			var ent types.PublishBatchRequestEntry
 			var p sinks.Payload
 			p, err = s.oversize.Fit(e, s.canonical, env, s.maxBytes, func(body []byte) (size int) {
-				ent, size = s.entry(i, e, body)
+				ent, size = s.entry(ctx, i, e, body)
 				return size
 			}, prefix, "message")
 			if err == nil {

@@ -276,8 +276,9 @@ func DeduplicationID(e *event.Event) string { return awsutil.DeduplicationID(e) 
 func GroupID(e *event.Event, path []string) string { return awsutil.GroupID(e, path) }
 
 // entry builds the message of e and returns it with its size.
-func (s *SQS) entry(id int, e *event.Event, env []byte) (types.SendMessageBatchRequestEntry, int) {
+func (s *SQS) entry(ctx context.Context, id int, e *event.Event, env []byte) (types.SendMessageBatchRequestEntry, int) {
 	list, attrSize := awsutil.Attributes(e)
+	list, attrSize = awsutil.TraceAttributes(ctx, id, list, attrSize)
 	attrs := make(map[string]types.MessageAttributeValue, len(list))
 	for _, a := range list {
 		attrs[a.Name] = types.MessageAttributeValue{DataType: aws.String(awsutil.AttrStringType), StringValue: aws.String(a.Value)}
@@ -334,7 +335,7 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 		}
 		var ent types.SendMessageBatchRequestEntry
 		p, err := s.oversize.Fit(e, s.canonical, env, s.maxBytes, func(body []byte) (size int) {
-			ent, size = s.entry(i, e, body)
+			ent, size = s.entry(ctx, i, e, body)
 			return size
 		}, prefix, "message")
 		if err != nil {
@@ -342,7 +343,7 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 			continue
 		}
 		if p.Stripped {
-			ent, _ = s.entry(i, e, p.Body)
+			ent, _ = s.entry(ctx, i, e, p.Body)
 		}
 		stripped[i] = p.Stripped
 		entries[i], sizes[i] = ent, p.Size
