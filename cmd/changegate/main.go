@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.opentelemetry.io/otel"
 
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/config"
@@ -180,6 +181,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 	}
 	if tracer != nil {
 		log.Info("OpenTelemetry tracing on (OTEL_* environment variables)")
+		// The SDK's own errors (an export the collector refused, a full
+		// queue) go to our log rather than its default stderr logger.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", "err", err) }))
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
