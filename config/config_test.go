@@ -608,3 +608,33 @@ name = "a"
 		}
 	}
 }
+
+func TestTraceContext(t *testing.T) {
+	parse := func(v string) (*Config, error) {
+		return Parse("config.toml", src(`
+[mongo]
+uri = "mongodb://localhost"
+
+[[sources]]
+name = "orders"
+
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "http://localhost:8080/"
+trace_context = `+v+`
+
+[[rules]]
+name = "all"
+source = "orders"
+sinks = ["hook"]
+`), nil)
+	}
+	cfg, err := parse("false")
+	if err != nil || cfg.Sinks[0].TraceContext {
+		t.Fatalf("trace_context = false: %v, %+v", err, cfg)
+	}
+	if _, err := parse(`"no"`); err == nil || !strings.Contains(err.Error(), "sinks[0].trace_context") || !strings.Contains(err.Error(), "config.toml:11") {
+		t.Fatalf("trace_context = \"no\": %v", err)
+	}
+}

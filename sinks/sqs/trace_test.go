@@ -19,6 +19,14 @@ func TestMessageTraceparent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The call is recorded on the attempt's span as the AWS SDK
+	// conventions name it.
+	attrs := tr.Attempt()
+	for k, want := range map[string]string{"rpc.system.name": "aws-api", "rpc.method": "SQS/SendMessageBatch", "http.response.status_code": "200"} {
+		if attrs[k] != want {
+			t.Errorf("attempt span %s = %q, want %q (%v)", k, attrs[k], want, attrs)
+		}
+	}
 	calls := f.snapshot()
 	if len(calls) != 3 {
 		t.Fatalf("%d calls", len(calls))

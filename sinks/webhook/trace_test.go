@@ -26,6 +26,9 @@ func TestRequestTraceparent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if got := tr1.Attempt()["http.response.status_code"]; got != "204" {
+		t.Errorf("attempt span http.response.status_code = %q, want 204", got)
+	}
 	reqs := rc.requests()
 	if len(reqs) != 4 {
 		t.Fatalf("%d requests", len(reqs))

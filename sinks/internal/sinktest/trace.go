@@ -3,8 +3,10 @@ package sinktest
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/changegate/changegate/tracing"
 )
@@ -17,19 +19,37 @@ type Traced struct {
 	Ctx                  context.Context
 	Request, RequestXRay string
 	Entries, EntriesXRay []string
+
+	attempt *tracing.Attempt
+	rec     *tracetest.SpanRecorder
+}
+
+// Attempt ends the attempt's span and returns its attributes (what the
+// sink recorded on it: HTTP status, AWS call), values as text.
+func (t Traced) Attempt() map[string]string {
+	t.attempt.End(nil)
+	out := map[string]string{}
+	for _, s := range t.rec.Ended() {
+		if strings.HasPrefix(s.Name(), "send ") {
+			for _, kv := range s.Attributes() {
+				out[string(kv.Key)] = kv.Value.Emit()
+			}
+		}
+	}
+	return out
 }
 
 // TracedSend returns the context of a traced Send of n events, with the
 // trace context propagated (trace_context = true) or not.
 func TracedSend(n int, propagate bool) Traced {
-	tr := tracing.New(sdktrace.NewTracerProvider())
+	rec := tracetest.NewSpanRecorder()
+	tr := tracing.New(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
 	ds := make([]*tracing.Delivery, n)
 	for i := range ds {
 		ds[i] = tr.StartChange(tracing.ChangeInfo{ID: "orders:x"}).Delivery("s", "test")
 	}
 	ctx, a := tr.StartAttempt(context.Background(), ds, tracing.AttemptInfo{Sink: "s", Number: 1, Propagate: propagate})
-	_ = a
-	t := Traced{Ctx: ctx, Entries: make([]string, n), EntriesXRay: make([]string, n)}
+	t := Traced{Ctx: ctx, Entries: make([]string, n), EntriesXRay: make([]string, n), attempt: a, rec: rec}
 	if propagate {
 		for i := range n {
 			t.Entries[i], _ = tracing.Entry(ctx, i)
