@@ -487,7 +487,11 @@ func (e *Engine) deliverNow(ctx context.Context, sink string, ev *event.Event, u
 	if err == nil {
 		it.trace.Outcome("delivered", "")
 	} else {
-		it.trace.Outcome("failed", err.Error())
+		reason := "error"
+		if de, ok := sinks.Classify(err); ok {
+			reason = de.Reason
+		}
+		it.trace.Outcome("failed", reason)
 	}
 	return err
 }

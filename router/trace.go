@@ -82,7 +82,7 @@ func endAttempt(a *tracing.Attempt, err error) {
 		a.End(nil)
 		return
 	}
-	f := &tracing.Failure{Err: err, Reason: "error"}
+	f := &tracing.Failure{Reason: "error"}
 	var be *sinks.BatchError
 	switch {
 	case errors.Is(err, errTenureEnded):

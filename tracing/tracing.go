@@ -354,8 +354,7 @@ func (d *Delivery) Step(name string, attrs ...attribute.KeyValue) func(error) {
 	_, span := d.t.tracer.Start(d.ctx, name, trace.WithAttributes(attrs...))
 	return func(err error) {
 		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, "store write failed")
+			span.SetStatus(codes.Error, "store write not completed")
 		}
 		span.End()
 	}
@@ -482,9 +481,8 @@ func (a *Attempt) Admitted() {
 	a.span.SetAttributes(attrLimiterWait.Float64(time.Since(a.start).Seconds()))
 }
 
-// Failure is an attempt's classified failure.
+// Failure is an attempt's classified failure (its reason, not its text).
 type Failure struct {
-	Err        error
 	Reason     string
 	Permanent  bool
 	RetryAfter time.Duration
@@ -506,9 +504,8 @@ func (a *Attempt) End(f *Failure) {
 		if f.Entries > 0 {
 			a.span.SetAttributes(attribute.Int("changegate.failed_entries", f.Entries))
 		}
-		if f.Err != nil {
-			a.span.RecordError(f.Err)
-		}
+		// The error's text is not recorded: it may quote what the
+		// receiver answered (a body that echoes the document).
 		a.span.SetStatus(codes.Error, f.Reason)
 	}
 	a.span.End()
