@@ -23,6 +23,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -203,7 +204,7 @@ func (c ChangeInfo) attributes(now time.Time) []attribute.KeyValue {
 		semconv.DBNamespace(c.DB),
 		semconv.MessagingMessageBodySize(c.Size),
 		attrOperation.String(c.Operation),
-		attrClusterTime.String(fmt.Sprintf("%d.%d", c.ClusterT, c.ClusterI)),
+		attrClusterTime.String(strconv.FormatUint(uint64(c.ClusterT), 10)+"."+strconv.FormatUint(uint64(c.ClusterI), 10)),
 	)
 	if c.Coll != "" {
 		as = append(as, semconv.DBCollectionName(c.Coll), semconv.MessagingDestinationName(c.DB+"."+c.Coll))
