@@ -32,7 +32,7 @@ func (t Traced) Attempt() map[string]string {
 	for _, s := range t.rec.Ended() {
 		if strings.HasPrefix(s.Name(), "send ") {
 			for _, kv := range s.Attributes() {
-				out[string(kv.Key)] = kv.Value.Emit()
+				out[string(kv.Key)] = kv.Value.String()
 			}
 		}
 	}
