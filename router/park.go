@@ -182,6 +182,23 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 	}
 }
 
+// tenureContext returns ctx ended with tenure as well (ctx itself for a nil
+// tenure).
+func tenureContext(ctx context.Context, tenure *event.Tenure) (context.Context, context.CancelFunc) {
+	if tenure == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-tenure.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
 func (l *Lane) tryGoLive(ctx context.Context) bool {
 	l.mode.Lock()
 	defer l.mode.Unlock()
@@ -235,7 +252,11 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) b
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			for _, e := range g.entries {
-				if !l.own.owns(e.Unit) {
+				// The tenure is taken before anything of the entry is
+				// read: the reads and the send are work of that tenure,
+				// and end with it.
+				tenure, ok := l.own.held(e.Unit)
+				if !ok {
 					return // handed over meanwhile: the unit's owner re-drives the rest
 				}
 				if !l.own.readPast(e.Unit, e.ClusterTime) {
@@ -243,7 +264,7 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) b
 					// the changes before this one: the next pass.
 					return
 				}
-				if !l.redriveOne(ctx, e) {
+				if !l.redriveOne(ctx, e, tenure) {
 					return // stopping or handed over: the rest stay parked, in order
 				}
 				progress.Store(true)
@@ -260,9 +281,14 @@ const redriveParallel = 64
 
 // redriveOne reads the parked entry of summary s whole, delivers it (after
 // its RetryAt) and deletes it at the version it read; it returns false when
-// ctx ended or the tenure of the entry's unit ended (cluster mode: the
-// entry stays parked for the unit's next owner).
-func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
+// ctx ended or tenure (the tenure of the entry's unit, nil outside cluster
+// mode) ended (cluster mode: the entry stays parked for the unit's next
+// owner). Every store read, wait and send of the entry runs under the
+// tenure: a read held up by a cut connection past the end of the tenure
+// sends nothing.
+func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *event.Tenure) bool {
+	ctx, cancel := tenureContext(laneCtx, tenure)
+	defer cancel()
 	// An entry is read whole only once the byte budget admits the largest
 	// one can be (MaxEntryBytes); the charge is then set to what was read,
 	// and the event rebuilt from it, its shaped views and encodings are
@@ -314,7 +340,6 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	ev.Txn = e.Txn // index and last are the entry's, not the change's
 	// The re-drive of a unit's entry is work of the unit's tenure: its
 	// waits end and nothing more is sent once the tenure ends.
-	tenure := l.own.tenure(e.Unit)
 	if !tenure.Held() {
 		return false
 	}
@@ -353,7 +378,9 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		return true
 	}
 	var deleted bool
-	if l.persist(ctx, "delete", func(ctx context.Context) error {
+	// Delivered: the delete may outlive the tenure (an entry left behind
+	// is only delivered again by the next owner).
+	if l.persist(laneCtx, "delete", func(ctx context.Context) error {
 		var err error
 		// The version listed, not the one read now: an entry parked again
 		// since the listing must go round again with the later entries

@@ -76,13 +76,26 @@ func (o *ownership) owns(unit string) bool {
 	return true
 }
 
-// tenure returns the tenure under which unit is owned (nil outside cluster
-// mode, or for a unit owned without a tenure).
-func (o *ownership) tenure(unit string) *event.Tenure {
-	if ts := o.tenures.Load(); ts != nil {
-		return (*ts)[unit]
+// held returns the tenure under which unit is owned and true, or false
+// when unit is not owned (or its tenure is over). With tenures (cluster
+// mode) an owned unit always has one: a unit missing from them is not
+// owned — it was lost or released since the caller last looked — and must
+// not be worked on with no tenure to fence it. Without tenures the tenure
+// is nil (single process mode, or units set by SetOwnedUnits).
+func (o *ownership) held(unit string) (*event.Tenure, bool) {
+	p := o.units.Load()
+	if p == nil {
+		return nil, true
 	}
-	return nil
+	if _, found := slices.BinarySearch(*p, unit); !found {
+		return nil, false
+	}
+	ts := o.tenures.Load()
+	if ts == nil {
+		return nil, true
+	}
+	t := (*ts)[unit]
+	return t, t != nil && t.Held()
 }
 
 // parkedFilter returns the filter of the parked entries of sink that this
