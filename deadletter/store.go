@@ -407,6 +407,12 @@ func (s *Store) raiseFence(ctx context.Context, unit string, epoch int64) error 
 	return err
 }
 
+// FencedWriteAttempt bounds one attempt of a fenced write (Put, PutMany of
+// entries with an Epoch): its transaction, retries of transient errors
+// included. Past it the write fails with the context's error (nothing is
+// written) and may be retried.
+var FencedWriteAttempt = 10 * time.Second
+
 // fenced runs write in a transaction that first checks (and writes) the
 // fence of every unit of es: if one holds a higher epoch than its entries',
 // the transaction is aborted and nothing is written. A concurrent Fence
@@ -432,6 +438,14 @@ func (s *Store) fenced(ctx context.Context, es []Entry, write func(context.Conte
 			guards = append(guards, g)
 		}
 	}
+	// One attempt is bounded: a transaction left open by a replica that
+	// was killed, paused or cut off mid-write holds the unit's guard
+	// document until MongoDB aborts it (transactionLifetimeLimitSeconds,
+	// 60 s by default), and every attempt meanwhile fails with
+	// WriteConflict, which the driver's WithTransaction retries for up to
+	// 120 s. The caller retries (and logs) instead, with a new session.
+	ctx, cancel := context.WithTimeout(ctx, FencedWriteAttempt)
+	defer cancel()
 	// One fenced write per unit at a time in this process, units locked
 	// in order (a write of several units cannot deadlock with another).
 	slices.SortFunc(guards, func(a, b guard) int { return strings.Compare(a.unit, b.unit) })

@@ -460,3 +460,61 @@ func TestFenceRedriveReadHeldPastRelease(t *testing.T) {
 		})
 	}
 }
+
+// failStore fails every parked write as a transaction left open by a killed
+// replica makes MongoDB fail it (WriteConflict until the transaction's
+// lifetime limit).
+type failStore struct {
+	*deadletter.Store
+	calls atomic.Int64
+}
+
+func (f *failStore) PutMany(ctx context.Context, es []deadletter.Entry) error {
+	f.calls.Add(1)
+	return errors.New("operation timed out: (WriteConflict) Write conflict during plan execution")
+}
+
+// A parked write that keeps failing is retried only while its events'
+// tenure lasts: once the lease is lost the retries stop and the events are
+// dropped unacknowledged (the next owner re-reads them), rather than the
+// lane retrying a write of a unit it no longer owns.
+func TestFenceParkWriteRetriesEndWithTenure(t *testing.T) {
+	dl := realStore(t)
+	f := &failStore{Store: dl}
+	clk := newFakeClock()
+	s := &scriptSink{clk: clk}
+	l, err := newLaneClock(SinkSpec{Sink: s, MaxInFlight: 2}, f, metrics.New(nil), slog.New(slog.DiscardHandler), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.start(ctx)
+	t.Cleanup(func() { cancel(); l.stop() })
+	l.parkLane()
+	ten := event.NewTenure("orders#0/2", 1, time.Time{})
+	ev := posEvent(t, 1, 1)
+	ev.Tenure = ten
+	var acked atomic.Int64
+	l.enqueue(ev, ev.OrderingKeyHash(), func() { acked.Add(1) })
+	waitUntil(t, "a parked write", func() bool { return f.calls.Load() > 0 })
+	ten.End()
+	deadline := time.Now().Add(10 * time.Second)
+	for !l.q.empty() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the parked write still retried after the tenure ended (%d attempts)", f.calls.Load())
+		}
+		clk.Advance(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	n := f.calls.Load()
+	for range 5 {
+		clk.Advance(10 * time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	if m := f.calls.Load(); m != n {
+		t.Fatalf("%d parked writes after the tenure ended", m-n)
+	}
+	if acked.Load() != 0 {
+		t.Fatal("an event of a lost tenure was acknowledged")
+	}
+}

@@ -63,7 +63,13 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 	}
 	mem := l.budget.Force(writeBytes(es...))
 	defer mem.Release()
-	if !l.persist(ctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) }) {
+	// The write is work of the items' tenures: once one ends, the store
+	// would refuse it anyway (a newer owner fenced the unit) or the
+	// items are dropped unacknowledged; retrying (a transaction left open
+	// by a killed replica conflicts until MongoDB aborts it) stops then.
+	wctx, cancel := tenureCtx(ctx, items)
+	defer cancel()
+	if !l.persist(wctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) }) {
 		return
 	}
 	l.mParked.Add(float64(len(items)))
