@@ -287,7 +287,9 @@ type hookStore struct {
 func (h *hookStore) PutMany(ctx context.Context, es []deadletter.Entry) error {
 	h.entered <- struct{}{}
 	<-h.proceed
-	err := h.Store.PutMany(ctx, es)
+	// Already on the wire: it reaches MongoDB whatever the writer's
+	// context became meanwhile (the tenure's end cancels it).
+	err := h.Store.PutMany(context.WithoutCancel(ctx), es)
 	h.err <- err
 	return err
 }
