@@ -420,9 +420,13 @@ func runCampaign(t *testing.T, bin string, c campaign) {
 // watchedServer starts a mongowire server (closed when t ends), connects a
 // client to it and creates the watched collection with pre-images, which
 // give every delete the seq of the version it deleted.
-func watchedServer(ctx context.Context, t *testing.T) (*mongowire.Server, *mongo.Client, *mongo.Collection) {
+func watchedServer(ctx context.Context, t *testing.T, opts ...mongowire.Options) (*mongowire.Server, *mongo.Client, *mongo.Collection) {
 	t.Helper()
-	srv, err := mongowire.Start(mongowire.Options{})
+	var o mongowire.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	srv, err := mongowire.Start(o)
 	if err != nil {
 		t.Fatal(err)
 	}
