@@ -148,6 +148,9 @@ func (l *Lane) parkLane() {
 // turns the lane live again once nothing is parked or queued.
 func (l *Lane) redriveLoop(ctx context.Context) {
 	idle := 20 * time.Millisecond
+	// The units whose entries the re-drive has listed: their sources'
+	// acknowledged positions are taken before each listing.
+	units := map[string]bool{}
 	for {
 		if !l.parked.Load() {
 			select {
@@ -159,9 +162,11 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 		}
 		// Summaries only: a page of 512 whole entries could be 512 changes
 		// of up to 16 MiB each. Each entry is read whole when its turn comes.
+		acked := l.own.snapshotAcked(units)
 		var entries []deadletter.Entry
 		err := l.dl.Summaries(ctx, l.own.parkedFilter(l.name, 512), nil, func(e deadletter.Entry) error {
 			entries = append(entries, e)
+			units[e.Unit] = true
 			return nil
 		})
 		if ctx.Err() != nil {
@@ -179,7 +184,7 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 			sleep(ctx, l.clk, idle)
 			continue
 		}
-		if !l.redriveEntries(ctx, entries) {
+		if !l.redriveEntries(ctx, entries, acked) {
 			// Nothing was re-driven: the units of these entries are no
 			// longer owned here (the lease loop has not noticed yet), or
 			// their sources have not read up to them yet.
@@ -227,7 +232,7 @@ func (l *Lane) tryGoLive(ctx context.Context) bool {
 // redriveEntries delivers entries (in stream order) keeping per-key order,
 // with up to as many keys in parallel as the lane has partitions. It reports
 // whether any entry was finished.
-func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) bool {
+func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry, acked ackedSnapshot) bool {
 	type group struct{ entries []deadletter.Entry }
 	var groups []*group
 	byKey := map[string]*group{}
@@ -265,9 +270,10 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) b
 				if !ok {
 					return // handed over meanwhile: the unit's owner re-drives the rest
 				}
-				if !l.own.readPast(e.Unit, e.ClusterTime) {
-					// The unit's source has not yet re-read (and parked)
-					// the changes before this one: the next pass.
+				if !acked.readPast(e.Unit, e.ClusterTime) {
+					// The unit's source had not yet re-read (and parked)
+					// this change and the ones before it when the
+					// entries were listed: the next pass.
 					return
 				}
 				if !l.redriveOne(ctx, e, tenure) {

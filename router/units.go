@@ -39,14 +39,39 @@ func (e *Engine) SetAcked(f AckedFunc) {
 	e.own.acked.Store(&f)
 }
 
-// readPast reports whether the source of unit acknowledged every change up
-// to ct (always, without SetAcked).
-func (o *ownership) readPast(unit string, ct bson.Timestamp) bool {
+// ackedSnapshot is the acknowledged positions of some units at one moment
+// (nil: re-drives are not gated).
+type ackedSnapshot map[string]bson.Timestamp
+
+// snapshotAcked returns the acknowledged positions of units now; nil
+// without SetAcked.
+func (o *ownership) snapshotAcked(units map[string]bool) ackedSnapshot {
 	f := o.acked.Load()
 	if f == nil {
+		return nil
+	}
+	snap := ackedSnapshot{}
+	for u := range units {
+		if at, ok := (*f)(u); ok {
+			snap[u] = at
+		}
+	}
+	return snap
+}
+
+// readPast reports whether the source of unit had acknowledged every change
+// up to ct when snap was taken (always, without SetAcked). The re-drive
+// takes the snapshot before it lists the parked entries: a change the source
+// re-read and parked again before that moment was parked (with a new
+// version) before the listing, so the listing has the version to delete. A
+// check made after the listing could pass for a re-park the listing missed:
+// the entry, delivered, would stay (its version changed) and be delivered
+// again.
+func (snap ackedSnapshot) readPast(unit string, ct bson.Timestamp) bool {
+	if snap == nil {
 		return true
 	}
-	at, ok := (*f)(unit)
+	at, ok := snap[unit]
 	return ok && !at.Before(ct)
 }
 
