@@ -57,6 +57,11 @@ type clusterCampaign struct {
 	// MongoDB's default, 60 s): how long a parked write's transaction
 	// left open by a killed or paused replica holds its unit's guard.
 	txnLifetime time.Duration
+	// handovers are SIGTERMs and restarts each 0.2–1 s after the end of
+	// an outage (in turn), while the replicas re-drive what they parked
+	// during it: the restarted replica takes its share back, so the
+	// others hand units over in the middle of their re-drives.
+	handovers int
 }
 
 // TestClusterChaos is the long campaign, opt-in with
@@ -105,7 +110,7 @@ func TestClusterChaosShort(t *testing.T) {
 	t.Logf("seed %d", seed)
 	runClusterCampaign(t, changegateBinary(t), clusterCampaign{
 		seed: uint64(seed), work: workload{docs: 200, changes: 2000, rate: 50},
-		kills: 1, stops: 1, terms: 1, cuts: 3, outages: 3, drain: 2 * time.Minute,
+		kills: 1, stops: 1, terms: 1, cuts: 3, outages: 3, handovers: 2, drain: 2 * time.Minute,
 		txnLifetime: 10 * time.Second,
 	})
 }
@@ -163,6 +168,18 @@ func (c clusterCampaign) schedule(rng *rand.Rand) []clusterEvent {
 			start := from + time.Duration(i)*slice + in(0, max(slice-dur, time.Millisecond))
 			evs = append(evs, clusterEvent{at: start, what: "outage", kind: kinds[i%len(kinds)], dur: dur})
 		}
+	}
+	var ends []time.Duration
+	for _, ev := range evs {
+		if ev.what == "outage" {
+			ends = append(ends, ev.at+ev.dur)
+		}
+	}
+	for i := range c.handovers {
+		if len(ends) == 0 {
+			break
+		}
+		evs = append(evs, clusterEvent{at: ends[i%len(ends)] + in(200*time.Millisecond, time.Second), what: "term", dur: in(500*time.Millisecond, 2*time.Second)})
 	}
 	slices.SortStableFunc(evs, func(a, b clusterEvent) int { return int(a.at - b.at) })
 	return evs
