@@ -411,7 +411,7 @@ func (s *Store) raiseFence(ctx context.Context, unit string, epoch int64) error 
 // entries with an Epoch): its transaction, retries of transient errors
 // included. Past it the write fails with the context's error (nothing is
 // written) and may be retried.
-var FencedWriteAttempt = 10 * time.Second
+var FencedWriteAttempt = 30 * time.Second
 
 // fenced runs write in a transaction that first checks (and writes) the
 // fence of every unit of es: if one holds a higher epoch than its entries',
