@@ -29,7 +29,7 @@ type Tenure struct {
 	mu       sync.Mutex
 	deadline time.Time // local, monotonic; zero: none
 	ended    bool
-	draining bool // Drain: no new request, the ones in progress finish
+	draining bool          // Drain: no new request, the ones in progress finish
 	done     chan struct{} // closed when the tenure ends
 	timer    *time.Timer   // fires at the deadline
 	inflight int           // requests between Enter and Exit
