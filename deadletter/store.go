@@ -438,16 +438,11 @@ func (s *Store) fenced(ctx context.Context, es []Entry, write func(context.Conte
 			guards = append(guards, g)
 		}
 	}
-	// One attempt is bounded: a transaction left open by a replica that
-	// was killed, paused or cut off mid-write holds the unit's guard
-	// document until MongoDB aborts it (transactionLifetimeLimitSeconds,
-	// 60 s by default), and every attempt meanwhile fails with
-	// WriteConflict, which the driver's WithTransaction retries for up to
-	// 120 s. The caller retries (and logs) instead, with a new session.
-	ctx, cancel := context.WithTimeout(ctx, FencedWriteAttempt)
-	defer cancel()
 	// One fenced write per unit at a time in this process, units locked
 	// in order (a write of several units cannot deadlock with another).
+	// The wait for the lock is not part of the attempt's bound below: it
+	// ends with ctx (the caller's: its tenure, a stop), however many
+	// writes of the unit queue before this one.
 	slices.SortFunc(guards, func(a, b guard) int { return strings.Compare(a.unit, b.unit) })
 	for i, g := range guards {
 		if i > 0 && guards[i-1].unit == g.unit {
@@ -459,6 +454,15 @@ func (s *Store) fenced(ctx context.Context, es []Entry, write func(context.Conte
 		}
 		defer unlock()
 	}
+	// The attempt (its transaction) is bounded: a transaction left open
+	// by a replica that was killed, paused or cut off mid-write holds the
+	// unit's guard document until MongoDB aborts it
+	// (transactionLifetimeLimitSeconds, 60 s by default), and every
+	// attempt meanwhile fails with WriteConflict, which the driver's
+	// WithTransaction retries for up to 120 s. The caller retries (and
+	// logs) instead, with a new session.
+	ctx, cancel := context.WithTimeout(ctx, FencedWriteAttempt)
+	defer cancel()
 	sess, err := s.coll.Database().Client().StartSession()
 	if err != nil {
 		return err
