@@ -459,7 +459,9 @@ func (l *Lane) deadLetter(items []*item, reason string) {
 		// Dead-lettering must complete even when the lane's live context
 		// was cancelled by parking; it stops only with the engine.
 		mem := l.budget.Force(writeBytes(e))
-		ok := l.persist(l.engineCtx(), "dead-letter", func(ctx context.Context) error { return fencedWrite(l.dl.Put(ctx, e), it) })
+		wctx, cancel := tenureCtx(l.engineCtx(), []*item{it}) // as park's
+		ok := l.persist(wctx, "dead-letter", func(ctx context.Context) error { return fencedWrite(l.dl.Put(ctx, e), it) })
+		cancel()
 		mem.Release()
 		if !ok {
 			continue

@@ -23,6 +23,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/changegate/changegate/test/mongowire"
+	"github.com/changegate/changegate/test/receiver"
 )
 
 const (
@@ -401,7 +402,8 @@ func runCampaign(t *testing.T, bin string, c campaign) {
 	}{{"plain (defaults)", plain}, {"parking (park_after 2s)", parking}} {
 		r := verify(j, s.e.rcv.Deliveries(), t0)
 		gaps := retryAfterGaps(s.e.Requests(), restarts)
-		t.Logf("sink %s: %s; kills %d, cuts %d\n  %s\n%s", s.name, r.Summary(), kills, cuts, gapSummary(gaps), r.Details(15))
+		t.Logf("sink %s: %s; kills %d, cuts %d; %s\n  %s\n%s", s.name, r.Summary(), kills, cuts,
+			dupSummary(s.e.rcv.Deliveries(), restarts, t0), gapSummary(gaps), r.Details(15))
 		if !r.OK() {
 			t.Errorf("sink %s: delivery checks failed (seed %d)", s.name, c.seed)
 		}
@@ -420,9 +422,13 @@ func runCampaign(t *testing.T, bin string, c campaign) {
 // watchedServer starts a mongowire server (closed when t ends), connects a
 // client to it and creates the watched collection with pre-images, which
 // give every delete the seq of the version it deleted.
-func watchedServer(ctx context.Context, t *testing.T) (*mongowire.Server, *mongo.Client, *mongo.Collection) {
+func watchedServer(ctx context.Context, t *testing.T, opts ...mongowire.Options) (*mongowire.Server, *mongo.Client, *mongo.Collection) {
 	t.Helper()
-	srv, err := mongowire.Start(mongowire.Options{})
+	var o mongowire.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	srv, err := mongowire.Start(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,4 +480,39 @@ func waitUntil(ctx context.Context, d time.Duration, cond func() bool) error {
 		}
 	}
 	return nil
+}
+
+// dupSummary counts the duplicates among ds (deliveries of an event id
+// already delivered) with no restart of changegate between the two
+// deliveries, and lists the first ones: at-least-once allows them, but
+// without a crash they are waste (issue 25, item 6).
+func dupSummary(ds []receiver.Delivery, restarts []time.Time, t0 time.Time) string {
+	first := map[string]time.Time{}
+	var noCrash []string
+	for _, d := range ds {
+		at, seen := first[d.ID]
+		if !seen {
+			first[d.ID] = d.At
+			continue
+		}
+		crashed := false
+		for _, r := range restarts {
+			if r.After(at) && r.Before(d.At) {
+				crashed = true
+				break
+			}
+		}
+		if !crashed {
+			noCrash = append(noCrash, fmt.Sprintf("%s at %s and %s", d.ID, rel(at, t0), rel(d.At, t0)))
+		}
+	}
+	s := fmt.Sprintf("duplicates with no restart in between: %d", len(noCrash))
+	for i, n := range noCrash {
+		if i == 5 {
+			s += fmt.Sprintf("; ... %d more", len(noCrash)-5)
+			break
+		}
+		s += "; " + n
+	}
+	return s
 }
