@@ -746,6 +746,15 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 		r.mu.Lock()
 		r.st.Namespace = ns
 		r.mu.Unlock()
+		// Events carry the documentKey the stream gives (with the shard
+		// key of a sharded collection).
+		shardKey, err := source.ShardKeyFields(ctx, b.client, db, coll)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			log.Warn("backfill: cannot read the shard key; documentKey is {_id} only", "namespace", ns, "err", err)
+		}
 		for {
 			mark := b.target.mark(r.req.Source) // before the read
 			var f any = bson.D{}
@@ -791,7 +800,7 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 					tr.Ack(seq)
 					finish(failed)
 				}
-				ev, err := source.SnapshotEvent(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), doc)
+				ev, err := source.SnapshotEventKeyed(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), doc, shardKey)
 				r.mu.Lock()
 				r.st.Scanned++
 				r.mu.Unlock()
@@ -808,7 +817,7 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 				}
 				ev.Mem = mem
 				r.inFlight.Add(1)
-				sent := b.sendOrdered(ctx, r, db, coll, ev, idv, mark, done)
+				sent := b.sendOrdered(ctx, r, db, coll, shardKey, ev, idv, mark, done)
 				mem.Release()
 				if !sent {
 					r.inFlight.Add(-1)
@@ -858,7 +867,7 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 // reads the document again (with a new mark) and retries; a document
 // deleted or no longer matching meanwhile is not sent (its change is on
 // the way). It reports whether ev (or its re-read) was handed to a sink.
-func (b *backfiller) sendOrdered(ctx context.Context, r *backfillRun, db, coll string, ev *event.Event, id bson.RawValue, mark any, done func(bool)) bool {
+func (b *backfiller) sendOrdered(ctx context.Context, r *backfillRun, db, coll string, shardKey []string, ev *event.Event, id bson.RawValue, mark any, done func(bool)) bool {
 	routed, changed := b.target.sendAfter(ctx, r.req.Sink, ev, mark, done)
 	for try := 0; changed && try < backfillRereads; try++ {
 		r.mu.Lock()
@@ -877,7 +886,7 @@ func (b *backfiller) sendOrdered(ctx context.Context, r *backfillRun, db, coll s
 			return false
 		}
 		mem := ev.Mem
-		if ev, err = source.SnapshotEvent(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), raw); err != nil {
+		if ev, err = source.SnapshotEventKeyed(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), raw, shardKey); err != nil {
 			return false
 		}
 		mem.Resize(int64(len(ev.Raw))) // the re-read replaces the first read
