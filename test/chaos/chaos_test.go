@@ -61,6 +61,7 @@ func TestChaos(t *testing.T) {
 // (default 1) with seeds from CHANGEGATE_CHAOS_SEED (default: from the
 // clock) on, each against the built binary, logging how to replay it.
 func seededRuns(t *testing.T, optIn, cmd string, run func(t *testing.T, bin string, seed uint64)) {
+	t.Helper()
 	if os.Getenv(optIn) != "1" {
 		t.Skipf("opt-in: %s=1 %s", optIn, cmd)
 	}
