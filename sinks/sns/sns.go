@@ -221,16 +221,10 @@ func (s *SNS) Send(ctx context.Context, batch []*event.Event) error {
 	defer cancel()
 
 	return awsutil.SendEntries(ctx, prefix+": PublishBatch", batch, MaxEntries, s.maxBytes, s.oversize,
-		func(i int, e *event.Event) (ent types.PublishBatchRequestEntry, p sinks.Payload, err error) {
-			env, err := e.Envelope(s.canonical)
-			if err != nil {
-				return ent, p, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err))
-			}
-			p, err = s.oversize.Fit(e, s.canonical, env, s.maxBytes, func(body []byte) (size int) {
-				ent, size = s.entry(i, e, body)
-				return size
-			}, prefix, "message")
-			return ent, p, err
+		func(i int, e *event.Event) (types.PublishBatchRequestEntry, sinks.Payload, error) {
+			return awsutil.EnvelopeEntry(s.oversize, e, s.canonical, s.maxBytes, prefix, "message", func(body []byte) (types.PublishBatchRequestEntry, int) {
+				return s.entry(i, e, body)
+			})
 		},
 		func(ctx context.Context, entries []types.PublishBatchRequestEntry, idx []int, fail func(int, error)) error {
 			return s.publishBatch(ctx, batch, entries, idx, fail)

@@ -316,19 +316,10 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 	}
 
 	return awsutil.SendEntries(ctx, prefix+": SendMessageBatch", batch, MaxEntries, s.maxBytes, s.oversize,
-		func(i int, e *event.Event) (ent types.SendMessageBatchRequestEntry, p sinks.Payload, err error) {
-			env, err := e.Envelope(s.canonical)
-			if err != nil {
-				return ent, p, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err))
-			}
-			p, err = s.oversize.Fit(e, s.canonical, env, s.maxBytes, func(body []byte) (size int) {
-				ent, size = s.entry(i, e, body)
-				return size
-			}, prefix, "message")
-			if err == nil && p.Stripped {
-				ent, _ = s.entry(i, e, p.Body)
-			}
-			return ent, p, err
+		func(i int, e *event.Event) (types.SendMessageBatchRequestEntry, sinks.Payload, error) {
+			return awsutil.EnvelopeEntry(s.oversize, e, s.canonical, s.maxBytes, prefix, "message", func(body []byte) (types.SendMessageBatchRequestEntry, int) {
+				return s.entry(i, e, body)
+			})
 		},
 		func(ctx context.Context, entries []types.SendMessageBatchRequestEntry, idx []int, fail func(int, error)) error {
 			return s.sendBatch(ctx, url, batch, entries, idx, fail)

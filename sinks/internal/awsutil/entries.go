@@ -2,6 +2,7 @@ package awsutil
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
@@ -44,4 +45,23 @@ func SendEntries[T any](ctx context.Context, what string, batch []*event.Event, 
 		})
 	oversize.Delivered(stripped, err)
 	return err
+}
+
+// EnvelopeEntry builds the entry of a message sink (SNS, SQS) for e: its
+// envelope, fitted to limit by o (sinks.Oversize.Fit) with the entry's
+// size as entry counts it (body and attributes), or the permanent error e
+// fails with. what names the entry in errors ("message").
+func EnvelopeEntry[T any](o sinks.Oversize, e *event.Event, canonical bool, limit int, prefix, what string, entry func(body []byte) (T, int)) (ent T, p sinks.Payload, err error) {
+	env, err := e.Envelope(canonical)
+	if err != nil {
+		return ent, p, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err))
+	}
+	p, err = o.Fit(e, canonical, env, limit, func(body []byte) (size int) {
+		ent, size = entry(body)
+		return size
+	}, prefix, what)
+	if err == nil && p.Stripped {
+		ent, _ = entry(p.Body) // the one made for the body sent
+	}
+	return ent, p, err
 }
