@@ -106,7 +106,7 @@ func steadyRate(t *testing.T, mif string, latency time.Duration, n int) (rate fl
 // (max_in_flight = "auto") hold many more requests at once than
 // max_in_flight = 16 and deliver several times as fast, both measured in
 // this test. 16 fixed is bounded at 16 requests at once and 16 events/s;
-// auto's ceiling (1024 / 1 s) is 64× that.
+// auto's ceiling (max_in_flight_events / 1 s) is far above that.
 //
 // The margins are set for a loaded machine, where the test used to fail:
 // under -race on 2 cores the CPU, not the limit, caps auto at a few hundred
