@@ -49,8 +49,22 @@ type campaign struct {
 // CHANGEGATE_CHAOS=1; CHANGEGATE_CHAOS_RUNS and CHANGEGATE_CHAOS_SEED choose
 // the number of runs and the schedule.
 func TestChaos(t *testing.T) {
-	if os.Getenv("CHANGEGATE_CHAOS") != "1" {
-		t.Skip("opt-in: CHANGEGATE_CHAOS=1 go test ./test/chaos -run Chaos -v -timeout 30m")
+	seededRuns(t, "CHANGEGATE_CHAOS", "go test ./test/chaos -run Chaos -v -timeout 30m", func(t *testing.T, bin string, s uint64) {
+		runCampaign(t, bin, campaign{
+			seed: s, work: workload{docs: 200, changes: 5000, rate: 100},
+			kills: 5, cuts: 3, outage: true, drain: 3 * time.Minute, quiet: 3 * time.Second,
+		})
+	})
+}
+
+// seededRuns runs an opt-in campaign (optIn=1 in the environment, else it
+// skips, saying how to run it with cmd): CHANGEGATE_CHAOS_RUNS subtests
+// (default 1) with seeds from CHANGEGATE_CHAOS_SEED (default: from the
+// clock) on, each against the built binary, logging how to replay it.
+func seededRuns(t *testing.T, optIn, cmd string, run func(t *testing.T, bin string, seed uint64)) {
+	t.Helper()
+	if os.Getenv(optIn) != "1" {
+		t.Skipf("opt-in: %s=1 %s", optIn, cmd)
 	}
 	runs, err := envInt("CHANGEGATE_CHAOS_RUNS", 1)
 	if err != nil || runs < 1 {
@@ -64,11 +78,8 @@ func TestChaos(t *testing.T) {
 	for i := range runs {
 		s := uint64(seed + i)
 		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
-			t.Logf("seed %d; replay with CHANGEGATE_CHAOS=1 CHANGEGATE_CHAOS_SEED=%d CHANGEGATE_CHAOS_RUNS=1", s, s)
-			runCampaign(t, bin, campaign{
-				seed: s, work: workload{docs: 200, changes: 5000, rate: 100},
-				kills: 5, cuts: 3, outage: true, drain: 3 * time.Minute, quiet: 3 * time.Second,
-			})
+			t.Logf("seed %d; replay with %s=1 CHANGEGATE_CHAOS_SEED=%d CHANGEGATE_CHAOS_RUNS=1", s, optIn, s)
+			run(t, bin, s)
 		})
 	}
 }

@@ -68,28 +68,12 @@ type clusterCampaign struct {
 // CHANGEGATE_CHAOS_CLUSTER=1; CHANGEGATE_CHAOS_RUNS and CHANGEGATE_CHAOS_SEED
 // choose the number of runs and the schedule, as for TestChaos.
 func TestClusterChaos(t *testing.T) {
-	if os.Getenv("CHANGEGATE_CHAOS_CLUSTER") != "1" {
-		t.Skip("opt-in: CHANGEGATE_CHAOS_CLUSTER=1 go test ./test/chaos -run ClusterChaos -v -timeout 60m")
-	}
-	runs, err := envInt("CHANGEGATE_CHAOS_RUNS", 1)
-	if err != nil || runs < 1 {
-		t.Fatalf("CHANGEGATE_CHAOS_RUNS: want a positive integer (%v)", err)
-	}
-	seed, err := envInt("CHANGEGATE_CHAOS_SEED", int(time.Now().UnixNano()%1_000_000))
-	if err != nil || seed < 0 {
-		t.Fatalf("CHANGEGATE_CHAOS_SEED: want a non-negative integer (%v)", err)
-	}
-	bin := changegateBinary(t)
-	for i := range runs {
-		s := uint64(seed + i)
-		t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) {
-			t.Logf("seed %d; replay with CHANGEGATE_CHAOS_CLUSTER=1 CHANGEGATE_CHAOS_SEED=%d CHANGEGATE_CHAOS_RUNS=1", s, s)
-			runClusterCampaign(t, bin, clusterCampaign{
-				seed: s, work: workload{docs: 200, changes: 9000, rate: 50},
-				kills: 7, stops: 6, terms: 7, cuts: 10, outages: 6, drain: 4 * time.Minute,
-			})
+	seededRuns(t, "CHANGEGATE_CHAOS_CLUSTER", "go test ./test/chaos -run ClusterChaos -v -timeout 60m", func(t *testing.T, bin string, s uint64) {
+		runClusterCampaign(t, bin, clusterCampaign{
+			seed: s, work: workload{docs: 200, changes: 9000, rate: 50},
+			kills: 7, stops: 6, terms: 7, cuts: 10, outages: 6, drain: 4 * time.Minute,
 		})
-	}
+	})
 }
 
 // TestClusterChaosShort is a short campaign (about 40 s of writing, about
