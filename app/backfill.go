@@ -151,10 +151,15 @@ type backfiller struct {
 	// read is admitted against it before it is handed on.
 	budget *memory.Budget
 
-	// records, when set (the gateway), keeps each backfill's request and
-	// acknowledged progress, so that a restart resumes it (same id) from
-	// the last acknowledged _id; nil for the CLI.
+	// records, when set, keeps each backfill's request and acknowledged
+	// progress, so that a restart resumes it (same id) from the last
+	// acknowledged _id: the gateway's at its next start, the command
+	// line's with ResumeBackfill.
 	records *mongo.Collection
+	// origin is written into the records: backfillOriginCLI for the
+	// command line's, "" (none) for the gateway's. A gateway resumes only
+	// records without it; the command line resumes its own with -resume.
+	origin string
 
 	mu    sync.Mutex
 	runs  map[string]*backfillRun
@@ -181,6 +186,23 @@ type backfillRecord struct {
 	Scanned   int64         `bson:"scanned"`
 	StartedAt time.Time     `bson:"startedAt"`
 	UpdatedAt time.Time     `bson:"updatedAt"`
+	// Origin is backfillOriginCLI for a backfill of the command line;
+	// absent for the gateway's (and for every record written before the
+	// command line's were recorded).
+	Origin string `bson:"origin,omitempty"`
+}
+
+// backfillOriginCLI marks the records of the command line's backfills.
+const backfillOriginCLI = "cli"
+
+// resume returns the request of rec and where a resumed run starts.
+func (rec backfillRecord) resume() (BackfillRequest, *backfillResume) {
+	req := BackfillRequest{Source: rec.Source, Sink: rec.Sink, Filter: rec.Filter, Rate: rec.Rate}
+	rs := &backfillResume{id: rec.ID, namespace: rec.Namespace, scanned: rec.Scanned, startedAt: rec.StartedAt}
+	if rec.Namespace != "" && rec.After.Type != 0 {
+		rs.after, _ = bson.Marshal(bson.D{{Key: "_id", Value: rec.After}})
+	}
+	return req, rs
 }
 
 // backfillResume is where a resumed backfill starts.
@@ -472,6 +494,9 @@ func (b *backfiller) saveRecord(ctx context.Context, r *backfillRun, state strin
 		{Key: "rate", Value: r.req.Rate}, {Key: "state", Value: state}, {Key: "startedAt", Value: st.StartedAt},
 		{Key: "updatedAt", Value: time.Now().UTC()},
 	}
+	if b.origin != "" {
+		set = append(set, bson.E{Key: "origin", Value: b.origin})
+	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err := b.records.UpdateOne(wctx, bson.D{{Key: "_id", Value: r.id}}, bson.D{{Key: "$set", Value: set}}, options.UpdateOne().SetUpsert(true))
@@ -546,7 +571,9 @@ func (b *backfiller) resumeAll(ctx context.Context, cfg func() *config.Config) {
 		return
 	}
 	for {
-		cur, err := b.records.Find(ctx, bson.D{{Key: "state", Value: "running"}})
+		// The command line's backfills are resumed by the command line
+		// (changegate backfill -resume ID), not by a gateway.
+		cur, err := b.records.Find(ctx, bson.D{{Key: "state", Value: "running"}, {Key: "origin", Value: bson.D{{Key: "$ne", Value: backfillOriginCLI}}}})
 		var recs []backfillRecord
 		if err == nil {
 			err = cur.All(ctx, &recs)
@@ -565,11 +592,7 @@ func (b *backfiller) resumeAll(ctx context.Context, cfg func() *config.Config) {
 			if mine {
 				continue
 			}
-			req := BackfillRequest{Source: rec.Source, Sink: rec.Sink, Filter: rec.Filter, Rate: rec.Rate}
-			rs := &backfillResume{id: rec.ID, namespace: rec.Namespace, scanned: rec.Scanned, startedAt: rec.StartedAt}
-			if rec.Namespace != "" && rec.After.Type != 0 {
-				rs.after, _ = bson.Marshal(bson.D{{Key: "_id", Value: rec.After}})
-			}
+			req, rs := rec.resume()
 			_, err := b.startRun(ctx, cfg(), req, rs)
 			switch {
 			case err == nil:
@@ -723,6 +746,15 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 		r.mu.Lock()
 		r.st.Namespace = ns
 		r.mu.Unlock()
+		// Events carry the documentKey the stream gives (with the shard
+		// key of a sharded collection).
+		shardKey, err := source.ShardKeyFields(ctx, b.client, db, coll)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			log.Warn("backfill: cannot read the shard key; documentKey is {_id} only", "namespace", ns, "err", err)
+		}
 		for {
 			mark := b.target.mark(r.req.Source) // before the read
 			var f any = bson.D{}
@@ -768,7 +800,7 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 					tr.Ack(seq)
 					finish(failed)
 				}
-				ev, err := source.SnapshotEvent(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), doc)
+				ev, err := source.SnapshotEventKeyed(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), doc, shardKey)
 				r.mu.Lock()
 				r.st.Scanned++
 				r.mu.Unlock()
@@ -785,11 +817,20 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 				}
 				ev.Mem = mem
 				r.inFlight.Add(1)
-				sent := b.sendOrdered(ctx, r, db, coll, ev, idv, mark, done)
+				sent := b.sendOrdered(ctx, r, db, coll, shardKey, ev, idv, mark, done)
 				mem.Release()
 				if !sent {
 					r.inFlight.Add(-1)
-					tr.Ack(seq)
+					if ctx.Err() != nil {
+						// Not handed over because the backfill stops
+						// (the CLI's send gives up waiting for a
+						// delivery slot): not acknowledged, so that a
+						// resume reads it again. Acknowledging it lost
+						// the document on resume.
+						_ = cur.Close(context.WithoutCancel(ctx))
+						return ctx.Err()
+					}
+					tr.Ack(seq) // no sink routes it
 					continue
 				}
 				docsSent.Inc()
@@ -826,7 +867,7 @@ func (b *backfiller) run(ctx context.Context, r *backfillRun, src config.Source,
 // reads the document again (with a new mark) and retries; a document
 // deleted or no longer matching meanwhile is not sent (its change is on
 // the way). It reports whether ev (or its re-read) was handed to a sink.
-func (b *backfiller) sendOrdered(ctx context.Context, r *backfillRun, db, coll string, ev *event.Event, id bson.RawValue, mark any, done func(bool)) bool {
+func (b *backfiller) sendOrdered(ctx context.Context, r *backfillRun, db, coll string, shardKey []string, ev *event.Event, id bson.RawValue, mark any, done func(bool)) bool {
 	routed, changed := b.target.sendAfter(ctx, r.req.Sink, ev, mark, done)
 	for try := 0; changed && try < backfillRereads; try++ {
 		r.mu.Lock()
@@ -845,7 +886,7 @@ func (b *backfiller) sendOrdered(ctx context.Context, r *backfillRun, db, coll s
 			return false
 		}
 		mem := ev.Mem
-		if ev, err = source.SnapshotEvent(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), raw); err != nil {
+		if ev, err = source.SnapshotEventKeyed(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), raw, shardKey); err != nil {
 			return false
 		}
 		mem.Resize(int64(len(ev.Raw))) // the re-read replaces the first read
@@ -1051,7 +1092,31 @@ func (t *directTarget) sendAfter(ctx context.Context, sink string, ev *event.Eve
 // once at the end. Cancelling ctx stops reading; what was sent is
 // finished first. It returns the final status; an error wrapping
 // ErrBackfillInput or ErrBackfillBusy means nothing started.
+//
+// The backfill is recorded in the state database (as the gateway's, marked
+// as the command line's, which gateways do not resume): when the process
+// stops or dies before the end, ResumeBackfill continues it with the same
+// id, after the last document acknowledged.
 func Backfill(ctx context.Context, cfg *config.Config, client *mongo.Client, req BackfillRequest, log *slog.Logger, progress func(BackfillStatus)) (BackfillStatus, error) {
+	return backfillCLI(ctx, cfg, client, req, "", log, progress)
+}
+
+// ResumeBackfill resumes the command line's backfill id, left running by a
+// stop (SIGINT), a kill or a crash: with its request, its id (so its event
+// ids) and after the last document it saw acknowledged. A backfill of the
+// gateway, or one that ended, is refused (ErrBackfillInput). The sinks'
+// locks of a process that died are taken once they expire (at most
+// backfillLeaseTTL, which ResumeBackfill waits); a live process's are not
+// (ErrBackfillBusy).
+func ResumeBackfill(ctx context.Context, cfg *config.Config, client *mongo.Client, id string, log *slog.Logger, progress func(BackfillStatus)) (BackfillStatus, error) {
+	if id == "" {
+		return BackfillStatus{}, fmt.Errorf("%w: no backfill id", ErrBackfillInput)
+	}
+	return backfillCLI(ctx, cfg, client, BackfillRequest{}, id, log, progress)
+}
+
+// backfillCLI runs req, or resumes the recorded backfill resumeID.
+func backfillCLI(ctx context.Context, cfg *config.Config, client *mongo.Client, req BackfillRequest, resumeID string, log *slog.Logger, progress func(BackfillStatus)) (BackfillStatus, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -1073,14 +1138,25 @@ func Backfill(ctx context.Context, cfg *config.Config, client *mongo.Client, req
 	if host == "" {
 		host = "cli"
 	}
-	b := newBackfiller(client, client.Database(cfg.Mongo.StateDatabase), host+"/cli", &directTarget{engine: engine, sem: make(chan struct{}, 8), log: log}, engine.SinksOf, nil, log)
+	// One lock owner per process: a resume must wait for a dead
+	// process's locks to expire, and must not share a live one's.
+	var tok [4]byte
+	_, _ = rand.Read(tok[:])
+	stateDB := client.Database(cfg.Mongo.StateDatabase)
+	b := newBackfiller(client, stateDB, host+"/cli-"+hex.EncodeToString(tok[:]), &directTarget{engine: engine, sem: make(chan struct{}, 8), log: log}, engine.SinksOf, nil, log)
+	b.records, b.origin = stateDB.Collection(backfillRecordsCollection), backfillOriginCLI
 	sizing, err := MemorySizing(cfg)
 	if err != nil {
 		return BackfillStatus{}, err
 	}
 	b.budget = memory.NewBudget(sizing.Budget, log, nil)
 	engine.SetBudget(b.budget)
-	r, err := b.start(ctx, cfg, req)
+	var r *backfillRun
+	if resumeID == "" {
+		r, err = b.start(ctx, cfg, req)
+	} else {
+		r, err = b.resumeCLI(ctx, cfg, resumeID)
+	}
 	if err != nil {
 		return BackfillStatus{}, err
 	}
@@ -1101,6 +1177,37 @@ func Backfill(ctx context.Context, cfg *config.Config, client *mongo.Client, req
 			if progress != nil {
 				progress(r.status())
 			}
+		}
+	}
+}
+
+// resumeCLI resumes the command line's recorded backfill id, waiting up
+// to the lock's lifetime for the locks of the process that ran it.
+func (b *backfiller) resumeCLI(ctx context.Context, cfg *config.Config, id string) (*backfillRun, error) {
+	var rec backfillRecord
+	err := b.records.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&rec)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return nil, fmt.Errorf("%w: no backfill %q", ErrBackfillInput, id)
+	case err != nil:
+		return nil, fmt.Errorf("backfill: read %s: %w", id, err)
+	case rec.Origin != backfillOriginCLI:
+		return nil, fmt.Errorf("%w: backfill %s was started by a gateway, which resumes it itself", ErrBackfillInput, id)
+	case rec.State != "running":
+		return nil, fmt.Errorf("%w: backfill %s is %s: nothing to resume", ErrBackfillInput, id, rec.State)
+	}
+	req, rs := rec.resume()
+	deadline := time.Now().Add(backfillLeaseTTL + 5*time.Second)
+	for {
+		r, err := b.startRun(ctx, cfg, req, rs)
+		if !errors.Is(err, ErrBackfillBusy) || time.Now().After(deadline) {
+			return r, err
+		}
+		b.log.Info("waiting for the backfill's sink lock (held until it expires when its process died)", "backfill", id)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 }

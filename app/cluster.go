@@ -407,9 +407,11 @@ func (cl *clusterLoop) handOver(ctx context.Context, unit string) {
 // owner, which may take the unit at once, is not overtaken by a request of
 // this one.
 func (cl *clusterLoop) endAndRelease(o *ownedUnit) {
-	o.tenure.End()
+	// Drain, not End: a request in progress is left to finish rather than
+	// cancelled (a cancelled request may already be on the wire and reach
+	// its receiver after the release); nothing new starts meanwhile.
 	qctx, cancel := context.WithTimeout(context.Background(), cl.renewEvery)
-	err := o.tenure.Quiesce(qctx)
+	err := o.tenure.Drain(qctx)
 	cancel()
 	if err != nil {
 		// A request that ignores its cancelled context: the lease is

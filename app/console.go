@@ -447,7 +447,11 @@ type consoleRuleSource struct {
 	// Stage is the $match stage the source's change stream runs with
 	// (relaxed Extended JSON), empty when none.
 	Stage string
-	Rules []consoleRule
+	// StateDB is changegate's state database and StateStage the $match
+	// stage that leaves it out (source.StateFilter), first in the
+	// pipeline of a whole-cluster source; empty for the others.
+	StateDB, StateStage string
+	Rules               []consoleRule
 }
 
 type consoleRule struct {
@@ -470,6 +474,10 @@ func buildRules(cfg *config.Config, stages map[string]bson.D, noPushdown bool, m
 		rs := consoleRuleSource{Name: sc.Name}
 		if st := stages[sc.Name]; st != nil {
 			rs.Stage = extJSON(st)
+		}
+		if sc.Database == "" && cfg.Mongo.StateDatabase != "" {
+			// As source.Source.open builds the pipeline.
+			rs.StateDB, rs.StateStage = cfg.Mongo.StateDatabase, extJSON(source.StateFilter(cfg.Mongo.StateDatabase))
 		}
 		for _, r := range cfg.Rules {
 			if r.Source != sc.Name {

@@ -148,6 +148,7 @@ func TestConsoleRules(t *testing.T) {
 uri = "mongodb://localhost"
 [[sources]]
 name = "orders"
+database = "shop"
 [[sources]]
 name = "users"
 [[sinks]]
@@ -201,7 +202,18 @@ sinks = ["hook"]
 	if !strings.Contains(got.Sources[0].Stage, `"$match"`) || !strings.Contains(got.Sources[0].Stage, "invalidate") {
 		t.Errorf("orders stage %q", got.Sources[0].Stage)
 	}
+	// The whole-cluster source's stream leaves out the state database
+	// first; the page says so (it said the stream was not filtered).
+	state := cfg.Mongo.StateDatabase
+	if got.Sources[0].StateStage != "" || got.Sources[1].StateDB != state ||
+		got.Sources[1].StateStage != `{"$match":{"ns.db":{"$ne":"`+state+`"}}}` {
+		t.Errorf("state stages: orders %q, users %q %q", got.Sources[0].StateStage, got.Sources[1].StateDB, got.Sources[1].StateStage)
+	}
 	body := render(t, "rules", consolePage{Auth: "none", Rules: got}).Body.String()
+	if !strings.Contains(body, `<pre class="stage state-db">`) || !strings.Contains(body, "Apart from the state database") ||
+		strings.Count(body, "state-db") != 1 {
+		t.Errorf("rules page does not show the state database stage once:\n%s", body)
+	}
 	if !strings.Contains(body, `data-rule="paid"`) || !strings.Contains(body, `<td class="num matches">7</td>`) {
 		t.Errorf("rules page:\n%s", body)
 	}

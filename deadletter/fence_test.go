@@ -1,11 +1,14 @@
 package deadletter_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/changegate/changegate/deadletter"
 )
@@ -159,5 +162,64 @@ func TestFencedWritesConcurrent(t *testing.T) {
 	}
 	if n != 2*workers*each {
 		t.Fatalf("%d entries stored, want %d", n, 2*workers*each)
+	}
+}
+
+// A fenced write meeting a transaction that a killed replica left open on
+// the unit's guard document (MongoDB keeps it until
+// transactionLifetimeLimitSeconds, 60 s by default) fails within one
+// bounded attempt, instead of the driver retrying its WriteConflict for
+// 120 s, and succeeds once the transaction is gone.
+func TestFencedWriteAbandonedTransaction(t *testing.T) {
+	ctx := testCtx(t)
+	db := testDB(t)
+	s := deadletter.NewStore(db, "deadletters")
+	if err := s.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const unit = "orders#2/4"
+	if err := s.Fence(ctx, unit, 1); err != nil {
+		t.Fatal(err)
+	}
+	old := deadletter.FencedWriteAttempt
+	deadletter.FencedWriteAttempt = 300 * time.Millisecond
+	t.Cleanup(func() { deadletter.FencedWriteAttempt = old })
+
+	// The killed replica's write: its transaction wrote the guard and
+	// never committed.
+	sess, err := db.Client().StartSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.EndSession(ctx)
+	if err := sess.StartTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Collection("deadletters_fences").UpdateOne(mongo.NewSessionContext(ctx, sess),
+		bson.D{{Key: "_id", Value: unit}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "writes", Value: int64(1)}}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	e := entry(t, ev(t, "orders", "orders", 7, 7), "hook", deadletter.KindParked)
+	e.Unit, e.Epoch = unit, 1
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = s.Put(wctx, e)
+	if took := time.Since(start); err == nil || took > 5*time.Second {
+		t.Fatalf("Put against an abandoned transaction: %v after %v; want an error within one bounded attempt", err, took)
+	}
+	if errors.Is(err, deadletter.ErrFenced) {
+		t.Fatalf("Put against an abandoned transaction: %v; not a fence", err)
+	}
+	if _, found, _ := s.Get(ctx, e.ID); found {
+		t.Fatal("entry written despite the failed attempt")
+	}
+	// MongoDB aborts the transaction at its lifetime limit.
+	if err := sess.AbortTransaction(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(ctx, e); err != nil {
+		t.Fatalf("Put once the transaction is gone: %v", err)
 	}
 }

@@ -46,6 +46,9 @@ type ReplayResult struct {
 	// (ErrClaimed) and entries held back behind an undelivered entry of the
 	// same document and sink (ErrHeldBack). They stay in the store.
 	Skipped int
+	// NotRouted counts, per sink, the skipped entries no current rule
+	// routes to their sink (ErrNotRouted); nil when there are none.
+	NotRouted map[string]int
 	// Errors holds one error per failed entry, and per skipped entry except
 	// gaps, each naming the entry.
 	Errors []error
@@ -222,6 +225,10 @@ func (s *Store) replayOne(ctx context.Context, id string, head Entry, claim stri
 		// Not attempted: the entry stays as it was, and so do the
 		// later entries of its document for this sink.
 		res.Skipped++
+		if res.NotRouted == nil {
+			res.NotRouted = map[string]int{}
+		}
+		res.NotRouted[e.Sink]++
 		res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", id, derr))
 		holdBack(e)
 		s.release(ctx, id, claim)

@@ -407,6 +407,12 @@ func (s *Store) raiseFence(ctx context.Context, unit string, epoch int64) error 
 	return err
 }
 
+// FencedWriteAttempt bounds one attempt of a fenced write (Put, PutMany of
+// entries with an Epoch): its transaction, retries of transient errors
+// included. Past it the write fails with the context's error (nothing is
+// written) and may be retried.
+var FencedWriteAttempt = 30 * time.Second
+
 // fenced runs write in a transaction that first checks (and writes) the
 // fence of every unit of es: if one holds a higher epoch than its entries',
 // the transaction is aborted and nothing is written. A concurrent Fence
@@ -434,6 +440,9 @@ func (s *Store) fenced(ctx context.Context, es []Entry, write func(context.Conte
 	}
 	// One fenced write per unit at a time in this process, units locked
 	// in order (a write of several units cannot deadlock with another).
+	// The wait for the lock is not part of the attempt's bound below: it
+	// ends with ctx (the caller's: its tenure, a stop), however many
+	// writes of the unit queue before this one.
 	slices.SortFunc(guards, func(a, b guard) int { return strings.Compare(a.unit, b.unit) })
 	for i, g := range guards {
 		if i > 0 && guards[i-1].unit == g.unit {
@@ -445,6 +454,15 @@ func (s *Store) fenced(ctx context.Context, es []Entry, write func(context.Conte
 		}
 		defer unlock()
 	}
+	// The attempt (its transaction) is bounded: a transaction left open
+	// by a replica that was killed, paused or cut off mid-write holds the
+	// unit's guard document until MongoDB aborts it
+	// (transactionLifetimeLimitSeconds, 60 s by default), and every
+	// attempt meanwhile fails with WriteConflict, which the driver's
+	// WithTransaction retries for up to 120 s. The caller retries (and
+	// logs) instead, with a new session.
+	ctx, cancel := context.WithTimeout(ctx, FencedWriteAttempt)
+	defer cancel()
 	sess, err := s.coll.Database().Client().StartSession()
 	if err != nil {
 		return err

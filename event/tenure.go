@@ -29,6 +29,7 @@ type Tenure struct {
 	mu       sync.Mutex
 	deadline time.Time // local, monotonic; zero: none
 	ended    bool
+	draining bool          // Drain: no new request, the ones in progress finish
 	done     chan struct{} // closed when the tenure ends
 	timer    *time.Timer   // fires at the deadline
 	inflight int           // requests between Enter and Exit
@@ -77,6 +78,7 @@ func (t *Tenure) endLocked() {
 	}
 	if t.inflight == 0 && t.quiet != nil {
 		close(t.quiet)
+		t.quiet = nil
 	}
 }
 
@@ -114,7 +116,7 @@ func (t *Tenure) Held() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.checkLocked()
-	return !t.ended
+	return !t.ended && !t.draining
 }
 
 // Done returns a channel closed when the tenure ends; nil (never closed)
@@ -144,7 +146,7 @@ func (t *Tenure) Enter() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.checkLocked()
-	if t.ended {
+	if t.ended || t.draining {
 		return false
 	}
 	t.inflight++
@@ -159,9 +161,45 @@ func (t *Tenure) Exit() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.inflight--
-	if t.inflight == 0 && t.ended && t.quiet != nil {
+	if t.inflight == 0 && (t.ended || t.draining) && t.quiet != nil {
 		close(t.quiet)
+		t.quiet = nil
 	}
+}
+
+// Drain ends the tenure gracefully, for a handover or a shutdown: from now
+// on it is no longer held (no new request is admitted, and a sender checking
+// the fence before a transport retry stops), but the requests in progress
+// are not cancelled: Drain waits until none is (or ctx is done), and only
+// then ends the tenure, which cancels the waits of its queued work. A
+// cancelled request may already be on the wire and reach its receiver after
+// the lease is released; one left to finish has reached it. It returns
+// ctx's error when requests were still in progress.
+func (t *Tenure) Drain(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	t.checkLocked()
+	if t.ended || t.inflight == 0 {
+		t.endLocked()
+		t.mu.Unlock()
+		return nil
+	}
+	t.draining = true
+	if t.quiet == nil {
+		t.quiet = make(chan struct{})
+	}
+	q := t.quiet
+	t.mu.Unlock()
+	var err error
+	select {
+	case <-q:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	t.End()
+	return err
 }
 
 // Quiesce waits until the tenure has ended and no request it admitted is in

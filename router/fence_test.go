@@ -287,7 +287,9 @@ type hookStore struct {
 func (h *hookStore) PutMany(ctx context.Context, es []deadletter.Entry) error {
 	h.entered <- struct{}{}
 	<-h.proceed
-	err := h.Store.PutMany(ctx, es)
+	// Already on the wire: it reaches MongoDB whatever the writer's
+	// context became meanwhile (the tenure's end cancels it).
+	err := h.Store.PutMany(context.WithoutCancel(ctx), es)
 	h.err <- err
 	return err
 }
@@ -368,5 +370,153 @@ func TestFenceParkedWriteDelayedPastLeaseLoss(t *testing.T) {
 	}
 	if acked.Load() != 0 {
 		t.Fatal("an event whose parked write was refused was acknowledged")
+	}
+}
+
+// getHookStore holds the re-drive's read of an entry until the test lets it
+// through: a store read blocked on a cut connection.
+type getHookStore struct {
+	*deadletter.Store
+	entered chan struct{}
+	proceed chan struct{}
+}
+
+func (h *getHookStore) Get(ctx context.Context, id string) (deadletter.Entry, bool, error) {
+	select {
+	case h.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-h.proceed:
+	case <-ctx.Done():
+		return deadletter.Entry{}, false, ctx.Err()
+	}
+	return h.Store.Get(context.WithoutCancel(ctx), id)
+}
+
+// A re-drive whose read of a parked entry was held up (a cut connection)
+// while its unit was handed over sends nothing once the read returns: the
+// unit is no longer among the owned ones (the handover's order: removed
+// from the owned set, then the tenure ended, then released), and the
+// re-drive must not take "no tenure" for "no fence". Reported by the
+// cluster chaos campaign as re-drive sends 206–391 ms after a release.
+func TestFenceRedriveReadHeldPastRelease(t *testing.T) {
+	for _, order := range []string{"handover", "loss"} {
+		t.Run(order, func(t *testing.T) {
+			dl := realStore(t)
+			ev := posEvent(t, 1, 1)
+			e, err := deadletter.EntryFor(ev, "parking", deadletter.KindParked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const unit = "orders#0/2"
+			e.Unit = unit
+			if err := dl.Put(context.Background(), e); err != nil {
+				t.Fatal(err)
+			}
+			h := &getHookStore{Store: dl, entered: make(chan struct{}, 1), proceed: make(chan struct{})}
+			clk := newFakeClock()
+			s := &scriptSink{clk: clk}
+			eng, err := NewEngine(mustRules(t, "parking"), []SinkSpec{{Sink: s, MaxInFlight: 2,
+				Retry: sinks.RetryPolicy{MaxAttempts: 100, InitialInterval: time.Second, MaxInterval: 8 * time.Second, Multiplier: 2}}}, h, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := eng.Lanes()[0]
+			l.clk, l.d.clk, l.q.clk = clk, clk, clk
+			ten := event.NewTenure(unit, 1, time.Time{})
+			eng.SetOwnedTenures([]*event.Tenure{ten})
+			ctx, cancel := context.WithCancel(context.Background())
+			eng.Start(ctx)
+			t.Cleanup(func() { cancel(); eng.Stop() })
+			select {
+			case <-h.entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the re-drive never read the entry")
+			}
+			// The read is held; the unit goes away meanwhile.
+			if order == "handover" {
+				eng.SetOwnedTenures(nil)
+				ten.End()
+			} else {
+				ten.End()
+				eng.SetOwnedTenures(nil)
+			}
+			close(h.proceed)
+			// Once the entry's turn is over the re-drive lists no owned
+			// unit's entries and the lane goes live.
+			for deadline := time.Now().Add(10 * time.Second); l.parked.Load(); {
+				if time.Now().After(deadline) {
+					t.Fatal("the lane never went live")
+				}
+				clk.Advance(20 * time.Millisecond)
+				time.Sleep(time.Millisecond)
+			}
+			if n := len(s.callTimes()); n != 0 {
+				t.Fatalf("%d re-drive requests after the unit was released", n)
+			}
+			got, found, err := dl.Get(context.Background(), e.ID)
+			if err != nil || !found || got.Kind != deadletter.KindParked {
+				t.Fatalf("entry after the release: found %v kind %q err %v; want it still parked", found, got.Kind, err)
+			}
+		})
+	}
+}
+
+// failStore fails every parked write as a transaction left open by a killed
+// replica makes MongoDB fail it (WriteConflict until the transaction's
+// lifetime limit).
+type failStore struct {
+	*deadletter.Store
+	calls atomic.Int64
+}
+
+func (f *failStore) PutMany(ctx context.Context, es []deadletter.Entry) error {
+	f.calls.Add(1)
+	return errors.New("operation timed out: (WriteConflict) Write conflict during plan execution")
+}
+
+// A parked write that keeps failing is retried only while its events'
+// tenure lasts: once the lease is lost the retries stop and the events are
+// dropped unacknowledged (the next owner re-reads them), rather than the
+// lane retrying a write of a unit it no longer owns.
+func TestFenceParkWriteRetriesEndWithTenure(t *testing.T) {
+	dl := realStore(t)
+	f := &failStore{Store: dl}
+	clk := newFakeClock()
+	s := &scriptSink{clk: clk}
+	l, err := newLaneClock(SinkSpec{Sink: s, MaxInFlight: 2}, f, metrics.New(nil), slog.New(slog.DiscardHandler), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.start(ctx)
+	t.Cleanup(func() { cancel(); l.stop() })
+	l.parkLane()
+	ten := event.NewTenure("orders#0/2", 1, time.Time{})
+	ev := posEvent(t, 1, 1)
+	ev.Tenure = ten
+	var acked atomic.Int64
+	l.enqueue(ev, ev.OrderingKeyHash(), func() { acked.Add(1) })
+	waitUntil(t, "a parked write", func() bool { return f.calls.Load() > 0 })
+	ten.End()
+	deadline := time.Now().Add(10 * time.Second)
+	for !l.q.empty() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the parked write still retried after the tenure ended (%d attempts)", f.calls.Load())
+		}
+		clk.Advance(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	n := f.calls.Load()
+	for range 5 {
+		clk.Advance(10 * time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	if m := f.calls.Load(); m != n {
+		t.Fatalf("%d parked writes after the tenure ended", m-n)
+	}
+	if acked.Load() != 0 {
+		t.Fatal("an event of a lost tenure was acknowledged")
 	}
 }

@@ -130,6 +130,13 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 		if !auto {
 			cfg.Fixed = n
 		}
+		if cfg.MaxPause <= 0 {
+			// The deliverer caps a Retry-After at the policy's
+			// max_interval; without the same cap here the limiter held
+			// every request of the sink for the whole Retry-After (up to
+			// 5m), and its back-pressure hold for ten times that.
+			cfg.MaxPause = sp.Retry.MaxPause()
+		}
 		sp.Limiter = newAdaptive(cfg, m.SinkConcurrency.WithLabelValues(name), log)
 		l.spec.Limiter = sp.Limiter
 	} else {
@@ -466,7 +473,9 @@ func (l *Lane) deadLetter(items []*item, reason string) {
 		// was cancelled by parking; it stops only with the engine.
 		mem := l.budget.Force(writeBytes(e))
 		end := it.trace.Step("dead_letter "+l.name, tracingReason(reason))
-		ok := l.persist(l.engineCtx(), "dead-letter", func(ctx context.Context) error { return fencedWrite(l.dl.Put(ctx, e), it) })
+		wctx, cancel := tenureCtx(l.engineCtx(), []*item{it}) // as park's
+		ok := l.persist(wctx, "dead-letter", func(ctx context.Context) error { return fencedWrite(l.dl.Put(ctx, e), it) })
+		cancel()
 		end(persistErr(ok))
 		mem.Release()
 		if !ok {

@@ -63,6 +63,12 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 	}
 	mem := l.budget.Force(writeBytes(es...))
 	defer mem.Release()
+	// The write is work of the items' tenures: once one ends, the store
+	// would refuse it anyway (a newer owner fenced the unit) or the
+	// items are dropped unacknowledged; retrying (a transaction left open
+	// by a killed replica conflicts until MongoDB aborts it) stops then.
+	wctx, cancel := tenureCtx(ctx, items)
+	defer cancel()
 	var ends []func(error)
 	if l.d.tracer != nil {
 		ends = make([]func(error), len(items))
@@ -70,7 +76,7 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 			ends[i] = it.trace.Step("park " + l.name)
 		}
 	}
-	ok := l.persist(ctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) })
+	ok := l.persist(wctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) })
 	for _, end := range ends {
 		end(persistErr(ok))
 	}
@@ -154,6 +160,9 @@ func (l *Lane) parkLane() {
 // turns the lane live again once nothing is parked or queued.
 func (l *Lane) redriveLoop(ctx context.Context) {
 	idle := 20 * time.Millisecond
+	// The units whose entries the re-drive has listed: their sources'
+	// acknowledged positions are taken before each listing.
+	units := map[string]bool{}
 	for {
 		if !l.parked.Load() {
 			select {
@@ -165,9 +174,11 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 		}
 		// Summaries only: a page of 512 whole entries could be 512 changes
 		// of up to 16 MiB each. Each entry is read whole when its turn comes.
+		acked := l.own.snapshotAcked(units)
 		var entries []deadletter.Entry
 		err := l.dl.Summaries(ctx, l.own.parkedFilter(l.name, 512), nil, func(e deadletter.Entry) error {
 			entries = append(entries, e)
+			units[e.Unit] = true
 			return nil
 		})
 		if ctx.Err() != nil {
@@ -185,13 +196,30 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 			sleep(ctx, l.clk, idle)
 			continue
 		}
-		if !l.redriveEntries(ctx, entries) {
+		if !l.redriveEntries(ctx, entries, acked) {
 			// Nothing was re-driven: the units of these entries are no
 			// longer owned here (the lease loop has not noticed yet), or
 			// their sources have not read up to them yet.
 			sleep(ctx, l.clk, idle)
 		}
 	}
+}
+
+// tenureContext returns ctx ended with tenure as well (ctx itself for a nil
+// tenure).
+func tenureContext(ctx context.Context, tenure *event.Tenure) (context.Context, context.CancelFunc) {
+	if tenure == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-tenure.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 func (l *Lane) tryGoLive(ctx context.Context) bool {
@@ -216,7 +244,7 @@ func (l *Lane) tryGoLive(ctx context.Context) bool {
 // redriveEntries delivers entries (in stream order) keeping per-key order,
 // with up to as many keys in parallel as the lane has partitions. It reports
 // whether any entry was finished.
-func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) bool {
+func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry, acked ackedSnapshot) bool {
 	type group struct{ entries []deadletter.Entry }
 	var groups []*group
 	byKey := map[string]*group{}
@@ -247,15 +275,20 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) b
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			for _, e := range g.entries {
-				if !l.own.owns(e.Unit) {
+				// The tenure is taken before anything of the entry is
+				// read: the reads and the send are work of that tenure,
+				// and end with it.
+				tenure, ok := l.own.held(e.Unit)
+				if !ok {
 					return // handed over meanwhile: the unit's owner re-drives the rest
 				}
-				if !l.own.readPast(e.Unit, e.ClusterTime) {
-					// The unit's source has not yet re-read (and parked)
-					// the changes before this one: the next pass.
+				if !acked.readPast(e.Unit, e.ClusterTime) {
+					// The unit's source had not yet re-read (and parked)
+					// this change and the ones before it when the
+					// entries were listed: the next pass.
 					return
 				}
-				if !l.redriveOne(ctx, e) {
+				if !l.redriveOne(ctx, e, tenure) {
 					return // stopping or handed over: the rest stay parked, in order
 				}
 				progress.Store(true)
@@ -272,9 +305,14 @@ const redriveParallel = 64
 
 // redriveOne reads the parked entry of summary s whole, delivers it (after
 // its RetryAt) and deletes it at the version it read; it returns false when
-// ctx ended or the tenure of the entry's unit ended (cluster mode: the
-// entry stays parked for the unit's next owner).
-func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
+// ctx ended or tenure (the tenure of the entry's unit, nil outside cluster
+// mode) ended (cluster mode: the entry stays parked for the unit's next
+// owner). Every store read, wait and send of the entry runs under the
+// tenure: a read held up by a cut connection past the end of the tenure
+// sends nothing.
+func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *event.Tenure) bool {
+	ctx, cancel := tenureContext(laneCtx, tenure)
+	defer cancel()
 	// An entry is read whole only once the byte budget admits the largest
 	// one can be (MaxEntryBytes); the charge is then set to what was read,
 	// and the event rebuilt from it, its shaped views and encodings are
@@ -326,7 +364,6 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	ev.Txn = e.Txn // index and last are the entry's, not the change's
 	// The re-drive of a unit's entry is work of the unit's tenure: its
 	// waits end and nothing more is sent once the tenure ends.
-	tenure := l.own.tenure(e.Unit)
 	if !tenure.Held() {
 		return false
 	}
@@ -371,7 +408,9 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	}
 	it.trace.Outcome("delivered", "")
 	var deleted bool
-	if l.persist(ctx, "delete", func(ctx context.Context) error {
+	// Delivered: the delete may outlive the tenure (an entry left behind
+	// is only delivered again by the next owner).
+	if l.persist(laneCtx, "delete", func(ctx context.Context) error {
 		var err error
 		// The version listed, not the one read now: an entry parked again
 		// since the listing must go round again with the later entries

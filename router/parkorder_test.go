@@ -518,3 +518,66 @@ func TestRedriveOfUnroutedChangeKeepsIt(t *testing.T) {
 		t.Fatalf("failed entry is not change 2's: %v", err)
 	}
 }
+
+// listHookStore runs after's callback once, right after the n-th listing of
+// parked entries returned: what happens between a re-drive's listing and
+// its check of the source's position.
+type listHookStore struct {
+	*deadletter.Store
+	calls atomic.Int64
+	n     int64
+	after func()
+}
+
+func (h *listHookStore) Summaries(ctx context.Context, f deadletter.Filter, ready func(), fn func(deadletter.Entry) error) error {
+	err := h.Store.Summaries(ctx, f, ready, fn)
+	if h.calls.Add(1) == h.n {
+		h.after()
+	}
+	return err
+}
+
+// A change the source re-reads (after a restart) and parks again while a
+// re-drive pass has already listed its entry is delivered once, not twice:
+// the pass checks the source's position as it was before the listing, so it
+// leaves the entry to the next pass, which lists the re-parked version and
+// deletes it after the delivery. Checked after the listing, the position
+// let the pass deliver the old version, whose delete then failed (the
+// version changed) and the next pass delivered it again: the parking sink's
+// duplicates without a crash in between of issue 25, item 6.
+func TestRedriveRereadDuringListingDeliveredOnce(t *testing.T) {
+	dl := realStore(t)
+	s := &scriptSink{clk: newFakeClock()}
+	c1 := posEvent(t, 1, 7)
+	parkDirect(t, dl, c1) // by the run before the restart
+	var acked atomic.Pointer[bson.Timestamp]
+	acked.Store(&bson.Timestamp{T: ctBase, I: 0}) // the checkpoint, before change 1
+	h := &listHookStore{Store: dl, n: 2, after: func() {
+		// The source re-reads change 1 and the lane parks it again (a
+		// new version), then acknowledges it.
+		parkDirect(t, dl, posEvent(t, 1, 7))
+		acked.Store(&c1.ClusterTime)
+	}}
+	l, err := newLaneClock(SinkSpec{Sink: s, MaxInFlight: 4}, h, metrics.New(nil), slog.New(slog.DiscardHandler), s.clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := AckedFunc(func(string) (bson.Timestamp, bool) { return *acked.Load(), true })
+	l.own.acked.Store(&f)
+	ctx, cancel := context.WithCancel(context.Background())
+	l.start(ctx)
+	t.Cleanup(func() { cancel(); l.stop() })
+	for deadline := time.Now().Add(10 * time.Second); l.Status().Parked; {
+		if time.Now().After(deadline) {
+			t.Fatalf("lane still parked; delivered %v", s.delivered())
+		}
+		s.clk.Advance(20 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
+	if got := s.delivered(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("delivered %v, want [1]", got)
+	}
+	if seqs, _ := parkedSeqs(t, dl); len(seqs) != 0 {
+		t.Fatalf("parked entries left: %v", seqs)
+	}
+}

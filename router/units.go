@@ -39,14 +39,39 @@ func (e *Engine) SetAcked(f AckedFunc) {
 	e.own.acked.Store(&f)
 }
 
-// readPast reports whether the source of unit acknowledged every change up
-// to ct (always, without SetAcked).
-func (o *ownership) readPast(unit string, ct bson.Timestamp) bool {
+// ackedSnapshot is the acknowledged positions of some units at one moment
+// (nil: re-drives are not gated).
+type ackedSnapshot map[string]bson.Timestamp
+
+// snapshotAcked returns the acknowledged positions of units now; nil
+// without SetAcked.
+func (o *ownership) snapshotAcked(units map[string]bool) ackedSnapshot {
 	f := o.acked.Load()
 	if f == nil {
+		return nil
+	}
+	snap := ackedSnapshot{}
+	for u := range units {
+		if at, ok := (*f)(u); ok {
+			snap[u] = at
+		}
+	}
+	return snap
+}
+
+// readPast reports whether the source of unit had acknowledged every change
+// up to ct when snap was taken (always, without SetAcked). The re-drive
+// takes the snapshot before it lists the parked entries: a change the source
+// re-read and parked again before that moment was parked (with a new
+// version) before the listing, so the listing has the version to delete. A
+// check made after the listing could pass for a re-park the listing missed:
+// the entry, delivered, would stay (its version changed) and be delivered
+// again.
+func (snap ackedSnapshot) readPast(unit string, ct bson.Timestamp) bool {
+	if snap == nil {
 		return true
 	}
-	at, ok := (*f)(unit)
+	at, ok := snap[unit]
 	return ok && !at.Before(ct)
 }
 
@@ -76,13 +101,26 @@ func (o *ownership) owns(unit string) bool {
 	return true
 }
 
-// tenure returns the tenure under which unit is owned (nil outside cluster
-// mode, or for a unit owned without a tenure).
-func (o *ownership) tenure(unit string) *event.Tenure {
-	if ts := o.tenures.Load(); ts != nil {
-		return (*ts)[unit]
+// held returns the tenure under which unit is owned and true, or false
+// when unit is not owned (or its tenure is over). With tenures (cluster
+// mode) an owned unit always has one: a unit missing from them is not
+// owned — it was lost or released since the caller last looked — and must
+// not be worked on with no tenure to fence it. Without tenures the tenure
+// is nil (single process mode, or units set by SetOwnedUnits).
+func (o *ownership) held(unit string) (*event.Tenure, bool) {
+	p := o.units.Load()
+	if p == nil {
+		return nil, true
 	}
-	return nil
+	if _, found := slices.BinarySearch(*p, unit); !found {
+		return nil, false
+	}
+	ts := o.tenures.Load()
+	if ts == nil {
+		return nil, true
+	}
+	t := (*ts)[unit]
+	return t, t != nil && t.Held()
 }
 
 // parkedFilter returns the filter of the parked entries of sink that this

@@ -62,6 +62,12 @@ func DefaultRetryPolicy() RetryPolicy {
 	}
 }
 
+// MaxPause is the longest one Retry-After may hold a sink's requests back
+// under p: its MaxInterval (the default one when zero). The delivery stage
+// and the limiter both cap a pause with it (docs/delivery.md: "capped at the
+// retry policy's max_interval").
+func (p RetryPolicy) MaxPause() time.Duration { return p.normalized().MaxInterval }
+
 // Validate reports every out-of-range field of p at once; zero fields are
 // valid (they take defaults, see [RetryPolicy]).
 func (p RetryPolicy) Validate() error {

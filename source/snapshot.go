@@ -126,6 +126,15 @@ func snapshotTokenData(prefix, db, coll string, id bson.RawValue) string {
 // position it continues from, so it sorts before every later change of
 // the document), zero for none; wall likewise.
 func SnapshotEvent(source, prefix, db, coll string, ct bson.Timestamp, wall time.Time, doc bson.Raw) (*event.Event, error) {
+	return SnapshotEventKeyed(source, prefix, db, coll, ct, wall, doc, nil)
+}
+
+// SnapshotEventKeyed is SnapshotEvent for a document of a sharded
+// collection whose shard key has the fields shardKey (ShardKeyFields):
+// its documentKey is the change stream's, the shard key's fields in order
+// and then _id (DocumentKey), so its ordering key and partition are those
+// of the document's changes. The id stays the hash of ns and _id.
+func SnapshotEventKeyed(source, prefix, db, coll string, ct bson.Timestamp, wall time.Time, doc bson.Raw, shardKey []string) (*event.Event, error) {
 	idv, err := doc.LookupErr("_id")
 	if err != nil {
 		return nil, fmt.Errorf("document in %s.%s without _id", db, coll)
@@ -146,12 +155,62 @@ func SnapshotEvent(source, prefix, db, coll string, ct bson.Timestamp, wall time
 	dst = bsoncore.AppendStringElement(dst, "db", db)
 	dst = bsoncore.AppendStringElement(dst, "coll", coll)
 	dst, _ = bsoncore.AppendDocumentEnd(dst, nidx)
-	kidx, dst := bsoncore.AppendDocumentElementStart(dst, "documentKey")
-	dst = bsoncore.AppendValueElement(dst, "_id", bsoncore.Value{Type: bsoncore.Type(idv.Type), Data: idv.Value})
-	dst, _ = bsoncore.AppendDocumentEnd(dst, kidx)
+	dst = bsoncore.AppendDocumentElement(dst, "documentKey", DocumentKey(doc, shardKey))
 	dst = bsoncore.AppendDocumentElement(dst, "fullDocument", doc)
 	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
 	return event.FromChange(source, 0, bson.Raw(dst))
+}
+
+// DocumentKey returns the documentKey a change stream gives doc's changes:
+// {_id} for an unsharded collection (shardKey empty); for a sharded one
+// the fields of its shard key in the key's order, named by their (dotted)
+// paths, then _id unless the key holds it. A field missing from doc is
+// left out. doc must have an _id.
+func DocumentKey(doc bson.Raw, shardKey []string) bson.Raw {
+	b := bsoncore.NewDocumentBuilder()
+	haveID := false
+	for _, f := range shardKey {
+		v, err := doc.LookupErr(strings.Split(f, ".")...)
+		if err != nil {
+			continue
+		}
+		haveID = haveID || f == "_id"
+		b.AppendValue(f, bsoncore.Value{Type: bsoncore.Type(v.Type), Data: v.Value})
+	}
+	if !haveID {
+		idv := doc.Lookup("_id")
+		b.AppendValue("_id", bsoncore.Value{Type: bsoncore.Type(idv.Type), Data: idv.Value})
+	}
+	return bson.Raw(b.Build())
+}
+
+// ShardKeyFields returns the fields of the shard key of db.coll, from the
+// config database's collections (mongos's and a config server's record of
+// sharded collections); none for a collection that is not sharded, or a
+// deployment that is not (no such record).
+func ShardKeyFields(ctx context.Context, client *mongo.Client, db, coll string) ([]string, error) {
+	var rec struct {
+		Key     bson.Raw `bson:"key"`
+		Dropped bool     `bson:"dropped"`
+	}
+	err := client.Database("config").Collection("collections").FindOne(ctx, bson.D{{Key: "_id", Value: db + "." + coll}}).Decode(&rec)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read the shard key of %s.%s from config.collections: %w", db, coll, err)
+	case rec.Dropped || len(rec.Key) == 0:
+		return nil, nil
+	}
+	els, err := rec.Key.Elements()
+	if err != nil {
+		return nil, fmt.Errorf("shard key of %s.%s: %w", db, coll, err)
+	}
+	fields := make([]string, len(els))
+	for i, e := range els {
+		fields[i] = e.Key()
+	}
+	return fields, nil
 }
 
 // beforeTS returns the timestamp just before t.
@@ -506,6 +565,15 @@ func (s *Source) scanAll(ctx context.Context, tr *checkpoint.Tracker, st *snapSt
 func (s *Source) scanNamespace(ctx context.Context, tr *checkpoint.Tracker, st *snapState, ns string, after bson.Raw, n *int64) error {
 	db, coll, _ := strings.Cut(ns, ".")
 	c := s.client.Database(db).Collection(coll)
+	// Snapshot events carry the documentKey the stream gives, which for a
+	// sharded collection holds the shard key.
+	shardKey, err := ShardKeyFields(ctx, s.client, db, coll)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.Warn("snapshot: cannot read the shard key; documentKey is {_id} only", "namespace", ns, "err", err)
+	}
 	batch := s.spec.BatchSize
 	if batch <= 0 {
 		batch = DefaultSnapshotBatch
@@ -528,7 +596,7 @@ func (s *Source) scanNamespace(ctx context.Context, tr *checkpoint.Tracker, st *
 				}
 				key := bsoncore.NewDocumentBuilder().AppendValue("_id", bsoncore.Value{Type: bsoncore.Type(idv.Type), Data: idv.Value}).Build()
 				*n++
-				if err := s.emitSnapshot(ctx, tr, st, db, coll, ns, bson.Raw(key), doc, *n); err != nil {
+				if err := s.emitSnapshot(ctx, tr, st, db, coll, ns, bson.Raw(key), shardKey, doc, *n); err != nil {
 					_ = cur.Close(context.WithoutCancel(ctx))
 					return err
 				}
@@ -551,7 +619,7 @@ func (s *Source) scanNamespace(ctx context.Context, tr *checkpoint.Tracker, st *
 
 // emitSnapshot tracks and dispatches the snapshot event of one document
 // (or only tracks it when it belongs to another partition).
-func (s *Source) emitSnapshot(ctx context.Context, tr *checkpoint.Tracker, st *snapState, db, coll, ns string, key, doc bson.Raw, n int64) error {
+func (s *Source) emitSnapshot(ctx context.Context, tr *checkpoint.Tracker, st *snapState, db, coll, ns string, key bson.Raw, shardKey []string, doc bson.Raw, n int64) error {
 	// Admitted against the byte budget as a change is: the scan stops
 	// reading while it is spent.
 	mem, err := s.spec.Budget.Acquire(ctx, int64(len(doc)), s.spec.Unit)
@@ -568,13 +636,18 @@ func (s *Source) emitSnapshot(ctx context.Context, tr *checkpoint.Tracker, st *s
 	s.mu.Unlock()
 	s.mSnapDocs.Inc()
 	if s.spec.Partitions > 1 {
-		h := mhash.HashedIndexKey(bson.RawValue{Type: bson.TypeEmbeddedDocument, Value: key})
+		// The hash of the documentKey, as the stream's partition filter.
+		dk := key
+		if len(shardKey) > 0 {
+			dk = DocumentKey(doc, shardKey)
+		}
+		h := mhash.HashedIndexKey(bson.RawValue{Type: bson.TypeEmbeddedDocument, Value: dk})
 		if mhash.Partition(h, s.spec.Partitions) != s.spec.Partition {
 			tr.Ack(seq) // another partition's document
 			return nil
 		}
 	}
-	ev, err := SnapshotEvent(s.spec.Name, SnapshotPrefix(st.id), db, coll, st.eventCT, time.Time{}, doc)
+	ev, err := SnapshotEventKeyed(s.spec.Name, SnapshotPrefix(st.id), db, coll, st.eventCT, time.Time{}, doc, shardKey)
 	if err != nil {
 		tr.Ack(seq)
 		s.log.Warn("snapshot: skipping a malformed document", "namespace", ns, "err", err)

@@ -512,3 +512,72 @@ func TestSnapshotHandoverFenced(t *testing.T) {
 		t.Fatalf("checkpoint after the new owner's snapshot: %+v", cp)
 	}
 }
+
+// TestSnapshotShardedDocumentKey: the snapshot events of a sharded
+// collection carry the documentKey its change stream gives (the shard
+// key's fields, in the key's order and named by their paths, then _id),
+// read from config.collections; they had {_id} only, so their ordering key
+// differed from their document's changes'.
+func TestSnapshotShardedDocumentKey(t *testing.T) {
+	w := newWorld(t)
+	ns := w.db + ".items"
+	cfgColl := w.client.Database("config").Collection("collections")
+	if _, err := cfgColl.InsertOne(context.Background(), bson.D{{Key: "_id", Value: ns},
+		{Key: "key", Value: bson.D{{Key: "region", Value: "hashed"}, {Key: "addr.zip", Value: 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = cfgColl.DeleteOne(context.Background(), bson.D{{Key: "_id", Value: ns}}) })
+	docs := []any{
+		bson.D{{Key: "_id", Value: int32(1)}, {Key: "addr", Value: bson.D{{Key: "zip", Value: "75001"}}}, {Key: "region", Value: "eu"}},
+		bson.D{{Key: "_id", Value: int32(2)}, {Key: "region", Value: "us"}, {Key: "addr", Value: bson.D{{Key: "zip", Value: "10001"}}}},
+		bson.D{{Key: "_id", Value: int32(3)}, {Key: "addr", Value: bson.D{{Key: "zip", Value: "99999"}}}}, // no region
+	}
+	if _, err := w.coll.InsertMany(context.Background(), docs); err != nil {
+		t.Fatal(err)
+	}
+	rec := &hookRecorder{}
+	spec := w.spec()
+	spec.Snapshot = source.SnapshotInitial
+	r := w.runWith(spec, rec)
+	r.waitOpen(t)
+	want := map[string]string{
+		"1": `{"region": "eu","addr.zip": "75001","_id": {"$numberInt":"1"}}`,
+		"2": `{"region": "us","addr.zip": "10001","_id": {"$numberInt":"2"}}`,
+		"3": `{"addr.zip": "99999","_id": {"$numberInt":"3"}}`,
+	}
+	got := map[string]string{}
+	for _, ev := range rec.all() {
+		if ev.OperationType == source.OpSnapshot {
+			got[fmt.Sprint(ev.DocumentKey.Lookup("_id").Int32())] = ev.DocumentKey.String()
+		}
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("document %s: documentKey %s, want %s", id, got[id], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("snapshot events for %v", got)
+	}
+}
+
+// TestDocumentKey: a shard key that holds _id keeps it in its place; no
+// shard key gives {_id}.
+func TestDocumentKey(t *testing.T) {
+	b, _ := bson.Marshal(bson.D{{Key: "_id", Value: "x"}, {Key: "a", Value: int32(1)}, {Key: "b", Value: bson.D{{Key: "c", Value: true}}}})
+	doc := bson.Raw(b)
+	for _, tc := range []struct {
+		key  []string
+		want string
+	}{
+		{nil, `{"_id": "x"}`},
+		{[]string{"_id"}, `{"_id": "x"}`},
+		{[]string{"a", "_id"}, `{"a": {"$numberInt":"1"},"_id": "x"}`},
+		{[]string{"_id", "a"}, `{"_id": "x","a": {"$numberInt":"1"}}`},
+		{[]string{"b.c", "a"}, `{"b.c": true,"a": {"$numberInt":"1"},"_id": "x"}`},
+	} {
+		if got := source.DocumentKey(doc, tc.key).String(); got != tc.want {
+			t.Errorf("DocumentKey(%v) = %s, want %s", tc.key, got, tc.want)
+		}
+	}
+}

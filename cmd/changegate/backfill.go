@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 )
 
 const backfillUsage = `Usage: changegate backfill -config FILE -source S [-sink K] [-filter JSON] [-rate N]
+       changegate backfill -config FILE -resume ID
 
 Sends the documents of source S that exist now (those matching -filter, a
 MongoDB query filter as JSON, e.g. '{"status": "paid"}') again, as events
@@ -26,9 +28,15 @@ its progress on stderr. Deliveries use the sinks' retry policy; what fails
 for good is counted and reported (exit status 1). A running gateway goes
 on streaming meanwhile; one backfill at a time per sink, across processes
 (a lock in the state database). SIGINT stops reading; what was sent is
-delivered first. The running gateway offers the same as POST
-/api/v1/backfills, where the backfill also yields to live changes queued
-for its sinks.
+delivered first. The backfill is recorded in the state database: when this
+command stops (SIGINT), is killed or crashes before the end, it prints or
+has printed the backfill's id, and -resume ID continues it with the same
+request and event ids after the last document delivered (after a kill it
+first waits up to 30 s for the dead process's sink lock to expire). A
+gateway does not resume the command line's backfills. The running gateway
+offers the same as POST /api/v1/backfills, where the backfill also yields
+to live changes queued for its sinks (and resumes after a restart by
+itself).
 `
 
 func cmdBackfill(args []string, stdout, stderr io.Writer) int {
@@ -39,10 +47,20 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&req.Sink, "sink", "", "send to this sink only (default: every sink the rules match)")
 	fs.StringVar(&req.Filter, "filter", "", `only the documents matching this MongoDB query filter, as JSON, e.g. '{"status": "paid"}'`)
 	fs.Float64Var(&req.Rate, "rate", app.DefaultBackfillRate, "at most this many documents per second")
+	resume := fs.String("resume", "", "continue the backfill with this id, left unfinished by a stop, a kill or a crash of this command (its request is recorded: no -source, -sink, -filter or -rate)")
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *path == "" || req.Source == "" {
+	if *resume != "" {
+		given := false
+		fs.Visit(func(f *flag.Flag) {
+			given = given || f.Name == "source" || f.Name == "sink" || f.Name == "filter" || f.Name == "rate"
+		})
+		if *path == "" || given {
+			fmt.Fprintln(stderr, "changegate backfill: -resume takes -config only (the request is the recorded one)")
+			return 2
+		}
+	} else if *path == "" || req.Source == "" {
 		fmt.Fprintln(stderr, "changegate backfill: -config and -source are required")
 		return 2
 	}
@@ -58,7 +76,23 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	}
 	defer client.Disconnect(context.Background())
 	bar := progressBar{w: stderr, tty: isTerminal(stderr)}
-	st, err := app.Backfill(ctx, cfg, client, req, nil, bar.show)
+	var st app.BackfillStatus
+	var err error
+	announced := false
+	show := func(s app.BackfillStatus) {
+		if !announced && s.ID != "" {
+			announced = true
+			bar.end()
+			bar.drew = false
+			fmt.Fprintf(stderr, "backfill %s (if this command stops before the end: changegate backfill -config %s -resume %s)\n", s.ID, *path, s.ID)
+		}
+		bar.show(s)
+	}
+	if *resume != "" {
+		st, err = app.ResumeBackfill(ctx, cfg, client, *resume, nil, show)
+	} else {
+		st, err = app.Backfill(ctx, cfg, client, req, nil, show)
+	}
 	bar.end()
 	switch {
 	case errors.Is(err, app.ErrBackfillInput):

@@ -47,6 +47,8 @@ sinks = ["hook"]
 		{[]string{"-config", path, "-source", "orders", "-filter", `{"$where": "1"}`}, "filter is not a valid query"},
 		{[]string{"-config", path, "-source", "orders", "-filter", `{"a": `}, "filter is not valid Extended JSON"},
 		{[]string{"-config", path, "-source", "orders", "-rate", "0.5e7"}, "rate 5e+06"},
+		{[]string{"-config", path, "-resume", "abc", "-source", "orders"}, "-resume takes -config only"},
+		{[]string{"-config", path, "-resume", "abc", "-rate", "5"}, "-resume takes -config only"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(append([]string{"backfill"}, tc.args...), &out, &errOut)

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,6 +33,11 @@ Commands:
            its sink is skipped unless -deliver-unrouted is given: it is then
            shaped with the strictest shape of the sink's rules
   purge    delete matching dead letters (requires -yes)
+
+replay's exit status: 0 when nothing failed or was skipped for want of a route,
+1 when an entry failed again or the replay stopped on an error, 3 when (only)
+entries no current rule routes to their sink were skipped (kept; counted per
+sink on standard error: re-add a rule, or replay with -deliver-unrouted).
 
 Filters: -sink NAME -source NAME -kind failed|parked|gap -since TIME (RFC 3339 or
 a duration such as 24h, meaning that long ago) -document-key JSON (the key's
@@ -129,20 +137,7 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 			f.Kind = deadletter.KindFailed
 		}
 		res, err := app.Replay(ctx, cfg, client, f, app.ReplayOptions{DeliverUnrouted: *unrouted}, nil)
-		fmt.Fprintf(stdout, "replayed %d, failed %d, skipped %d\n", res.Replayed, res.Failed, res.Skipped)
-		// Errors quote receivers (sinks.Error is printable already); print
-		// them so whatever wraps them.
-		for _, e := range res.Errors {
-			fmt.Fprintf(stderr, "  %s\n", sinks.Printable(e.Error()))
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "changegate deadletters replay: %s\n", sinks.Printable(err.Error()))
-			return 1
-		}
-		if res.Failed > 0 {
-			return 1
-		}
-		return 0
+		return replayReport(res, err, stdout, stderr)
 	case "purge":
 		if !*yes {
 			n, err := store.Count(ctx, f)
@@ -164,4 +159,43 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "changegate deadletters: unknown command %q\n\n%s", sub, deadlettersUsage)
 		return 2
 	}
+}
+
+// exitNotRouted is replay's exit status when nothing failed but entries no
+// current rule routes to their sink were skipped: the operator asked for
+// them to be delivered and they were not.
+const exitNotRouted = 3
+
+// replayReport prints what a replay did (the counts on stdout, each entry's
+// error and the unrouted skips per sink on stderr) and returns the exit
+// status: 1 on an error or a failed entry, exitNotRouted when entries were
+// skipped because no current rule routes them, else 0.
+func replayReport(res deadletter.ReplayResult, err error, stdout, stderr io.Writer) int {
+	fmt.Fprintf(stdout, "replayed %d, failed %d, skipped %d\n", res.Replayed, res.Failed, res.Skipped)
+	// Errors quote receivers (sinks.Error is printable already); print
+	// them so whatever wraps them.
+	for _, e := range res.Errors {
+		fmt.Fprintf(stderr, "  %s\n", sinks.Printable(e.Error()))
+	}
+	if n := len(res.NotRouted); n > 0 {
+		names := slices.Sorted(maps.Keys(res.NotRouted))
+		parts := make([]string, len(names))
+		total := 0
+		for i, s := range names {
+			parts[i] = fmt.Sprintf("%s %d", sinks.Printable(s), res.NotRouted[s])
+			total += res.NotRouted[s]
+		}
+		fmt.Fprintf(stderr, "changegate deadletters replay: skipped %d entries no current rule routes to their sink (%s); they stay stored: replay with -deliver-unrouted to deliver them\n",
+			total, strings.Join(parts, ", "))
+	}
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "changegate deadletters replay: %s\n", sinks.Printable(err.Error()))
+		return 1
+	case res.Failed > 0:
+		return 1
+	case len(res.NotRouted) > 0:
+		return exitNotRouted
+	}
+	return 0
 }

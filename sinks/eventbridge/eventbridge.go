@@ -269,80 +269,61 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 	if b.closed.Load() {
 		return sinks.Retryable("closed", 0, fmt.Errorf("%s: send after close", prefix))
 	}
-	var failed map[int]error
-	fail := func(i int, err error) {
-		if failed == nil {
-			failed = make(map[int]error, len(batch))
-		}
-		failed[i] = err
-	}
-
-	entries := make([]types.PutEventsRequestEntry, len(batch))
-	sizes := make([]int, len(batch))
-	stripped := make([]bool, len(batch))
-	built := 0
-	for i, e := range batch {
-		// The detail is self-contained (event.Event.Record): with envelope
-		// = "document" the metadata goes beside fullDocument.
-		env, err := sinks.EncodeRecord(e, b.canonical)
-		if err != nil {
-			fail(i, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err)))
-			continue
-		}
-		dt := b.detailType.Execute(e)
-		if n := utf8.RuneCountInString(dt); n > MaxDetailTypeLen {
-			fail(i, sinks.Permanent("detail_type", fmt.Errorf("%s: event %s: detail type %q is %d characters, the maximum is %d",
-				prefix, e.ID, dt, n, MaxDetailTypeLen)))
-			continue
-		}
-		// A Source the API would refuse fails the whole PutEvents call with
-		// a validation error; refuse it here so only this entry fails.
-		src := b.source.Execute(e)
-		if n := utf8.RuneCountInString(src); n == 0 || n > MaxSourceLen {
-			fail(i, sinks.Permanent("source", fmt.Errorf("%s: event %s: source %q is %d characters, it must be 1 to %d (check the source template)",
-				prefix, e.ID, src, n, MaxSourceLen)))
-			continue
-		}
-		ent := types.PutEventsRequestEntry{
-			EventBusName: aws.String(b.bus),
-			Source:       aws.String(src),
-			DetailType:   aws.String(dt),
-			// Detail is set by Fit: the envelope is cached and never modified
-			// (event.Envelope's contract), a stripped one is not modified
-			// either; their bytes are shared instead of copying up to 1 MiB.
-			Resources: b.resources,
-		}
-		if !e.WallTime.IsZero() {
-			ent.Time = aws.Time(e.WallTime)
-		}
-		if th := tracing.XRayHeader(ctx, i); th != "" {
-			ent.TraceHeader = aws.String(th) // X-Ray's format (trace_context)
-		}
-		p, err := b.oversize.Fit(e, b.canonical, env, b.maxBytes, func(d []byte) int {
-			ent.Detail = aws.String(unsafe.String(unsafe.SliceData(d), len(d)))
-			return EntrySize(ent)
-		}, prefix, "entry")
-		if err != nil {
-			fail(i, err)
-			continue
-		}
-		ent.Detail = aws.String(unsafe.String(unsafe.SliceData(p.Body), len(p.Body)))
-		stripped[i] = p.Stripped
-		entries[i], sizes[i] = ent, p.Size
-		built += p.Built()
-	}
-
 	ctx, cancel := awsutil.WithTimeout(ctx, b.timeout)
 	defer cancel()
+	return awsutil.SendEntries(ctx, prefix+": PutEvents", batch, MaxEntries, b.maxBytes, b.oversize, func(i int, e *event.Event) (types.PutEventsRequestEntry, sinks.Payload, error) {
+		return b.entry(ctx, i, prefix, e)
+	}, func(ctx context.Context, entries []types.PutEventsRequestEntry, idx []int, fail func(int, error)) error {
+		return b.put(ctx, batch, entries, idx, fail)
+	})
+}
 
-	// The stripped payloads built above, until Send returns.
-	defer sinks.Hold(ctx, int64(built))()
-	err := awsutil.SendInChunks(ctx, prefix+": PutEvents", len(batch), sizes, MaxEntries, b.maxBytes, failed,
-		func(ctx context.Context, idx []int, fail func(int, error)) error {
-			return b.put(ctx, batch, entries, idx, fail)
-		})
-	b.oversize.Delivered(stripped, err)
-	return err
+// entry builds the PutEvents entry of e and its payload, or returns the
+// permanent error e fails with.
+func (b *EventBridge) entry(ctx context.Context, i int, prefix string, e *event.Event) (types.PutEventsRequestEntry, sinks.Payload, error) {
+	var none types.PutEventsRequestEntry
+	// The detail is self-contained (event.Event.Record): with envelope
+	// = "document" the metadata goes beside fullDocument.
+	env, err := sinks.EncodeRecord(e, b.canonical)
+	if err != nil {
+		return none, sinks.Payload{}, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err))
+	}
+	dt := b.detailType.Execute(e)
+	if n := utf8.RuneCountInString(dt); n > MaxDetailTypeLen {
+		return none, sinks.Payload{}, sinks.Permanent("detail_type", fmt.Errorf("%s: event %s: detail type %q is %d characters, the maximum is %d",
+			prefix, e.ID, dt, n, MaxDetailTypeLen))
+	}
+	// A Source the API would refuse fails the whole PutEvents call with
+	// a validation error; refuse it here so only this entry fails.
+	src := b.source.Execute(e)
+	if n := utf8.RuneCountInString(src); n == 0 || n > MaxSourceLen {
+		return none, sinks.Payload{}, sinks.Permanent("source", fmt.Errorf("%s: event %s: source %q is %d characters, it must be 1 to %d (check the source template)",
+			prefix, e.ID, src, n, MaxSourceLen))
+	}
+	ent := types.PutEventsRequestEntry{
+		EventBusName: aws.String(b.bus),
+		Source:       aws.String(src),
+		DetailType:   aws.String(dt),
+		// Detail is set by Fit: the envelope is cached and never modified
+		// (event.Envelope's contract), a stripped one is not modified
+		// either; their bytes are shared instead of copying up to 1 MiB.
+		Resources: b.resources,
+	}
+	if !e.WallTime.IsZero() {
+		ent.Time = aws.Time(e.WallTime)
+	}
+	if th := tracing.XRayHeader(ctx, i); th != "" {
+		ent.TraceHeader = aws.String(th) // X-Ray's format (trace_context)
+	}
+	p, err := b.oversize.Fit(e, b.canonical, env, b.maxBytes, func(d []byte) int {
+		ent.Detail = aws.String(unsafe.String(unsafe.SliceData(d), len(d)))
+		return EntrySize(ent)
+	}, prefix, "entry")
+	if err != nil {
+		return none, p, err
+	}
+	ent.Detail = aws.String(unsafe.String(unsafe.SliceData(p.Body), len(p.Body)))
+	return ent, p, nil
 }
 
 // put makes one PutEvents call with the entries at idx and reports the

@@ -223,43 +223,24 @@ func (k *Kinesis) Send(ctx context.Context, batch []*event.Event) error {
 	ctx, cancel := awsutil.WithTimeout(ctx, k.timeout)
 	defer cancel()
 
-	var failed map[int]error
-	records := make([]types.PutRecordsRequestEntry, len(batch))
-	sizes := make([]int, len(batch))
-	stripped := make([]bool, len(batch))
-	built := 0
-	for i, e := range batch {
-		data, err := sinks.EncodeRecord(e, k.canonical)
-		if err != nil {
-			if failed == nil {
-				failed = make(map[int]error, len(batch))
+	return awsutil.SendEntries(ctx, prefix+": PutRecords", batch, MaxRecords, k.maxBytes, k.oversize,
+		func(_ int, e *event.Event) (types.PutRecordsRequestEntry, sinks.Payload, error) {
+			data, err := sinks.EncodeRecord(e, k.canonical)
+			if err != nil {
+				return types.PutRecordsRequestEntry{}, sinks.Payload{}, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err))
 			}
-			failed[i] = sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err))
-			continue
-		}
-		key := k.PartitionKey(e)
-		p, err := k.oversize.Fit(e, k.canonical, data, k.maxBytes, func(b []byte) int { return len(b) + len(key) }, prefix, "record")
-		if err != nil {
-			if failed == nil {
-				failed = make(map[int]error, len(batch))
+			key := k.PartitionKey(e)
+			p, err := k.oversize.Fit(e, k.canonical, data, k.maxBytes, func(b []byte) int { return len(b) + len(key) }, prefix, "record")
+			if err != nil {
+				return types.PutRecordsRequestEntry{}, p, err
 			}
-			failed[i] = err
-			continue
-		}
-		// Data is the cached record (or a fresh stripped one), which the
-		// SDK only reads.
-		records[i] = types.PutRecordsRequestEntry{Data: p.Body, PartitionKey: aws.String(key)}
-		sizes[i], stripped[i] = p.Size, p.Stripped
-		built += p.Built()
-	}
-	// The stripped payloads built above, until Send returns.
-	defer sinks.Hold(ctx, int64(built))()
-	err := awsutil.SendInChunks(ctx, prefix+": PutRecords", len(batch), sizes, MaxRecords, k.maxBytes, failed,
-		func(ctx context.Context, idx []int, fail func(int, error)) error {
+			// Data is the cached record (or a fresh stripped one), which
+			// the SDK only reads.
+			return types.PutRecordsRequestEntry{Data: p.Body, PartitionKey: aws.String(key)}, p, nil
+		},
+		func(ctx context.Context, records []types.PutRecordsRequestEntry, idx []int, fail func(int, error)) error {
 			return k.putRecords(ctx, batch, records, idx, fail)
 		})
-	k.oversize.Delivered(stripped, err)
-	return err
 }
 
 // putRecords makes one PutRecords call with the records at idx and reports

@@ -221,41 +221,15 @@ func (s *SNS) Send(ctx context.Context, batch []*event.Event) error {
 	ctx, cancel := awsutil.WithTimeout(ctx, s.timeout)
 	defer cancel()
 
-	var failed map[int]error
-	entries := make([]types.PublishBatchRequestEntry, len(batch))
-	sizes := make([]int, len(batch))
-	stripped := make([]bool, len(batch))
-	built := 0
-	for i, e := range batch {
-		env, err := e.Envelope(s.canonical)
-		if err == nil {
-			var ent types.PublishBatchRequestEntry
-			var p sinks.Payload
-			p, err = s.oversize.Fit(e, s.canonical, env, s.maxBytes, func(body []byte) (size int) {
-				ent, size = s.entry(ctx, i, e, body)
-				return size
-			}, prefix, "message")
-			if err == nil {
-				entries[i], sizes[i], stripped[i] = ent, p.Size, p.Stripped
-				built += p.Built()
-				continue
-			}
-		} else {
-			err = sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err))
-		}
-		if failed == nil {
-			failed = make(map[int]error, len(batch))
-		}
-		failed[i] = err
-	}
-	// The stripped payloads built above, until Send returns.
-	defer sinks.Hold(ctx, int64(built))()
-	err := awsutil.SendInChunks(ctx, prefix+": PublishBatch", len(batch), sizes, MaxEntries, s.maxBytes, failed,
-		func(ctx context.Context, idx []int, fail func(int, error)) error {
+	return awsutil.SendEntries(ctx, prefix+": PublishBatch", batch, MaxEntries, s.maxBytes, s.oversize,
+		func(i int, e *event.Event) (types.PublishBatchRequestEntry, sinks.Payload, error) {
+			return awsutil.EnvelopeEntry(s.oversize, e, s.canonical, s.maxBytes, prefix, "message", func(body []byte) (types.PublishBatchRequestEntry, int) {
+				return s.entry(ctx, i, e, body)
+			})
+		},
+		func(ctx context.Context, entries []types.PublishBatchRequestEntry, idx []int, fail func(int, error)) error {
 			return s.publishBatch(ctx, batch, entries, idx, fail)
 		})
-	s.oversize.Delivered(stripped, err)
-	return err
 }
 
 // publishBatch makes one PublishBatch call with the entries at idx and

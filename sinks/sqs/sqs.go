@@ -316,48 +316,15 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 		return err
 	}
 
-	var failed map[int]error
-	fail := func(i int, err error) {
-		if failed == nil {
-			failed = make(map[int]error, len(batch))
-		}
-		failed[i] = err
-	}
-	entries := make([]types.SendMessageBatchRequestEntry, len(batch))
-	sizes := make([]int, len(batch))
-	stripped := make([]bool, len(batch))
-	built := 0
-	for i, e := range batch {
-		env, err := e.Envelope(s.canonical)
-		if err != nil {
-			fail(i, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err)))
-			continue
-		}
-		var ent types.SendMessageBatchRequestEntry
-		p, err := s.oversize.Fit(e, s.canonical, env, s.maxBytes, func(body []byte) (size int) {
-			ent, size = s.entry(ctx, i, e, body)
-			return size
-		}, prefix, "message")
-		if err != nil {
-			fail(i, err)
-			continue
-		}
-		if p.Stripped {
-			ent, _ = s.entry(ctx, i, e, p.Body)
-		}
-		stripped[i] = p.Stripped
-		entries[i], sizes[i] = ent, p.Size
-		built += p.Built()
-	}
-
-	// The stripped payloads built above, until Send returns.
-	defer sinks.Hold(ctx, int64(built))()
-	err = awsutil.SendInChunks(ctx, prefix+": SendMessageBatch", len(batch), sizes, MaxEntries, s.maxBytes, failed,
-		func(ctx context.Context, idx []int, fail func(int, error)) error {
+	return awsutil.SendEntries(ctx, prefix+": SendMessageBatch", batch, MaxEntries, s.maxBytes, s.oversize,
+		func(i int, e *event.Event) (types.SendMessageBatchRequestEntry, sinks.Payload, error) {
+			return awsutil.EnvelopeEntry(s.oversize, e, s.canonical, s.maxBytes, prefix, "message", func(body []byte) (types.SendMessageBatchRequestEntry, int) {
+				return s.entry(ctx, i, e, body)
+			})
+		},
+		func(ctx context.Context, entries []types.SendMessageBatchRequestEntry, idx []int, fail func(int, error)) error {
 			return s.sendBatch(ctx, url, batch, entries, idx, fail)
 		})
-	s.oversize.Delivered(stripped, err)
-	return err
 }
 
 // sendBatch makes one SendMessageBatch call with the entries at idx and

@@ -56,13 +56,9 @@ type SNSMessage struct {
 }
 
 type topic struct {
-	name     string
-	fifo     bool
-	opts     TopicOptions
-	messages []SNSMessage
-	dedup    map[string]dedupEntry
-	dups     int
-	seq      uint64
+	name string
+	opts TopicOptions
+	messageLog[SNSMessage]
 }
 
 // SNS is a local SNS endpoint serving PublishBatch (AWS query protocol:
@@ -96,7 +92,7 @@ func (s *SNS) CreateTopicWith(name string, o TopicOptions) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.topics[name]; !ok {
-		s.topics[name] = &topic{name: name, fifo: strings.HasSuffix(name, ".fifo"), opts: o, dedup: map[string]dedupEntry{}}
+		s.topics[name] = &topic{name: name, opts: o, messageLog: newMessageLog[SNSMessage](strings.HasSuffix(name, ".fifo"))}
 	}
 	return s.TopicARN(name)
 }
@@ -114,12 +110,10 @@ func (s *SNS) Messages(name string) []SNSMessage {
 	if t == nil {
 		return nil
 	}
-	out := make([]SNSMessage, len(t.messages))
-	for i, m := range t.messages {
+	return t.copy(func(m SNSMessage) SNSMessage {
 		m.Attributes = maps.Clone(m.Attributes)
-		out[i] = m
-	}
-	return out
+		return m
+	})
 }
 
 // Duplicates is how many messages FIFO topic name acknowledged but dropped
@@ -151,7 +145,7 @@ func (s *SNS) FailEntries(f func(SNSMessage) (code, message string, senderFault 
 func (s *SNS) Reset() {
 	s.mu.Lock()
 	for _, t := range s.topics {
-		t.messages, t.dups, t.dedup = nil, 0, map[string]dedupEntry{}
+		t.reset()
 	}
 	s.fail = nil
 	s.mu.Unlock()
@@ -438,19 +432,7 @@ func (s snsService) store(name string, m SNSMessage) (messageID, seq string) {
 	s.s.mu.Lock()
 	defer s.s.mu.Unlock()
 	t := s.s.topics[name]
-	if t.fifo {
-		if d, ok := t.dedup[m.DeduplicationID]; ok && now.Sub(d.at) < DefaultDeduplicationWindow {
-			t.dups++
-			return d.messageID, d.seq
-		}
-		t.seq++
-		m.SequenceNumber = strconv.FormatUint(10_000_000_000_000_000_000+t.seq, 10)
-	}
-	m.MessageID = newUUID()
-	m.SentAt = now
-	if t.fifo {
-		t.dedup[m.DeduplicationID] = dedupEntry{at: now, messageID: m.MessageID, seq: m.SequenceNumber}
-	}
-	t.messages = append(t.messages, m)
-	return m.MessageID, m.SequenceNumber
+	return t.store(now, DefaultDeduplicationWindow, m.DeduplicationID, m, func(m *SNSMessage, id, seq string, at time.Time) {
+		m.MessageID, m.SequenceNumber, m.SentAt = id, seq, at
+	})
 }

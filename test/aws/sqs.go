@@ -62,20 +62,10 @@ type Message struct {
 	SentAt           time.Time
 }
 
-type dedupEntry struct {
-	at        time.Time
-	messageID string
-	seq       string
-}
-
 type queue struct {
-	name     string
-	fifo     bool
-	opts     QueueOptions
-	messages []Message
-	dedup    map[string]dedupEntry
-	dups     int
-	seq      uint64
+	name string
+	opts QueueOptions
+	messageLog[Message]
 }
 
 // SQS is a local SQS endpoint serving AmazonSQS.SendMessageBatch and
@@ -121,7 +111,7 @@ func (s *SQS) CreateQueueWith(name string, o QueueOptions) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.queues[name]; !ok {
-		s.queues[name] = &queue{name: name, fifo: strings.HasSuffix(name, ".fifo"), opts: o, dedup: map[string]dedupEntry{}}
+		s.queues[name] = &queue{name: name, opts: o, messageLog: newMessageLog[Message](strings.HasSuffix(name, ".fifo"))}
 	}
 	return s.QueueURL(name)
 }
@@ -139,13 +129,11 @@ func (s *SQS) Messages(name string) []Message {
 	if q == nil {
 		return nil
 	}
-	out := make([]Message, len(q.messages))
-	for i, m := range q.messages {
+	return q.copy(func(m Message) Message {
 		m.Attributes = maps.Clone(m.Attributes)
 		m.SystemAttributes = maps.Clone(m.SystemAttributes)
-		out[i] = m
-	}
-	return out
+		return m
+	})
 }
 
 // Duplicates is how many messages FIFO queue name acknowledged but dropped as
@@ -176,7 +164,7 @@ func (s *SQS) FailEntries(f func(Message) (code, message string, senderFault boo
 func (s *SQS) Reset() {
 	s.mu.Lock()
 	for _, q := range s.queues {
-		q.messages, q.dups, q.dedup = nil, 0, map[string]dedupEntry{}
+		q.reset()
 	}
 	s.fail = nil
 	s.mu.Unlock()
@@ -476,21 +464,9 @@ func (s sqsService) store(qname string, m Message) (messageID, seq string) {
 	s.s.mu.Lock()
 	defer s.s.mu.Unlock()
 	q := s.s.queues[qname]
-	if q.fifo {
-		if d, ok := q.dedup[m.DeduplicationID]; ok && now.Sub(d.at) < q.opts.DeduplicationWindow {
-			q.dups++
-			return d.messageID, d.seq
-		}
-		q.seq++
-		m.SequenceNumber = strconv.FormatUint(10_000_000_000_000_000_000+q.seq, 10)
-	}
-	m.MessageID = newUUID()
-	m.SentAt = now
-	if q.fifo {
-		q.dedup[m.DeduplicationID] = dedupEntry{at: now, messageID: m.MessageID, seq: m.SequenceNumber}
-	}
-	q.messages = append(q.messages, m)
-	return m.MessageID, m.SequenceNumber
+	return q.store(now, q.opts.DeduplicationWindow, m.DeduplicationID, m, func(m *Message, id, seq string, at time.Time) {
+		m.MessageID, m.SequenceNumber, m.SentAt = id, seq, at
+	})
 }
 
 func validBatchEntryID(id string) bool {

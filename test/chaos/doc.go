@@ -20,9 +20,12 @@
 // outages, a parking sink, kill -9 / SIGSTOP / SIGTERM of replicas), opt-in
 // with CHANGEGATE_CHAOS_CLUSTER=1 and the same RUNS, SEED and DIR variables;
 // it also counts stale sends (a request from a replica after its own lease
-// loss or release line). CHANGEGATE_CHAOS_BIN runs any campaign against a
+// loss or release line) and fails on those after a release or more than 1 s
+// after a loss. CHANGEGATE_CHAOS_BIN runs any campaign against a
 // given binary. docs/testing.md describes both campaigns.
 //
-// TestChaosSmoke, a small campaign without receiver outages (about 10 s), runs
-// in the default suite unless -short.
+// TestChaosSmoke, a small campaign without receiver outages (about 10 s), and
+// TestClusterChaosShort, a short cluster campaign (about 50 s; a request
+// after a release, or more than 1 s after a lease loss, fails it), run in
+// the default suite unless -short.
 package chaos

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -427,4 +428,73 @@ func tryPostJSON(addr, path, body string, out any) int {
 	defer resp.Body.Close()
 	_ = json.NewDecoder(resp.Body).Decode(out)
 	return resp.StatusCode
+}
+
+// TestBackfillCLIResume: a command line backfill stopped half way (its
+// context cancelled, as SIGINT does) stays recorded as running; -resume
+// (app.ResumeBackfill) finishes it with the same id, from the last
+// acknowledged document rather than from the start, and every document
+// arrives. A gateway started meanwhile does not take it over. The command
+// line's backfills were not recorded: a stopped one could only be re-run
+// from the start under a new id.
+func TestBackfillCLIResume(t *testing.T) {
+	e := newEnv(t)
+	ra, rb := receiver.New(testSecret), receiver.New(testSecret)
+	t.Cleanup(ra.Close)
+	t.Cleanup(rb.Close)
+	const n = 300
+	insertN(t, e.coll("items"), 0, n)
+	cfg := e.config(backfillConfig(ra.URL(), rb.URL()))
+
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	first, err := app.Backfill(ctx, cfg, e.client, app.BackfillRequest{Source: "items", Sink: "a", Rate: 100}, nil,
+		func(s app.BackfillStatus) {
+			if s.Finished >= 50 {
+				stop()
+			}
+		})
+	if err != nil || first.State != "cancelled" || first.Scanned >= n {
+		t.Fatalf("stopped backfill = %+v, %v", first, err)
+	}
+	var rec struct {
+		State, Origin, Namespace string
+	}
+	if err := e.client.Database(e.state).Collection("backfill_runs").FindOne(t.Context(), bson.D{{Key: "_id", Value: first.ID}}).Decode(&rec); err != nil ||
+		rec.State != "running" || rec.Origin != "cli" || rec.Namespace == "" {
+		t.Fatalf("record of the stopped backfill: %+v, %v", rec, err)
+	}
+	before := len(ra.Deliveries())
+
+	// A gateway resumes its own backfills at its start, not the command
+	// line's (it would list it, and hold its sink's lock).
+	g := e.start(cfg)
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if l := listBackfills(t, g.admin); len(l) != 0 {
+			t.Fatalf("the gateway took over the command line's backfill: %+v", l)
+		}
+	}
+
+	st, err := app.ResumeBackfill(t.Context(), cfg, e.client, first.ID, nil, nil)
+	if err != nil || st.State != "done" || st.ID != first.ID {
+		t.Fatalf("resumed backfill = %+v, %v", st, err)
+	}
+	total, docs := countOps(ra.Deliveries(), "snapshot")
+	if len(docs) != n {
+		t.Fatalf("%d of %d documents backfilled", len(docs), n)
+	}
+	if again := total - n; again >= before {
+		t.Fatalf("the resume sent %d documents again of the %d sent before the stop: it started over", again, before)
+	}
+	for _, d := range ra.Deliveries() {
+		if d.Operation == "snapshot" && !strings.Contains(d.ID, ":backfill:"+first.ID+":") {
+			t.Fatalf("event %s is not of backfill %s", d.ID, first.ID)
+		}
+	}
+	if _, err := app.ResumeBackfill(t.Context(), cfg, e.client, first.ID, nil, nil); !errors.Is(err, app.ErrBackfillInput) {
+		t.Fatalf("resuming a finished backfill: %v", err)
+	}
+	if _, err := app.ResumeBackfill(t.Context(), cfg, e.client, "nope", nil, nil); !errors.Is(err, app.ErrBackfillInput) {
+		t.Fatalf("resuming an unknown backfill: %v", err)
+	}
 }

@@ -19,8 +19,8 @@ import (
 // TestLambdaSinkOutcomes runs three lambda sinks through the real app, each
 // against its own test Lambda server (SigV4 verified):
 //
-//   - "sync" (RequestResponse): the first two calls are throttled (429 with
-//     Retry-After) and retried; document 3's function always fails
+//   - "sync" (RequestResponse): the first two calls (of documents 0-2) are
+//     throttled (429 with Retry-After) and retried; document 3's function always fails
 //     (X-Amz-Function-Error): it is invoked max_attempts times, then
 //     dead-lettered with the function's error payload;
 //   - "missing": the function does not exist: every event is dead-lettered
@@ -96,7 +96,14 @@ source = "items"
 sinks = ["sync", "missing", "batch"]
 `, syncSrv.URL(), missingSrv.URL(), batchSrv.ARN("audit"), batchSrv.URL()))
 	e.start(cfg)
-	insertN(t, e.coll("items"), 0, 10)
+	// A throttled call is an attempt: were document 3 among the two
+	// throttled ones, it would run max_attempts - 1 times and the sync
+	// sink would never see 12 invocations (the wait below timed out that
+	// way in a CI run on a loaded machine, where the workers reach the
+	// limiter in another order). Documents 0-2 take both throttles first.
+	insertN(t, e.coll("items"), 0, 3)
+	waitFor(t, 30*time.Second, "the two throttled sync calls", func() bool { return syncSrv.Calls("Invoke") >= 2 })
+	insertN(t, e.coll("items"), 3, 7)
 
 	_, dls := e.stores(cfg)
 	ctx := context.Background()

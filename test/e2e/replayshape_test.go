@@ -141,7 +141,8 @@ func TestReplayShapedAfterRuleRename(t *testing.T) {
 	setConfig(replayShapeConfig(rcv.URL(), "", piiRule("pii-other", `filter = { "fullDocument.kind" = "robot" }`)))
 	// The command line's replay (app.Replay) skips it too.
 	cli, err := app.Replay(ctx, e.config(text), e.client, deadletter.Filter{Kind: deadletter.KindFailed}, app.ReplayOptions{}, nil)
-	if err != nil || cli.Replayed != 0 || cli.Skipped != 1 || len(cli.Errors) != 1 || !errors.Is(cli.Errors[0], deadletter.ErrNotRouted) {
+	if err != nil || cli.Replayed != 0 || cli.Skipped != 1 || len(cli.Errors) != 1 || !errors.Is(cli.Errors[0], deadletter.ErrNotRouted) ||
+		len(cli.NotRouted) != 1 || cli.NotRouted["hook"] != 1 {
 		t.Fatalf("CLI replay of an unrouted change: %+v, %v", cli, err)
 	}
 	rep := replay("")

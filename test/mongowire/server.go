@@ -107,6 +107,13 @@ type Options struct {
 	// a Go driver Disconnect after the server stopped then returns at once
 	// rather than waiting out its context.
 	StreamingHello bool
+	// TransactionLifetimeLimit is how long a multi-document transaction
+	// may stay open before the server aborts it, as MongoDB's
+	// transactionLifetimeLimitSeconds (default 60 s, the server's
+	// default): a transaction its client abandoned (killed, paused, or cut
+	// off) holds the documents it wrote against other transactions' writes
+	// until then. Negative: never.
+	TransactionLifetimeLimit time.Duration
 }
 
 // Server is a running (or stopped) mongowire server. Its data and history
@@ -158,6 +165,9 @@ func Start(opts Options) (*Server, error) {
 	if opts.CommandLogLimit == 0 {
 		opts.CommandLogLimit = 100000
 	}
+	if opts.TransactionLifetimeLimit == 0 {
+		opts.TransactionLifetimeLimit = 60 * time.Second
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -173,6 +183,7 @@ func Start(opts Options) (*Server, error) {
 		cursors:    map[int64]cursor{},
 		retryCache: map[retryKey][]byte{},
 	}
+	s.data.txnLifetime = opts.TransactionLifetimeLimit
 	if err := s.listen(opts.Addr); err != nil {
 		return nil, err
 	}

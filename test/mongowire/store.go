@@ -37,6 +37,10 @@ type store struct {
 	// txnWrites maps a document (namespace and _id key) to the open
 	// transaction that wrote it, for write-conflict detection.
 	txnWrites map[string]*transaction
+	// txnLifetime is transactionLifetimeLimitSeconds: an open transaction
+	// older than this is aborted (lazily, when another transaction's write
+	// meets its claim or its session uses it); <= 0 never.
+	txnLifetime time.Duration
 }
 
 type database struct {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -22,7 +23,13 @@ import (
 // transaction (txnOpIndex, also in the resume token). abortTransaction, a
 // write conflict, any failed command or write error in the transaction, a
 // newer transaction on the session, endSessions and killAllSessions discard
-// the copies.
+// the copies, and so does the transaction lifetime limit
+// (Options.TransactionLifetimeLimit, MongoDB's transactionLifetimeLimitSeconds,
+// 60 s by default): an open transaction older than that is aborted — when its
+// session next uses it (NoSuchTransaction), or when another transaction
+// writes a document it holds (which then proceeds). Until then, a transaction
+// abandoned by its client (killed, paused, cut off) keeps the documents it
+// wrote: every other transaction writing one fails with WriteConflict.
 //
 // Isolation (see NOTES.md): snapshot isolation per collection — a
 // transaction reads each collection as of its first access to it, plus its
@@ -52,12 +59,13 @@ type session struct {
 
 // transaction is an open multi-document transaction.
 type transaction struct {
-	sess   *session
-	lsid   bson.Raw // as change events carry it: {id, uid}
-	number int64
-	colls  map[string]*txnColl // by namespace
-	ops    []*oplogEntry       // recorded changes, in order
-	writes []string            // keys of store.txnWrites held
+	sess    *session
+	lsid    bson.Raw // as change events carry it: {id, uid}
+	number  int64
+	colls   map[string]*txnColl // by namespace
+	ops     []*oplogEntry       // recorded changes, in order
+	writes  []string            // keys of store.txnWrites held
+	started time.Time           // for the lifetime limit
 	// conflict: a write conflicted; the command fails and aborts the
 	// transaction.
 	conflict bool
@@ -158,12 +166,32 @@ func (t *transaction) record(s *store, e *oplogEntry) {
 		case owner == nil:
 			s.txnWrites[wk] = t
 			t.writes = append(t.writes, wk)
+		case owner != t && s.expired(owner):
+			// The server's reaper aborts a transaction past its
+			// lifetime; its claims go with it.
+			s.abortTxn(owner)
+			s.txnWrites[wk] = t
+			t.writes = append(t.writes, wk)
 		case owner != t:
 			t.conflict = true
 		}
 	}
 	e.lsid, e.txnNumber, e.txnOpIndex = t.lsid, t.number, uint32(len(t.ops))
 	t.ops = append(t.ops, e)
+}
+
+// expired reports whether open transaction t is past the lifetime limit;
+// the caller holds mu.
+func (s *store) expired(t *transaction) bool {
+	return s.txnLifetime > 0 && s.nowFn().Sub(t.started) >= s.txnLifetime
+}
+
+// reapIfExpired aborts the open transaction of sess when it is past the
+// lifetime limit; the caller holds mu exclusively.
+func (s *store) reapIfExpired(sess *session) {
+	if sess != nil && sess.state == txnInProgress && sess.txn != nil && s.expired(sess.txn) {
+		s.abortTxn(sess.txn)
+	}
 }
 
 // release drops the transaction's write claims; the caller holds mu.
@@ -330,6 +358,7 @@ func (s *Server) joinTxn(cmd *command) (*transaction, error) {
 		sess = &session{txnNumber: -1}
 		d.sessions[key] = sess
 	}
+	d.reapIfExpired(sess)
 	switch {
 	case number < sess.txnNumber:
 		return nil, cmdErr(codeTransactionTooOld, "Cannot start transaction %d on session because a newer transaction %d has already started.", number, sess.txnNumber)
@@ -342,7 +371,7 @@ func (s *Server) joinTxn(cmd *command) (*transaction, error) {
 		if cmd.name == "getMore" {
 			return nil, cmdErr(codeInvalidOptions, "Cannot run getMore at the start of a transaction")
 		}
-		t := &transaction{sess: sess, lsid: eventLsid(lsid), number: number, colls: map[string]*txnColl{}}
+		t := &transaction{sess: sess, lsid: eventLsid(lsid), number: number, colls: map[string]*txnColl{}, started: d.nowFn()}
 		sess.txnNumber, sess.state, sess.txn = number, txnInProgress, t
 		return t, nil
 	case number > sess.txnNumber || sess.state == txnNone:
@@ -403,6 +432,7 @@ func (s *Server) cmdCommitTransaction(cmd *command, dst []byte) ([]byte, error) 
 	d := s.data
 	d.mu.Lock()
 	sess := d.sessions[key]
+	d.reapIfExpired(sess)
 	var (
 		ts bson.Timestamp
 		ce *CommandError
@@ -436,6 +466,7 @@ func (s *Server) cmdAbortTransaction(cmd *command, dst []byte) ([]byte, error) {
 	d := s.data
 	d.mu.Lock()
 	sess := d.sessions[key]
+	d.reapIfExpired(sess)
 	var ce *CommandError
 	switch {
 	case sess == nil || number != sess.txnNumber || sess.state == txnNone || sess.state == txnAborted:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/changegate/changegate/test/mongowire"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -396,5 +397,68 @@ func TestTransactionCreatesCollection(t *testing.T) {
 	}
 	if n, err := db.Collection("fresh").CountDocuments(ctx, bson.D{}); err != nil || n != 1 {
 		t.Fatalf("after commit: %d, %v", n, err)
+	}
+}
+
+// TestTransactionLifetimeLimit: a transaction its client abandoned holds
+// the documents it wrote — another transaction writing one fails with
+// WriteConflict at once — until the lifetime limit
+// (transactionLifetimeLimitSeconds) aborts it; then the other transaction's
+// write proceeds, and the abandoned session's commit fails with
+// NoSuchTransaction.
+func TestTransactionLifetimeLimit(t *testing.T) {
+	const limit = 700 * time.Millisecond
+	srv := startServer(t, mongowire.Options{TransactionLifetimeLimit: limit})
+	client := connect(t, srv.URI())
+	ctx := ctxFor(t, 30*time.Second)
+	coll := client.Database("app").Collection("c")
+	mustInsert(t, ctx, coll, doc("_id", 1, "n", 0))
+	abandoned, _ := client.StartSession()
+	defer abandoned.EndSession(ctx)
+	_ = abandoned.StartTransaction()
+	began := time.Now()
+	if _, err := coll.UpdateOne(mongo.NewSessionContext(ctx, abandoned), doc("_id", 1), doc("$inc", doc("n", 1))); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := client.StartSession()
+	defer other.EndSession(ctx)
+	write := func() error {
+		_ = other.StartTransaction()
+		_, err := coll.UpdateOne(mongo.NewSessionContext(ctx, other), doc("_id", 1), doc("$inc", doc("n", 10)))
+		if err != nil {
+			_ = other.AbortTransaction(ctx)
+			return err
+		}
+		return other.CommitTransaction(ctx)
+	}
+	var se mongo.ServerError
+	if err := write(); !errors.As(err, &se) || !se.HasErrorCode(112) || !se.HasErrorLabel("TransientTransactionError") {
+		t.Fatalf("write while the abandoned transaction is open: %v, want WriteConflict with TransientTransactionError", err)
+	}
+	if time.Since(began) >= limit {
+		t.Skip("machine too slow to observe the conflict within the limit")
+	}
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if err = write(); err == nil || time.Now().After(deadline) {
+			break
+		}
+		if !errors.As(err, &se) || !se.HasErrorCode(112) {
+			t.Fatalf("write: %v, want WriteConflict until the limit", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("write after the lifetime limit: %v", err)
+	}
+	if since := time.Since(began); since < limit {
+		t.Fatalf("conflict ended after %v, before the %v limit", since, limit)
+	}
+	if err := abandoned.CommitTransaction(ctx); !errors.As(err, &se) || !se.HasErrorCode(251) {
+		t.Fatalf("commit of the reaped transaction: %v, want NoSuchTransaction", err)
+	}
+	var got bson.M
+	if err := coll.FindOne(ctx, doc("_id", 1)).Decode(&got); err != nil || got["n"] != int32(10) {
+		t.Fatalf("final = %v, %v; want n 10 (the reaped transaction's write discarded)", got, err)
 	}
 }
