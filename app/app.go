@@ -36,6 +36,7 @@ import (
 	"github.com/changegate/changegate/sinks/sqs"
 	"github.com/changegate/changegate/sinks/webhook"
 	"github.com/changegate/changegate/source"
+	"github.com/changegate/changegate/tracing"
 )
 
 // Options are the parts of a run that do not come from the config file.
@@ -64,6 +65,9 @@ type Options struct {
 	// sparklines (default 10s; they show the last 90 samples). For tests
 	// and demos.
 	ConsoleSampleEvery time.Duration
+	// Tracer, when non-nil, traces every change and delivery
+	// (OpenTelemetry; the caller shuts it down after Run returns).
+	Tracer *tracing.Tracer
 }
 
 type gateway struct {
@@ -241,8 +245,11 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 		BatchSize:   sc.BatchSize,
 		BatchWait:   sc.BatchWait,
 		ParkAfter:   sc.ParkAfter,
-		ParkBacklog: parkBacklog(cfg),
-		UseLimit:    true,
+		Kind:        sc.Type,
+		// trace_context = false: no traceparent in requests and messages.
+		NoTraceContext: !sc.TraceContext,
+		ParkBacklog:    parkBacklog(cfg),
+		UseLimit:       true,
 		Limit: limit.Config{
 			Min: sc.MaxInFlightMin, Max: adaptiveCeiling(cfg, sc),
 			Cap:  maxInFlightEvents(cfg),
@@ -354,6 +361,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	engine.SetBudget(budget)
+	engine.SetTracer(opts.Tracer)
 	log = log.With("instance", cfg.Cluster.Instance)
 	g := &gateway{log: log, metrics: m, budget: budget, sizing: sizing, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, stuckAfter: 5 * time.Second,
 		loadConfig: opts.LoadConfig, instance: cfg.Cluster.Instance, defs: unitDefs(cfg),

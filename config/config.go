@@ -373,6 +373,10 @@ type Sink struct {
 	ParkAfter time.Duration
 	// Retry is the retry policy, defaults filled in.
 	Retry Retry
+	// TraceContext puts the trace context (W3C traceparent, X-Ray trace
+	// header) in the sink's requests and messages when tracing is on
+	// (trace_context, default true).
+	TraceContext bool
 	// Oversize is what happens to an event whose payload alone exceeds the
 	// sink's limit (max_request_bytes of every sink type):
 	// OversizeDeadLetter (default) or OversizeStrip.

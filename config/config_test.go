@@ -84,7 +84,7 @@ func allKeys() []string {
 		"enabled", "lease_ttl", "renew_every", "instance", "leases_collection", "partitions",
 		"name", "database", "collection", "full_document", "full_document_before_change", "pipeline",
 		"start_at", "on_history_lost", "split_large_events", "on_oversize_event", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval", "snapshot",
-		"type", "max_in_flight", "max_in_flight_min", "max_in_flight_max", "rate_limit", "rate_limit_burst", "circuit_max_cooldown", "ordering", "batch_wait", "json", "park_after", "oversize",
+		"type", "max_in_flight", "max_in_flight_min", "max_in_flight_max", "rate_limit", "rate_limit_burst", "circuit_max_cooldown", "ordering", "batch_wait", "json", "park_after", "oversize", "trace_context",
 		"max_attempts", "initial_interval", "max_interval", "max_elapsed", "multiplier", "jitter",
 		"source", "operations", "namespaces", "filter", "sinks",
 	}
@@ -152,8 +152,8 @@ sinks = ["hook"]
 			Ordering:  OrderingKey,
 			BatchSize: 1,
 			JSON:      JSONRelaxed,
-			ParkAfter: 30 * time.Second,
-			Oversize:  OversizeDeadLetter,
+			ParkAfter: 30 * time.Second, TraceContext: true,
+			Oversize: OversizeDeadLetter,
 			Retry: Retry{
 				MaxAttempts:     8,
 				InitialInterval: 500 * time.Millisecond,
@@ -606,5 +606,35 @@ name = "a"
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%q/%q: %v, want %q", tc.mongo, tc.source, err, tc.want)
 		}
+	}
+}
+
+func TestTraceContext(t *testing.T) {
+	parse := func(v string) (*Config, error) {
+		return Parse("config.toml", src(`
+[mongo]
+uri = "mongodb://localhost"
+
+[[sources]]
+name = "orders"
+
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "http://localhost:8080/"
+trace_context = `+v+`
+
+[[rules]]
+name = "all"
+source = "orders"
+sinks = ["hook"]
+`), nil)
+	}
+	cfg, err := parse("false")
+	if err != nil || cfg.Sinks[0].TraceContext {
+		t.Fatalf("trace_context = false: %v, %+v", err, cfg)
+	}
+	if _, err := parse(`"no"`); err == nil || !strings.Contains(err.Error(), "sinks[0].trace_context") || !strings.Contains(err.Error(), "config.toml:11") {
+		t.Fatalf("trace_context = \"no\": %v", err)
 	}
 }

@@ -100,6 +100,7 @@ var keyDocs = map[string]keyDoc{
 	"sinks[].batch_wait":           {Doc: "How long to wait for a batch to fill before sending a partial one."},
 	"sinks[].json":                 {Doc: "Extended JSON flavour of the envelope (see [receivers](receivers.md))."},
 	"sinks[].park_after":           {Doc: "Once the sink has failed to deliver for this long its backlog is parked in MongoDB and re-driven in order when it recovers; `\"0s\"` disables parking."},
+	"sinks[].trace_context":        {Doc: "With OpenTelemetry tracing on (`OTEL_*` environment variables, see [tracing](tracing.md)), the trace context goes into each request or message: `traceparent`/`tracestate` (webhook headers, SQS and SNS message attributes, Kafka record headers), an X-Ray trace header (EventBridge `TraceHeader`, Lambda `X-Amzn-Trace-Id`); Kinesis records have none. `false` leaves it out; the spans are still recorded."},
 	"sinks[].oversize":             {Doc: "An event whose payload alone exceeds `max_request_bytes`: dead-letter it, or send it stripped (see [payload shaping](shaping.md#payload-size-limits))."},
 
 	"sinks[].retry":                  {Doc: "Retry policy: exponential backoff with jitter; `Retry-After` is honoured."},

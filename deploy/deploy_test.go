@@ -745,10 +745,27 @@ func TestDashboard(t *testing.T) {
 	for _, v := range get(t, dash, "templating", "list").([]any) {
 		vars[v.(map[string]any)["name"].(string)] = true
 	}
-	for _, v := range []string{"datasource", "source", "sink"} {
+	for _, v := range []string{"datasource", "source", "sink", "traces"} {
 		if !vars[v] {
 			t.Errorf("no $%s variable", v)
 		}
+	}
+	// The delivery latency panel asks for the exemplars (trace ids) and
+	// the dashboard links to the traces' data source.
+	exemplars := 0
+	for _, p := range get(t, dash, "panels").([]any) {
+		for _, tg := range asSlice(p.(map[string]any)["targets"]) {
+			tm := tg.(map[string]any)
+			if e, _ := tm["expr"].(string); strings.Contains(e, "changegate_delivery_duration_seconds_bucket") && tm["exemplar"] == true {
+				exemplars++
+			}
+		}
+	}
+	if exemplars == 0 {
+		t.Error("no delivery duration query with exemplar = true")
+	}
+	if !strings.Contains(string(data), `/explore?`) || !strings.Contains(string(data), `${traces}`) {
+		t.Error("no link to the $traces data source")
 	}
 
 	known := exportedMetrics(t)
@@ -807,4 +824,9 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("no panel uses %s", name)
 		}
 	}
+}
+
+func asSlice(v any) []any {
+	s, _ := v.([]any)
+	return s
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/changegate/changegate/internal/bsonraw"
 	"github.com/changegate/changegate/memory"
+	"github.com/changegate/changegate/tracing"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
@@ -76,6 +77,9 @@ type Event struct {
 	// multi-document transaction, nil for a single write. Set by the source
 	// before dispatch (and by dead-letter replay from the stored entry).
 	Txn *Txn
+	// Trace is the change's trace (nil: tracing off), set by the router's
+	// Dispatch before the event is handed to sinks.
+	Trace *tracing.Change
 
 	relaxed   lazyJSON
 	canonical lazyJSON

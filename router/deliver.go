@@ -15,6 +15,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/tracing"
 )
 
 // deliveryMode says what the delivery stage does with an outcome.
@@ -78,6 +79,12 @@ type deliverer struct {
 	mAttempts, mRetried prometheus.Counter
 	mFailures           *prometheus.CounterVec // sink, reason
 	mDuration, mLag     prometheus.Observer
+
+	// tracer makes the attempts' spans (nil: tracing off); kind and
+	// noTraceContext are the sink's SinkSpec.Kind and NoTraceContext.
+	tracer         *tracing.Tracer
+	kind           string
+	noTraceContext bool
 }
 
 // failing reports since when the sink has been failing (zero when healthy).
@@ -146,10 +153,16 @@ func (d *deliverer) waitReady(ctx context.Context, items []*item, fin finisher) 
 // one has ended, nothing is sent and errTenureEnded is returned. The sink
 // gets a context with the fence, which it checks once more immediately
 // before it writes the request (sinks.CheckFence).
-func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event) error {
+func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event) (err error) {
+	var att *tracing.Attempt
+	if d.tracer != nil {
+		ctx, att = d.startAttempt(ctx, items)
+		defer func() { endAttempt(att, err) }()
+	}
 	var release func(error)
 	if d.limit != nil {
 		r, err := d.limit.Acquire(ctx)
+		att.Admitted()
 		if err != nil {
 			return err
 		}
@@ -172,8 +185,8 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 	}
 	start := d.clk.Now()
 	d.mAttempts.Inc()
-	err := d.sink.Send(memory.WithBudget(ctx, d.budget), evs)
-	d.mDuration.Observe(d.clk.Now().Sub(start).Seconds())
+	err = d.sink.Send(memory.WithBudget(ctx, d.budget), evs)
+	observeDuration(d.mDuration, d.clk.Now().Sub(start).Seconds(), att)
 	fenced := err != nil && !allHeld(ts)
 	for _, t := range ts {
 		t.Exit()
@@ -387,6 +400,7 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 		d.mRetried.Add(float64(len(pending)))
 		for _, it := range pending {
 			it.retryAt = now.Add(wait)
+			it.trace.Backoff(wait, decision.RetryAfter)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/changegate/changegate/metrics"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/limit"
+	"github.com/changegate/changegate/tracing"
 )
 
 // Ordering says which deliveries of one sink must happen in stream order.
@@ -61,6 +62,12 @@ type SinkSpec struct {
 	// Limiter, when set, replaces the limiter stage built from Limit
 	// (tests).
 	Limiter Limiter
+	// Kind is the sink's type (webhook, sqs, ...): the messaging.system of
+	// its spans.
+	Kind string
+	// NoTraceContext leaves the trace context out of the sink's requests
+	// and messages (trace_context = false).
+	NoTraceContext bool
 
 	// reshape shapes an event rebuilt from a parked entry with the
 	// engine's current shaping for this sink (set by the engine).
@@ -91,6 +98,7 @@ type Engine struct {
 	redrive *memory.Budget // the re-drives' share of budget (RedriveSharePercent)
 	metrics *metrics.Metrics
 	log     *slog.Logger
+	tracer  *tracing.Tracer // set by SetTracer before Start; nil: off
 
 	mu      sync.Mutex // guards ctx, retired and reloads
 	ctx     context.Context
@@ -286,6 +294,7 @@ func (e *Engine) Reload(rules *Rules, updates []LaneUpdate) error {
 		}
 		l.own = e.own
 		l.setBudget(e.budget, e.redrive)
+		l.setTracer(e.tracer)
 		fresh = append(fresh, l)
 		st.lanes = append(st.lanes, l)
 	}
@@ -381,7 +390,13 @@ func (e *Engine) Dispatch(ev *event.Event, ack func()) {
 			ruleIdxs = append(ruleIdxs, idx)
 		}
 	}
+	if e.tracer != nil {
+		ack = e.traceChange(ev, ack)
+	}
 	m := st.rules.route(ev, hit)
+	if e.tracer != nil {
+		e.traceRoute(st, ev, m.Rules, m.Sinks)
+	}
 	if len(m.Sinks) == 0 {
 		e.countUnmatched(ev.Source)
 		ack()
@@ -463,7 +478,21 @@ func (e *Engine) deliverNow(ctx context.Context, sink string, ev *event.Event, u
 	if skip {
 		return nil // skip_empty_updates: nothing to deliver
 	}
-	_, err = l.d.deliver(ctx, []*item{{ev: ev}}, modeReplay, nil)
+	it := &item{ev: ev}
+	if l.d.tracer != nil {
+		it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "replay")
+		defer it.trace.End()
+	}
+	_, err = l.d.deliver(ctx, []*item{it}, modeReplay, nil)
+	if err == nil {
+		it.trace.Outcome("delivered", "")
+	} else {
+		reason := "error"
+		if de, ok := sinks.Classify(err); ok {
+			reason = de.Reason
+		}
+		it.trace.Outcome("failed", reason)
+	}
 	return err
 }
 
@@ -493,6 +522,10 @@ func (e *Engine) DispatchTo(sink string, ev *event.Event, ack func()) bool {
 	}
 	if len(targets) == 0 {
 		return false
+	}
+	if e.tracer != nil {
+		ack = e.traceChange(ev, ack)
+		e.traceRoute(st, ev, m.Rules, targets)
 	}
 	ev.Rules = m.Rules
 	done := ack

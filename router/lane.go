@@ -149,6 +149,7 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 		mFailures: m.DeliveryFailures,
 		mDuration: m.DeliveryDuration.WithLabelValues(name),
 		mLag:      m.EndToEndLag.WithLabelValues(name),
+		kind:      sp.Kind, noTraceContext: sp.NoTraceContext,
 	}
 	return l, nil
 }
@@ -313,6 +314,9 @@ func (l *Lane) waitIdle(ctx context.Context) {
 func (l *Lane) enqueue(ev *event.Event, key uint64, done func()) {
 	ev.Mem.Retain(1) // the item's reference, released once it is finished (item.release)
 	it := &item{ev: ev, done: done, key: key}
+	if ev.Trace != nil {
+		it.trace = ev.Trace.Delivery(l.name, l.spec.Kind)
+	}
 	l.mode.RLock()
 	l.q.push(it)
 	l.mode.RUnlock()
@@ -398,6 +402,7 @@ func (l *Lane) dropLost(items []*item) []*item {
 			keep = append(make([]*item, 0, len(items)), items[:i]...)
 		}
 		l.mDropped.Inc()
+		it.trace.Outcome("dropped", "lease_lost")
 	}
 	if keep == nil {
 		return items
@@ -409,6 +414,7 @@ func (l *Lane) dropLost(items []*item) []*item {
 func (l *Lane) delivered(items []*item) {
 	for _, it := range items {
 		l.mDelivered.Inc()
+		it.trace.Outcome("delivered", "")
 		it.done()
 	}
 }
@@ -466,9 +472,11 @@ func (l *Lane) deadLetter(items []*item, reason string) {
 		// Dead-lettering must complete even when the lane's live context
 		// was cancelled by parking; it stops only with the engine.
 		mem := l.budget.Force(writeBytes(e))
+		end := it.trace.Step("dead_letter "+l.name, tracingReason(reason))
 		wctx, cancel := tenureCtx(l.engineCtx(), []*item{it}) // as park's
 		ok := l.persist(wctx, "dead-letter", func(ctx context.Context) error { return fencedWrite(l.dl.Put(ctx, e), it) })
 		cancel()
+		end(persistErr(ok))
 		mem.Release()
 		if !ok {
 			continue
@@ -479,6 +487,7 @@ func (l *Lane) deadLetter(items []*item, reason string) {
 		} else {
 			l.mDead.Inc()
 		}
+		it.trace.Outcome("dead_lettered", reason)
 		it.done()
 	}
 }

@@ -69,11 +69,23 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 	// by a killed replica conflicts until MongoDB aborts it) stops then.
 	wctx, cancel := tenureCtx(ctx, items)
 	defer cancel()
-	if !l.persist(wctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) }) {
+	var ends []func(error)
+	if l.d.tracer != nil {
+		ends = make([]func(error), len(items))
+		for i, it := range items {
+			ends[i] = it.trace.Step("park " + l.name)
+		}
+	}
+	ok := l.persist(wctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) })
+	for _, end := range ends {
+		end(persistErr(ok))
+	}
+	if !ok {
 		return
 	}
 	l.mParked.Add(float64(len(items)))
 	for _, it := range items {
+		it.trace.Outcome("parked", "")
 		it.done()
 	}
 }
@@ -372,6 +384,10 @@ func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *e
 	}
 	ev.Tenure = tenure // on the shaped view too
 	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
+	if l.d.tracer != nil {
+		it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "redrive")
+		defer it.trace.End() // outcome "abandoned" unless set below
+	}
 	if !skip { // skip_empty_updates: nothing to send, done
 		_, err = l.d.deliver(ctx, []*item{it}, modeRedrive, nil)
 	}
@@ -386,9 +402,11 @@ func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *e
 		l.persist(ctx, "convert", func(ctx context.Context) error {
 			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, reason, err.Error())
 		})
+		it.trace.Outcome("dead_lettered", reason)
 		l.mDead.Inc()
 		return true
 	}
+	it.trace.Outcome("delivered", "")
 	var deleted bool
 	// Delivered: the delete may outlive the tenure (an entry left behind
 	// is only delivered again by the next owner).

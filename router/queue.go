@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/tracing"
 )
 
 // item is one event waiting for one sink, with its delivery history.
@@ -25,6 +26,9 @@ type item struct {
 	lastErr  string
 	reason   string
 	released bool // release ran (the item's holder is the only one to call it)
+	// trace is the span of the item's delivery (nil: tracing off), ended
+	// by release.
+	trace *tracing.Delivery
 }
 
 // release returns the item's reference to its event's share of the byte
@@ -36,6 +40,7 @@ func (it *item) release() {
 	}
 	it.released = true
 	it.ev.Mem.Release()
+	it.trace.End()
 }
 
 func releaseItems(items []*item) {

@@ -13,12 +13,15 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.opentelemetry.io/otel"
 
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/source"
+	"github.com/changegate/changegate/tracing"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -124,7 +127,10 @@ func cmdRun(args []string, stderr io.Writer) int {
 		"and applies rules and sinks in place; an invalid file is rejected and the\n"+
 		"running configuration stays. The [server] listener serves /metrics,\n"+
 		"/healthz, /readyz, /api/v1/... and the web console at / (server.console,\n"+
-		"server.console_auth).", stderr)
+		"server.console_auth). OpenTelemetry tracing is configured by the standard\n"+
+		"OTEL_* environment variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER,\n"+
+		"OTEL_SERVICE_NAME, OTEL_TRACES_SAMPLER, ...; see docs/tracing.md); off when\n"+
+		"none is set.", stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	format := fs.String("log-format", "auto", "log format: auto (text on a terminal, JSON otherwise), text or json")
@@ -168,7 +174,25 @@ func cmdRun(args []string, stderr io.Writer) int {
 			}
 		}
 	}()
-	if err := app.Run(ctx, cfg, app.Options{Logger: log, Hard: hard, Reload: reload}); err != nil {
+	tracer, err := tracing.FromEnv(ctx, version, os.Stdout)
+	if err != nil {
+		log.Error("changegate: tracing", "err", err)
+		return 2
+	}
+	if tracer != nil {
+		log.Info("OpenTelemetry tracing on (OTEL_* environment variables)")
+		// The SDK's own errors (an export the collector refused, a full
+		// queue) go to our log rather than its default stderr logger.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing", "err", err) }))
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tracer.Shutdown(sctx); err != nil {
+				log.Warn("tracing: flushing spans at exit", "err", err)
+			}
+		}()
+	}
+	if err := app.Run(ctx, cfg, app.Options{Logger: log, Hard: hard, Reload: reload, Tracer: tracer}); err != nil {
 		log.Error("changegate failed", "err", err)
 		return 1
 	}

@@ -76,6 +76,7 @@ import (
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/internal/awsutil"
 	"github.com/changegate/changegate/sinks/internal/confcheck"
+	"github.com/changegate/changegate/tracing"
 )
 
 // Limits and defaults.
@@ -270,8 +271,8 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 	}
 	ctx, cancel := awsutil.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	return awsutil.SendEntries(ctx, prefix+": PutEvents", batch, MaxEntries, b.maxBytes, b.oversize, func(_ int, e *event.Event) (types.PutEventsRequestEntry, sinks.Payload, error) {
-		return b.entry(prefix, e)
+	return awsutil.SendEntries(ctx, prefix+": PutEvents", batch, MaxEntries, b.maxBytes, b.oversize, func(i int, e *event.Event) (types.PutEventsRequestEntry, sinks.Payload, error) {
+		return b.entry(ctx, i, prefix, e)
 	}, func(ctx context.Context, entries []types.PutEventsRequestEntry, idx []int, fail func(int, error)) error {
 		return b.put(ctx, batch, entries, idx, fail)
 	})
@@ -279,7 +280,7 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 
 // entry builds the PutEvents entry of e and its payload, or returns the
 // permanent error e fails with.
-func (b *EventBridge) entry(prefix string, e *event.Event) (types.PutEventsRequestEntry, sinks.Payload, error) {
+func (b *EventBridge) entry(ctx context.Context, i int, prefix string, e *event.Event) (types.PutEventsRequestEntry, sinks.Payload, error) {
 	var none types.PutEventsRequestEntry
 	// The detail is self-contained (event.Event.Record): with envelope
 	// = "document" the metadata goes beside fullDocument.
@@ -310,6 +311,9 @@ func (b *EventBridge) entry(prefix string, e *event.Event) (types.PutEventsReque
 	}
 	if !e.WallTime.IsZero() {
 		ent.Time = aws.Time(e.WallTime)
+	}
+	if th := tracing.XRayHeader(ctx, i); th != "" {
+		ent.TraceHeader = aws.String(th) // X-Ray's format (trace_context)
 	}
 	p, err := b.oversize.Fit(e, b.canonical, env, b.maxBytes, func(d []byte) int {
 		ent.Detail = aws.String(unsafe.String(unsafe.SliceData(d), len(d)))

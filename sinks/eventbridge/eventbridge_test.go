@@ -37,6 +37,7 @@ type putEntry struct {
 	Source, DetailType, Detail, EventBusName string
 	Time                                     *float64
 	Resources                                []string
+	TraceHeader                              string
 }
 
 func (f *fakeBus) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -111,6 +111,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/internal/confcheck"
+	"github.com/changegate/changegate/tracing"
 )
 
 // Limits and defaults.
@@ -465,6 +466,13 @@ func Key(e *event.Event) []byte {
 	return b
 }
 
+// Record headers of the trace context (W3C Trace Context), with tracing on
+// and trace_context = true.
+const (
+	HeaderTraceparent = "traceparent"
+	HeaderTracestate  = "tracestate"
+)
+
 // Headers returns the record headers of e; see the package documentation.
 func Headers(e *event.Event) []kgo.RecordHeader {
 	h := make([]kgo.RecordHeader, 0, 6)
@@ -521,6 +529,12 @@ func (k *Kafka) Send(ctx context.Context, batch []*event.Event) error {
 			continue
 		}
 		key, headers := Key(e), Headers(e)
+		if tp, ts := tracing.Entry(ctx, i); tp != "" {
+			headers = append(headers, kgo.RecordHeader{Key: HeaderTraceparent, Value: []byte(tp)})
+			if ts != "" {
+				headers = append(headers, kgo.RecordHeader{Key: HeaderTracestate, Value: []byte(ts)})
+			}
+		}
 		limit, ok := limits[topic]
 		if !ok {
 			limit = k.TopicLimit(sctx, topic)

@@ -93,6 +93,7 @@ import (
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/internal/awsutil"
 	"github.com/changegate/changegate/sinks/internal/confcheck"
+	"github.com/changegate/changegate/tracing"
 )
 
 // Invocation types.
@@ -378,13 +379,20 @@ func payloadLen(env []byte) int { return len(env) }
 
 // invoke makes one Invoke call with payload and classifies its outcome.
 func (l *Lambda) invoke(ctx context.Context, payload []byte) error {
+	var opts []func(*lambda.Options)
+	if th := tracing.XRayHeader(ctx, -1); th != "" {
+		// As AWS documents for X-Ray: the X-Amzn-Trace-Id header of the
+		// Invoke request is the function's trace header (_X_AMZN_TRACE_ID,
+		// the Lambda context's trace id).
+		opts = append(opts, func(o *lambda.Options) { o.APIOptions = append(o.APIOptions, awsutil.SetHeader("X-Amzn-Trace-Id", th)) })
+	}
 	out, err := l.client.Invoke(ctx, &lambda.InvokeInput{
 		FunctionName:   aws.String(l.function),
 		Qualifier:      l.qualifier,
 		InvocationType: l.invType,
 		ClientContext:  l.clientContext,
 		Payload:        payload,
-	})
+	}, opts...)
 	if err != nil {
 		return Classify(ctx, l.prefix+": Invoke", err)
 	}

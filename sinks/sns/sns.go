@@ -186,8 +186,9 @@ func (s *SNS) Close() error {
 
 // entry builds the message of e with body env and returns it with its
 // size.
-func (s *SNS) entry(id int, e *event.Event, env []byte) (types.PublishBatchRequestEntry, int) {
+func (s *SNS) entry(ctx context.Context, id int, e *event.Event, env []byte) (types.PublishBatchRequestEntry, int) {
 	list, attrSize := awsutil.Attributes(e)
+	list, attrSize = awsutil.TraceAttributes(ctx, id, list, attrSize)
 	attrs := make(map[string]types.MessageAttributeValue, len(list))
 	for _, a := range list {
 		attrs[a.Name] = types.MessageAttributeValue{DataType: aws.String(awsutil.AttrStringType), StringValue: aws.String(a.Value)}
@@ -223,7 +224,7 @@ func (s *SNS) Send(ctx context.Context, batch []*event.Event) error {
 	return awsutil.SendEntries(ctx, prefix+": PublishBatch", batch, MaxEntries, s.maxBytes, s.oversize,
 		func(i int, e *event.Event) (types.PublishBatchRequestEntry, sinks.Payload, error) {
 			return awsutil.EnvelopeEntry(s.oversize, e, s.canonical, s.maxBytes, prefix, "message", func(body []byte) (types.PublishBatchRequestEntry, int) {
-				return s.entry(i, e, body)
+				return s.entry(ctx, i, e, body)
 			})
 		},
 		func(ctx context.Context, entries []types.PublishBatchRequestEntry, idx []int, fail func(int, error)) error {

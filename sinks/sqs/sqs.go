@@ -276,8 +276,9 @@ func DeduplicationID(e *event.Event) string { return awsutil.DeduplicationID(e) 
 func GroupID(e *event.Event, path []string) string { return awsutil.GroupID(e, path) }
 
 // entry builds the message of e and returns it with its size.
-func (s *SQS) entry(id int, e *event.Event, env []byte) (types.SendMessageBatchRequestEntry, int) {
+func (s *SQS) entry(ctx context.Context, id int, e *event.Event, env []byte) (types.SendMessageBatchRequestEntry, int) {
 	list, attrSize := awsutil.Attributes(e)
+	list, attrSize = awsutil.TraceAttributes(ctx, id, list, attrSize)
 	attrs := make(map[string]types.MessageAttributeValue, len(list))
 	for _, a := range list {
 		attrs[a.Name] = types.MessageAttributeValue{DataType: aws.String(awsutil.AttrStringType), StringValue: aws.String(a.Value)}
@@ -318,7 +319,7 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 	return awsutil.SendEntries(ctx, prefix+": SendMessageBatch", batch, MaxEntries, s.maxBytes, s.oversize,
 		func(i int, e *event.Event) (types.SendMessageBatchRequestEntry, sinks.Payload, error) {
 			return awsutil.EnvelopeEntry(s.oversize, e, s.canonical, s.maxBytes, prefix, "message", func(body []byte) (types.SendMessageBatchRequestEntry, int) {
-				return s.entry(i, e, body)
+				return s.entry(ctx, i, e, body)
 			})
 		},
 		func(ctx context.Context, entries []types.SendMessageBatchRequestEntry, idx []int, fail func(int, error)) error {

@@ -77,6 +77,7 @@ import (
 	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/internal/confcheck"
+	"github.com/changegate/changegate/tracing"
 )
 
 // Defaults and limits.
@@ -704,6 +705,7 @@ func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.
 		h[k] = v // shared read-only slices; prepareRetry clones before changing
 	}
 	h[HeaderID] = []string{id}
+	tracing.InjectHTTP(parent, h) // traceparent, tracestate: the attempt's span
 	if e != nil && e.Form() == event.FormDocument {
 		setMetaHeaders(h, e)
 	}
@@ -734,6 +736,7 @@ func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.
 	if err != nil {
 		return w.transportError(parent, err)
 	}
+	tracing.SetHTTPStatus(parent, resp.StatusCode)
 	return w.classify(resp)
 }
 

@@ -41,6 +41,9 @@ type Invocation struct {
 	ClientContext string
 	// Payload is the request body.
 	Payload []byte
+	// TraceHeader is the X-Amzn-Trace-Id header (the X-Ray trace header
+	// Lambda gives the function), empty when absent.
+	TraceHeader string
 }
 
 // Result is what a function handler returns: the response payload and,
@@ -345,7 +348,8 @@ func (s lambdaService) serveREST(w http.ResponseWriter, r *http.Request, _ strin
 		return
 	}
 
-	inv := Invocation{FunctionName: name, Function: fn, Qualifier: qualifier, Type: typ, ClientContext: cc, Payload: body}
+	inv := Invocation{FunctionName: name, Function: fn, Qualifier: qualifier, Type: typ, ClientContext: cc, Payload: body,
+		TraceHeader: r.Header.Get("X-Amzn-Trace-Id")}
 	res := Result{Payload: []byte("null")}
 	if f.handler != nil {
 		res = f.handler(inv)

@@ -48,11 +48,13 @@ type proc struct {
 	out *bytes.Buffer
 }
 
-func startProcess(t *testing.T, bin, cfgPath string) *proc {
+// startProcess starts the binary with cfgPath and the test's environment,
+// plus env ("KEY=value").
+func startProcess(t *testing.T, bin, cfgPath string, env ...string) *proc {
 	t.Helper()
 	p := &proc{out: &bytes.Buffer{}}
 	p.cmd = exec.Command(bin, "run", "-config", cfgPath, "-log-format", "text", "-log-level", "warn")
-	p.cmd.Env = append(os.Environ(), "TEST_SECRET="+testSecret)
+	p.cmd.Env = append(append(os.Environ(), "TEST_SECRET="+testSecret), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

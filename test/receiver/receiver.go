@@ -25,6 +25,8 @@ type Delivery struct {
 	Envelope  json.RawMessage // the envelope as received
 	SigOK     bool
 	At        time.Time
+	// Traceparent is the request's W3C traceparent header ("" without).
+	Traceparent string
 }
 
 // Response decides the answer to one request; nil means 200.
@@ -149,6 +151,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		got = append(got, Delivery{
 			WebhookID: req.Header.Get("webhook-id"), ID: e.ID, Operation: e.OperationType,
 			DocKey: string(e.DocumentKey), Envelope: env, SigOK: sigOK, At: now,
+			Traceparent: req.Header.Get("traceparent"),
 		})
 	}
 	r.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/internal/confcheck"
+	"github.com/changegate/changegate/tracing"
 )
 
 // Transport-level retries inside one Send: connection failures only (refused,
@@ -133,7 +135,26 @@ func ClientOptions(retryer *aws.Retryer, baseEndpoint **string, apiOptions *[]fu
 	if endpoint != "" {
 		*baseEndpoint = aws.String(endpoint)
 	}
-	*apiOptions = append(*apiOptions, chargeBody)
+	*apiOptions = append(*apiOptions, chargeBody, traceCall)
+}
+
+// traceCall adds to a client's stack the recording of each call on the
+// attempt's span (tracing): service, operation, request id and HTTP
+// status, as the AWS SDK semantic conventions name them.
+func traceCall(stack *middleware.Stack) error {
+	return stack.Deserialize.Add(middleware.DeserializeMiddlewareFunc("changegate.TraceCall",
+		func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
+			out, md, err := next.HandleDeserialize(ctx, in)
+			if tracing.Active(ctx) {
+				status := 0
+				if resp, ok := out.RawResponse.(*smithyhttp.Response); ok {
+					status = resp.StatusCode
+				}
+				id, _ := awsmiddleware.GetRequestIDMetadata(md)
+				tracing.SetAWSCall(ctx, awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx), id, status)
+			}
+			return out, md, err
+		}), middleware.Before)
 }
 
 // chargeBody adds to a client's stack, after the request is serialized,
@@ -157,6 +178,20 @@ func chargeBody(stack *middleware.Stack) error {
 			defer release()
 			return next.HandleBuild(ctx, in)
 		}), middleware.After)
+}
+
+// SetHeader returns a client option (an APIOptions entry) that sets the
+// HTTP header name of the request to value.
+func SetHeader(name, value string) func(*middleware.Stack) error {
+	return func(stack *middleware.Stack) error {
+		return stack.Build.Add(middleware.BuildMiddlewareFunc("changegate.SetHeader."+name,
+			func(ctx context.Context, in middleware.BuildInput, next middleware.BuildHandler) (middleware.BuildOutput, middleware.Metadata, error) {
+				if req, ok := in.Request.(*smithyhttp.Request); ok {
+					req.Header.Set(name, value)
+				}
+				return next.HandleBuild(ctx, in)
+			}), middleware.After)
+	}
 }
 
 // ErrSendTimeout is the cause of a Send's context when Config.Timeout

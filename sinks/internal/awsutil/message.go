@@ -1,6 +1,7 @@
 package awsutil
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/tracing"
 )
 
 // What the message sinks (SQS, SNS) and Kinesis share: the message
@@ -74,6 +76,32 @@ func Attributes(e *event.Event) ([]Attribute, int) {
 				add(AttrTxn, m.Value)
 			}
 		}
+	}
+	return attrs, size
+}
+
+// Message attributes of the trace context (W3C Trace Context), added by
+// TraceAttributes.
+const (
+	AttrTraceparent = "traceparent"
+	AttrTracestate  = "tracestate"
+)
+
+// TraceAttributes returns attrs and size with the traceparent (and
+// tracestate, when not empty) attributes of entry i of the batch sent in
+// ctx added; attrs unchanged without tracing or with trace_context = false.
+// Attributes returns at most 8, so the message stays within the 10
+// attributes SQS and SNS accept.
+func TraceAttributes(ctx context.Context, i int, attrs []Attribute, size int) ([]Attribute, int) {
+	tp, ts := tracing.Entry(ctx, i)
+	if tp == "" {
+		return attrs, size
+	}
+	attrs = append(attrs, Attribute{AttrTraceparent, tp})
+	size += len(AttrTraceparent) + len(AttrStringType) + len(tp)
+	if ts != "" && len(attrs) < 10 {
+		attrs = append(attrs, Attribute{AttrTracestate, ts})
+		size += len(AttrTracestate) + len(AttrStringType) + len(ts)
 	}
 	return attrs, size
 }
