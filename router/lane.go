@@ -379,7 +379,7 @@ func (l *Lane) waiting() func() { return l.q.wait() }
 // (cluster mode: the unit's lease was lost); those are dropped, neither
 // delivered nor acked: the unit's next owner re-reads them.
 func (l *Lane) dropLost(items []*item) []*item {
-	keep := items[:0:0]
+	var keep []*item // nil until an item is dropped: no copy in the common case
 	for i, it := range items {
 		if it.ev.Tenure.Held() {
 			if keep != nil {
