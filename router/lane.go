@@ -400,8 +400,8 @@ func (l *Lane) dropLost(items []*item) []*item {
 
 // delivered acks items the sink accepted (finisher).
 func (l *Lane) delivered(items []*item) {
+	l.mDelivered.Add(float64(len(items))) // one atomic update per batch, not per event
 	for _, it := range items {
-		l.mDelivered.Inc()
 		it.done()
 	}
 }
