@@ -4,9 +4,9 @@
 //
 // Each request carries the event's cached JSON envelope (or, when batching,
 // a JSON array of envelopes) and the headers webhook-id, webhook-timestamp
-// and webhook-signature. The sink makes one delivery attempt per Send: it
-// retries only connection-level failures of that attempt, a couple of
-// times with short waits; every HTTP status is classified into a
+// and webhook-signature. The sink makes one delivery attempt per Send:
+// go-retryablehttp retries only connection-level failures of that attempt,
+// a couple of times with short waits; every HTTP status is classified into a
 // *sinks.Error and handed back to the delivery engine, which owns backoff
 // and dead-lettering.
 //
@@ -17,8 +17,8 @@
 //     status) are retryable, with Retry-After (delay seconds or an HTTP
 //     date) in RetryAfter.
 //   - "transport": connection refused, reset, closed early...; retryable,
-//     and already retried by the sink up to 2 times with short waits,
-//     each try re-signed.
+//     and already retried by go-retryablehttp up to 2 times with short
+//     waits, each try re-signed.
 //   - "timeout": the request exceeded Config.Timeout; retryable, left to the
 //     engine (the server may still be working on it).
 //   - "tls": certificate verification failed or the server does not speak
@@ -50,7 +50,6 @@
 package webhook
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -71,6 +70,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
@@ -184,6 +185,7 @@ type Webhook struct {
 
 	transport *http.Transport
 	timeout   time.Duration
+	client    *retryablehttp.Client
 	log       *slog.Logger
 
 	now     func() time.Time
@@ -308,6 +310,25 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 		ProtoMinor: 1,
 		Host:       u.Host,
 	}
+	w.client = &retryablehttp.Client{
+		HTTPClient: &http.Client{
+			// The transport is wrapped so that retryablehttp's
+			// CloseIdleConnections after a failed request does not tear
+			// down the whole pool (every other worker's connections).
+			Transport: poolKeeper{tr},
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		},
+		Logger:       nil, // its logger is per request and unleveled; we log in checkRetry
+		RetryWaitMin: transportWaitMin,
+		RetryWaitMax: transportWaitMax,
+		RetryMax:     transportRetries,
+		CheckRetry:   w.checkRetry,
+		Backoff:      retryablehttp.DefaultBackoff,
+		ErrorHandler: retryablehttp.PassthroughErrorHandler,
+		PrepareRetry: w.prepareRetry,
+	}
 	return w, nil
 }
 
@@ -329,6 +350,12 @@ func DisplayURL(u *url.URL) string {
 	sum := sha256.Sum256([]byte(rest))
 	return base + "/[path sha256:" + hex.EncodeToString(sum[:4]) + "]"
 }
+
+// poolKeeper hides http.Transport's CloseIdleConnections from http.Client
+// (and so from retryablehttp); Webhook.Close closes the pool itself.
+type poolKeeper struct{ tr *http.Transport }
+
+func (p poolKeeper) RoundTrip(r *http.Request) (*http.Response, error) { return p.tr.RoundTrip(r) }
 
 // Headers of a document-form payload (envelope = "document"): the body is
 // the post-image alone and the event's metadata travels in these (the id
@@ -670,20 +697,29 @@ func BatchID(ids []string) string {
 func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.Event) error {
 	// The timeout is a context rather than http.Client.Timeout: same
 	// coverage (dial to end of body), a third of the allocations. It bounds
-	// the attempt including the quick connection retries (roundTrip).
+	// the attempt including go-retryablehttp's quick connection retries.
 	ctx, cancel := context.WithTimeout(parent, w.timeout)
 	defer cancel()
+	// body is not copied from here on: go-retryablehttp wraps a []byte in
+	// a new bytes.Reader for each try (its GetBody), and prepareRetry
+	// signs the same slice, found through the request's context.
+	ctx = context.WithValue(ctx, bodyKey{}, body)
+	hr := w.reqTemplate.WithContext(ctx)
 	h := make(http.Header, len(w.static)+3)
 	for k, v := range w.static {
-		h[k] = v // shared read-only slices; resign clones before changing
+		h[k] = v // shared read-only slices; prepareRetry clones before changing
 	}
-	h[HeaderID] = []string{id}
+	// The id's and the signature's values share one allocation.
+	vals := make([]string, 2)
+	vals[0] = id
+	h[HeaderID] = vals[0:1:1]
 	if e != nil && e.Form() == event.FormDocument {
 		setMetaHeaders(h, e)
 	}
-	w.sign(h, id, body)
-	hr := w.newRequest(ctx, h, body)
+	w.sign(h, id, body, vals[1:2:2])
+	hr.Header = h
 	if w.aws != nil {
+		hr.ContentLength = int64(len(body))
 		if err := w.aws.sign(ctx, hr, payloadHash(body)); err != nil {
 			if parent.Err() != nil {
 				return fmt.Errorf("webhook %s: POST %s: %w", w.name, w.target, parent.Err())
@@ -691,104 +727,40 @@ func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.
 			return sinks.Retryable("credentials", 0, fmt.Errorf("webhook %s: sigv4: %w", w.name, err))
 		}
 	}
+	req, err := retryablehttp.FromRequest(hr)
+	if err == nil {
+		err = req.SetBody(body)
+	}
+	if err != nil {
+		return sinks.Permanent("request", fmt.Errorf("webhook %s: build request: %w", w.name, err))
+	}
 	// The last moment before the request is written: a batch of a unit
 	// whose lease ended meanwhile (cluster mode) is not sent.
 	if err := sinks.CheckFence(ctx); err != nil {
 		return fmt.Errorf("webhook %s: POST %s: %w", w.name, w.target, err)
 	}
-	resp, err := w.roundTrip(ctx, hr, body)
+	resp, err := w.client.Do(req)
 	if err != nil {
 		return w.transportError(parent, err)
 	}
 	return w.classify(resp)
 }
 
-// newRequest returns the POST of body with headers h under ctx. Its body
-// is read from body itself, not a copy; GetBody (the transport's rewind
-// when a reused connection turns out closed) reads it again. The body is
-// an io.NopCloser of a *bytes.Reader, a reader net/http knows to be in
-// memory: it writes the headers and the body in one write, where another
-// reader type costs a flush (a write system call) of the headers alone.
-func (w *Webhook) newRequest(ctx context.Context, h http.Header, body []byte) *http.Request {
-	r := w.reqTemplate.WithContext(ctx)
-	r.Header = h
-	r.ContentLength = int64(len(body))
-	if len(body) == 0 {
-		r.Body, r.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
-		return r
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	return r
-}
+// bodyKey is the request context key of the body post sends.
+type bodyKey struct{}
 
-// roundTrip makes the request r (whose body is body) on the pool, retrying
-// connection-level failures that another try may fix (retryable) up to
-// transportRetries times, transportWaitMin apart doubling up to
-// transportWaitMax, each try re-signed and fence-checked (resign). The
-// transport is used directly, not through an http.Client: redirects are
-// not followed and there is no cookie jar, so the client would only copy
-// the headers and the URL of every request for nothing. A response, of any
-// status, is returned as is: the engine owns retries of HTTP statuses.
-func (w *Webhook) roundTrip(ctx context.Context, r *http.Request, body []byte) (*http.Response, error) {
-	for try := 0; ; try++ {
-		resp, err := w.transport.RoundTrip(r)
-		if err == nil {
-			return resp, nil
-		}
-		if try >= transportRetries || !w.retryable(ctx, err) {
-			return nil, err
-		}
-		t := time.NewTimer(transportBackoff(try))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		// A new request: the transport may still be reading the previous
-		// one (its header map and body) in its write loop.
-		next := w.newRequest(ctx, r.Header, body)
-		if err := w.resign(next, body); err != nil {
-			return nil, err
-		}
-		r = next
-	}
-}
-
-// transportBackoff is the wait before transport retry try+1:
-// transportWaitMin doubled try times, at most transportWaitMax.
-func transportBackoff(try int) time.Duration {
-	return min(transportWaitMin<<try, transportWaitMax)
-}
-
-// resign re-signs a request before it is retried: a new timestamp and
-// signature for every try. Its header map is the previous try's, so it is
-// cloned first (the transport may still read the previous one). It checks
-// the fence first: a unit whose lease ended sends no transport retry
-// either.
-func (w *Webhook) resign(r *http.Request, body []byte) error {
-	if err := sinks.CheckFence(r.Context()); err != nil {
-		return err
-	}
-	h := r.Header.Clone()
-	r.Header = h
-	w.sign(h, h.Get(HeaderID), body)
-	if w.aws != nil {
-		// A new date and signature over the new webhook-timestamp; the
-		// body, and so its hash, is the same.
-		return w.aws.sign(r.Context(), r, h.Get("X-Amz-Content-Sha256"))
-	}
-	return nil
-}
-
-// sign sets the timestamp and signature headers for one attempt.
-func (w *Webhook) sign(h http.Header, id string, body []byte) {
+// sign sets the timestamp and signature headers for one attempt. slot, if
+// not nil, is a one-element slice the signature header's value is stored in.
+func (w *Webhook) sign(h http.Header, id string, body []byte, slot []string) {
 	ts := w.timestamp()
 	h[HeaderTimestamp] = ts.hv
 	if w.signer != nil {
 		var buf [128]byte
-		h[HeaderSignature] = []string{string(w.signer.appendSignatures(buf[:0], id, ts.s, body))}
+		if slot == nil {
+			slot = make([]string, 1)
+		}
+		slot[0] = string(w.signer.appendSignatures(buf[:0], id, ts.s, body))
+		h[HeaderSignature] = slot
 	}
 }
 
@@ -804,25 +776,47 @@ func (w *Webhook) timestamp() *tsEntry {
 	return e
 }
 
-// retryable is the transport retry policy: only connection-level failures
-// that another try may fix are retried at once. Timeouts (the server may
-// be processing: the engine backs off), TLS verification failures and
-// refused targets are not.
-func (w *Webhook) retryable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return false
+// prepareRetry re-signs a request before go-retryablehttp retries it: a new
+// timestamp and signature for every attempt. The request is a shallow copy
+// of the previous attempt's, so the header map is cloned first (the
+// previous attempt's may still be read by the transport).
+func (w *Webhook) prepareRetry(r *http.Request) error {
+	if err := sinks.CheckFence(r.Context()); err != nil {
+		return err // the unit's lease ended: no transport retry either
+	}
+	h := r.Header.Clone()
+	r.Header = h
+	// The body post sent, not a copy read back through GetBody.
+	body, _ := r.Context().Value(bodyKey{}).([]byte)
+	w.sign(h, h.Get(HeaderID), body, nil)
+	if w.aws != nil {
+		// A new date and signature over the new webhook-timestamp; the
+		// body, and so its hash, is the same.
+		return w.aws.sign(r.Context(), r, h.Get("X-Amz-Content-Sha256"))
+	}
+	return nil
+}
+
+// checkRetry is go-retryablehttp's retry policy: only connection-level
+// failures that another try may fix are retried here. Every response is
+// returned to Send as is (the engine owns retries of HTTP statuses); so are
+// timeouts (the server may be processing: the engine backs off), TLS
+// verification failures and refused targets.
+func (w *Webhook) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	if err == nil || ctx.Err() != nil {
+		return false, nil
 	}
 	if _, retry := transportReason(err); !retry {
-		return false
+		return false, nil
 	}
 	if w.log.Enabled(ctx, slog.LevelDebug) {
 		w.log.DebugContext(ctx, "webhook transport error, retrying request", "error", unwrapURLError(err))
 	}
-	return true
+	return true, nil
 }
 
 // transportReason returns the sinks.Error reason of a transport error and
-// whether the sink may retry it at once (roundTrip).
+// whether go-retryablehttp may retry it at once.
 func transportReason(err error) (reason string, retry bool) {
 	var ne net.Error
 	var certInvalid x509.CertificateInvalidError

@@ -775,7 +775,7 @@ func startDropFirstConn(t *testing.T, h http.Handler) (*httptest.Server, *dropFi
 	return srv, ln
 }
 
-// TestTransportRetryResigns checks that the sink's own transport retry of a
+// TestTransportRetryResigns checks that go-retryablehttp's own retry of a
 // failed connection carries a fresh timestamp and signature.
 func TestTransportRetryResigns(t *testing.T) {
 	rc := &recorder{}
