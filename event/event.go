@@ -431,13 +431,17 @@ func (e *Event) encodeFast(canonical bool) ([]byte, error) {
 	}
 	if e.ClusterTime.T != 0 {
 		b = append(b, `,"clusterTime":"`...)
-		b = time.Unix(int64(e.ClusterTime.T), 0).UTC().AppendFormat(b, time.RFC3339)
+		b = appendRFC3339UTC(b, time.Unix(int64(e.ClusterTime.T), 0).UTC(), 0)
 		b = append(b, '"')
 	}
 	if !e.WallTime.IsZero() {
 		// RFC 3339 needs no JSON escaping.
 		b = append(b, `,"wallTime":"`...)
-		b = e.WallTime.AppendFormat(b, time.RFC3339Nano)
+		if e.WallTime.Location() == time.UTC {
+			b = appendRFC3339UTC(b, e.WallTime, 9)
+		} else {
+			b = e.WallTime.AppendFormat(b, time.RFC3339Nano)
+		}
 		b = append(b, '"')
 	}
 	if e.Txn != nil {

@@ -399,7 +399,7 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 			dst = append(dst, `"}}`...)
 		} else {
 			dst = append(dst, `{"$date":"`...)
-			dst = tm.AppendFormat(dst, rfc3339Milli)
+			dst = appendRFC3339UTC(dst, tm, 3)
 			dst = append(dst, `"}`...)
 		}
 		return dst, rem, nil

@@ -236,9 +236,18 @@ func allHeld(ts []*event.Tenure) bool {
 func tenureCtx(ctx context.Context, items []*item) (context.Context, context.CancelFunc) {
 	ts := tenuresOf(items)
 	if len(ts) == 0 {
-		return ctx, func() {}
+		return ctx, noop
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	return tenuresCtx(ctx, ts)
+}
+
+// noop is the CancelFunc of a context tenureCtx did not derive.
+func noop() {}
+
+// tenuresCtx is tenureCtx for items with tenures (cluster mode); apart, so
+// that the single process path does not move ctx to the heap.
+func tenuresCtx(parent context.Context, ts []*event.Tenure) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
 	stops := make([]chan struct{}, 0, len(ts))
 	for _, t := range ts {
 		stop := make(chan struct{})

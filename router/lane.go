@@ -390,7 +390,7 @@ func (l *Lane) waiting() func() { return l.q.wait() }
 // (cluster mode: the unit's lease was lost); those are dropped, neither
 // delivered nor acked: the unit's next owner re-reads them.
 func (l *Lane) dropLost(items []*item) []*item {
-	keep := items[:0:0]
+	var keep []*item // nil until an item is dropped: no copy in the common case
 	for i, it := range items {
 		if it.ev.Tenure.Held() {
 			if keep != nil {
@@ -412,8 +412,8 @@ func (l *Lane) dropLost(items []*item) []*item {
 
 // delivered acks items the sink accepted (finisher).
 func (l *Lane) delivered(items []*item) {
+	l.mDelivered.Add(float64(len(items))) // one atomic update per batch, not per event
 	for _, it := range items {
-		l.mDelivered.Inc()
 		it.trace.Outcome("delivered", "")
 		it.done()
 	}

@@ -111,19 +111,27 @@ func (p Oversize) Delivered(stripped []bool, err error) {
 	if p.Stripped == nil {
 		return
 	}
+	if err == nil {
+		for _, s := range stripped {
+			if s {
+				p.Stripped.Inc()
+			}
+		}
+		return
+	}
+	p.deliveredSome(stripped, err)
+}
+
+// deliveredSome is Delivered after an error (apart, so that the error
+// target does not escape to the heap on every call).
+func (p Oversize) deliveredSome(stripped []bool, err error) {
 	var be *BatchError
-	if err != nil && !errors.As(err, &be) {
+	if !errors.As(err, &be) {
 		return
 	}
 	for i, s := range stripped {
-		if !s {
-			continue
+		if _, failed := be.Failed[i]; s && !failed {
+			p.Stripped.Inc()
 		}
-		if be != nil {
-			if _, failed := be.Failed[i]; failed {
-				continue
-			}
-		}
-		p.Stripped.Inc()
 	}
 }

@@ -579,7 +579,7 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err erro
 	defer func() { w.oversize.Delivered(stripped, err) }()
 	built := 0 // stripped envelopes made for this Send, held until it returns
 	var chunks [][]int
-	var cur []int
+	cur := make([]int, 0, len(batch))
 	size := 2 // []
 	for i, e := range batch {
 		// An array element has no headers of its own: a document-form
@@ -597,7 +597,7 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err erro
 		env, envs[i], stripped[i] = p.Body, p.Body, p.Stripped
 		built += p.Built()
 		if len(cur) > 0 && size+len(env)+1 > w.maxBytes {
-			chunks, cur, size = append(chunks, cur), nil, 2
+			chunks, cur, size = append(chunks, cur), make([]int, 0, len(batch)-i), 2
 		}
 		cur = append(cur, i)
 		size += len(env) + 1
@@ -679,13 +679,19 @@ func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]
 // de-duplicate batches as they de-duplicate single events; the events' own
 // ids are in the envelopes ("id").
 func BatchID(ids []string) string {
-	h := sha256.New()
+	n := 0
 	for _, id := range ids {
-		io.WriteString(h, id)
-		h.Write([]byte{0})
+		n += len(id) + 1
 	}
-	var sum [sha256.Size]byte
-	return "batch_" + base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:18])
+	buf := make([]byte, 0, n) // one hash call: io.WriteString on a hash copies each id
+	for _, id := range ids {
+		buf = append(append(buf, id...), 0)
+	}
+	sum := sha256.Sum256(buf)
+	var out [6 + 24]byte
+	copy(out[:], "batch_")
+	base64.RawURLEncoding.Encode(out[6:], sum[:18])
+	return string(out[:])
 }
 
 // post makes one delivery attempt of body under message id.
@@ -704,12 +710,15 @@ func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.
 	for k, v := range w.static {
 		h[k] = v // shared read-only slices; prepareRetry clones before changing
 	}
-	h[HeaderID] = []string{id}
+	// The id's and the signature's values share one allocation.
+	vals := make([]string, 2)
+	vals[0] = id
+	h[HeaderID] = vals[0:1:1]
 	tracing.InjectHTTP(parent, h) // traceparent, tracestate: the attempt's span
 	if e != nil && e.Form() == event.FormDocument {
 		setMetaHeaders(h, e)
 	}
-	w.sign(h, id, body)
+	w.sign(h, id, body, vals[1:2:2])
 	hr.Header = h
 	if w.aws != nil {
 		hr.ContentLength = int64(len(body))
@@ -743,13 +752,18 @@ func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.
 // bodyKey is the request context key of the body post sends.
 type bodyKey struct{}
 
-// sign sets the timestamp and signature headers for one attempt.
-func (w *Webhook) sign(h http.Header, id string, body []byte) {
+// sign sets the timestamp and signature headers for one attempt. slot, if
+// not nil, is a one-element slice the signature header's value is stored in.
+func (w *Webhook) sign(h http.Header, id string, body []byte, slot []string) {
 	ts := w.timestamp()
 	h[HeaderTimestamp] = ts.hv
 	if w.signer != nil {
 		var buf [128]byte
-		h[HeaderSignature] = []string{string(w.signer.appendSignatures(buf[:0], id, ts.s, body))}
+		if slot == nil {
+			slot = make([]string, 1)
+		}
+		slot[0] = string(w.signer.appendSignatures(buf[:0], id, ts.s, body))
+		h[HeaderSignature] = slot
 	}
 }
 
@@ -777,7 +791,7 @@ func (w *Webhook) prepareRetry(r *http.Request) error {
 	r.Header = h
 	// The body post sent, not a copy read back through GetBody.
 	body, _ := r.Context().Value(bodyKey{}).([]byte)
-	w.sign(h, h.Get(HeaderID), body)
+	w.sign(h, h.Get(HeaderID), body, nil)
 	if w.aws != nil {
 		// A new date and signature over the new webhook-timestamp; the
 		// body, and so its hash, is the same.

@@ -368,6 +368,12 @@ func TestBatchID(t *testing.T) {
 	if a != BatchID([]string{"s:1", "s:2"}) || len(a) != len("batch_")+24 {
 		t.Errorf("BatchID not stable or wrong length: %q", a)
 	}
+	// The documented derivation, computed independently: receivers
+	// de-duplicate on it across releases.
+	sum := sha256.Sum256([]byte("s:1\x00s:2\x00"))
+	if want := "batch_" + base64.RawURLEncoding.EncodeToString(sum[:18]); a != want {
+		t.Errorf("BatchID = %q, want %q", a, want)
+	}
 }
 
 // TestSendNonBatchingSeveral covers a non-batching sink given several
