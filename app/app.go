@@ -243,6 +243,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 		ParkAfter:   sc.ParkAfter,
 		ParkBacklog: parkBacklog(cfg),
 		UseLimit:    true,
+		Group:       sc.Transactions == config.TransactionsGroup,
 		Limit: limit.Config{
 			Min: sc.MaxInFlightMin, Max: sc.MaxInFlightMax,
 			Cap:  maxInFlightEvents(cfg),

@@ -99,6 +99,7 @@ func (d *decoder) sink(o *obj) (s Sink, nameVal *value) {
 	s.JSON = JSONFormat(o.enum("json", string(JSONRelaxed), jsonFormats))
 	s.ParkAfter, _ = o.duration("park_after", DefaultParkAfter, 0)
 	s.Oversize = o.enum("oversize", OversizeDeadLetter, []string{OversizeDeadLetter, OversizeStrip})
+	s.Transactions = o.enum("transactions", TransactionsNone, []string{TransactionsNone, TransactionsGroup})
 	s.Retry = d.retry(o)
 	s.Shape = d.shape(o)
 
