@@ -79,8 +79,8 @@ type groupRequest struct {
 }
 
 type groupEnv struct {
-	ID  string `json:"id"`
-	NS  struct {
+	ID string `json:"id"`
+	NS struct {
 		Coll string `json:"coll"`
 	} `json:"ns"`
 	DocumentKey struct {
