@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
 )
 
@@ -154,7 +156,7 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 		// Summaries only: a page of 512 whole entries could be 512 changes
 		// of up to 16 MiB each. Each entry is read whole when its turn comes.
 		var entries []deadletter.Entry
-		err := l.dl.Summaries(ctx, l.own.parkedFilter(l.name, 512), nil, func(e deadletter.Entry) error {
+		err := l.dl.Summaries(ctx, l.own.parkedFilter(l.name, redrivePage), nil, func(e deadletter.Entry) error {
 			entries = append(entries, e)
 			return nil
 		})
@@ -205,6 +207,9 @@ func (l *Lane) tryGoLive(ctx context.Context) bool {
 // with up to as many keys in parallel as the lane has partitions. It reports
 // whether any entry was finished.
 func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) bool {
+	if l.spec.Group && slices.ContainsFunc(entries, func(e deadletter.Entry) bool { return e.Txn != nil }) {
+		return l.redriveInOrder(ctx, entries)
+	}
 	type group struct{ entries []deadletter.Entry }
 	var groups []*group
 	byKey := map[string]*group{}
@@ -254,6 +259,104 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry) b
 	return progress.Load()
 }
 
+// redrivePage is the most parked entries one pass of the re-drive lists.
+const redrivePage = 512
+
+// redriveInOrder re-drives entries of a grouped lane (transactions =
+// "group") one after the other in stream order, the entries of one
+// transaction (consecutive in stream order) together in one delivery, as
+// it would have gone live. A transaction at the end of a full page may
+// continue on the next: it waits for the next pass, unless it fills the
+// page alone. It reports whether any entry was finished.
+func (l *Lane) redriveInOrder(ctx context.Context, entries []deadletter.Entry) bool {
+	var runs [][]deadletter.Entry
+	for i, e := range entries {
+		if i > 0 && e.Txn != nil && entries[i-1].Txn != nil && sameTxn(e, entries[i-1]) {
+			runs[len(runs)-1] = append(runs[len(runs)-1], e)
+			continue
+		}
+		runs = append(runs, []deadletter.Entry{e})
+	}
+	if len(entries) >= redrivePage && len(runs) > 1 && runs[len(runs)-1][0].Txn != nil {
+		runs = runs[:len(runs)-1]
+	}
+	progress := false
+	for _, run := range runs {
+		for _, e := range run {
+			if !l.own.owns(e.Unit) || !l.own.readPast(e.Unit, e.ClusterTime) {
+				return progress // handed over, or not read up to it yet: the next pass
+			}
+		}
+		ok := false
+		if len(run) == 1 && run[0].Txn == nil {
+			ok = l.redriveOne(ctx, run[0])
+		} else {
+			ok = l.redriveTxn(ctx, run)
+		}
+		if !ok {
+			return progress // stopping or handed over: the rest stay parked, in order
+		}
+		progress = true
+	}
+	return progress
+}
+
+// sameTxn reports whether two parked entries are events of one transaction
+// read by one source.
+func sameTxn(a, b deadletter.Entry) bool {
+	return a.Txn.ID == b.Txn.ID && a.Source == b.Source && a.Unit == b.Unit
+}
+
+// redriveTxn re-drives the parked entries of one transaction in one
+// delivery marked as a group (sinks.WithTxnGroup), retried until the sink
+// takes it; entries the sink refuses for good become failed dead letters,
+// the others are deleted. It returns false when ctx or the unit's tenure
+// ended (the entries stay parked).
+func (l *Lane) redriveTxn(ctx context.Context, run []deadletter.Entry) bool {
+	var ps []*parkedItem
+	defer func() {
+		for _, p := range ps {
+			p.release()
+		}
+	}()
+	var items []*item
+	for i, s := range run {
+		p, cont := l.loadParked(ctx, s, i == 0)
+		if p == nil {
+			if !cont {
+				return false
+			}
+			continue
+		}
+		ps = append(ps, p)
+		if !p.skip {
+			items = append(items, p.it)
+		}
+	}
+	if len(items) == 0 {
+		for _, p := range ps {
+			l.finishParked(ctx, p, nil)
+		}
+		return true
+	}
+	failed, err := l.d.deliver(sinks.WithTxnGroup(ctx), items, modeRedrive, nil)
+	if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
+		return false
+	}
+	for _, p := range ps {
+		switch {
+		case err == nil:
+			l.finishParked(ctx, p, nil)
+		case slices.Contains(failed, p.it):
+			l.finishParked(ctx, p, err)
+		default:
+			// Not delivered with the refused entries: parked still, it
+			// goes with the rest of its transaction on the next pass.
+		}
+	}
+	return true
+}
+
 // redriveParallel bounds the documents re-driven at once, and so the whole
 // entries held in memory by a re-drive.
 const redriveParallel = 64
@@ -263,6 +366,38 @@ const redriveParallel = 64
 // ctx ended or the tenure of the entry's unit ended (cluster mode: the
 // entry stays parked for the unit's next owner).
 func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
+	p, cont := l.loadParked(ctx, s, true)
+	if p == nil {
+		return cont
+	}
+	defer p.release()
+	var err error
+	if !p.skip { // skip_empty_updates: nothing to send, done
+		_, err = l.d.deliver(ctx, []*item{p.it}, modeRedrive, nil)
+	}
+	if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
+		return false // stopping, or handed over: the entry stays parked
+	}
+	l.finishParked(ctx, p, err)
+	return true
+}
+
+// parkedItem is a parked entry read whole for its re-drive.
+type parkedItem struct {
+	s, e    deadletter.Entry // the summary listed, the entry read
+	it      *item
+	skip    bool // skip_empty_updates: nothing to send
+	release func()
+}
+
+// loadParked reads the parked entry of summary s whole and rebuilds its
+// item. It returns nil with cont true when the entry needs no delivery
+// (gone, converted to failed), and nil with cont false when ctx ended or
+// the tenure of the entry's unit ended. first is false for the later
+// entries of a transaction read to be delivered with the first: they are
+// charged to the byte budgets without waiting (waiting on bytes the
+// transaction's earlier entries hold could never end).
+func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool) (p *parkedItem, cont bool) {
 	// An entry is read whole only once the byte budget admits the largest
 	// one can be (MaxEntryBytes); the charge is then set to what was read,
 	// and the event rebuilt from it, its shaped views and encodings are
@@ -271,16 +406,28 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	// It is admitted first by the re-drives' share of the budget, so that
 	// re-drives retrying a sink that is still down never hold more than
 	// RedriveSharePercent of it, then by the budget itself.
-	share, err := l.redriveBudget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
-	if err != nil {
-		return false
+	var share, mem *memory.Charge
+	if first {
+		var err error
+		share, err = l.redriveBudget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
+		if err != nil {
+			return nil, false
+		}
+		mem, err = l.budget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
+		if err != nil {
+			share.Release()
+			return nil, false
+		}
+	} else {
+		share, mem = l.redriveBudget.Force(deadletter.MaxEntryBytes), l.budget.Force(deadletter.MaxEntryBytes)
 	}
-	defer share.Release()
-	mem, err := l.budget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
-	if err != nil {
-		return false
-	}
-	defer mem.Release()
+	release := func() { mem.Release(); share.Release() }
+	done := false
+	defer func() {
+		if !done {
+			release()
+		}
+	}()
 	var e deadletter.Entry
 	var found bool
 	if !l.persist(ctx, "get", func(ctx context.Context) error {
@@ -288,10 +435,10 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		e, found, err = l.dl.Get(ctx, s.ID)
 		return err
 	}) {
-		return false
+		return nil, false
 	}
 	if !found || e.Kind != deadletter.KindParked {
-		return true // delivered, converted or purged meanwhile
+		return nil, true // delivered, converted or purged meanwhile
 	}
 	read := int64(len(e.Change) + len(e.Envelope) + len(e.DocumentKey))
 	share.Resize(read)
@@ -308,7 +455,7 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, reason, msg)
 		})
 		l.mDead.Inc()
-		return true
+		return nil, true
 	}
 	ev.Rules = e.Rules
 	ev.Txn = e.Txn // index and last are the entry's, not the change's
@@ -316,7 +463,7 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 	// waits end and nothing more is sent once the tenure ends.
 	tenure := l.own.tenure(e.Unit)
 	if !tenure.Held() {
-		return false
+		return nil, false
 	}
 	ev.Tenure = tenure
 	ev.Mem = mem // views made by reshape share it
@@ -331,16 +478,18 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, "not_routed", err.Error())
 		})
 		l.mDead.Inc()
-		return true
+		return nil, true
 	}
 	ev.Tenure = tenure // on the shaped view too
 	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
-	if !skip { // skip_empty_updates: nothing to send, done
-		_, err = l.d.deliver(ctx, []*item{it}, modeRedrive, nil)
-	}
-	if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
-		return false // stopping, or handed over: the entry stays parked
-	}
+	done = true
+	return &parkedItem{s: s, e: e, it: it, skip: skip, release: release}, true
+}
+
+// finishParked records the outcome of a re-driven entry: err nil deletes
+// it at the version listed, an error converts it to a failed dead letter.
+func (l *Lane) finishParked(ctx context.Context, p *parkedItem, err error) {
+	e := p.e
 	if err != nil {
 		reason := "error"
 		if de, ok := sinks.Classify(err); ok {
@@ -350,7 +499,7 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, reason, err.Error())
 		})
 		l.mDead.Inc()
-		return true
+		return
 	}
 	var deleted bool
 	if l.persist(ctx, "delete", func(ctx context.Context) error {
@@ -359,7 +508,7 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 		// since the listing must go round again with the later entries
 		// of its document that this pass also delivers, so that the
 		// re-read is replayed in full.
-		deleted, err = l.dl.DeleteVersion(ctx, e.ID, s.Version)
+		deleted, err = l.dl.DeleteVersion(ctx, e.ID, p.s.Version)
 		return err
 	}) {
 		l.mRedriven.Inc()
@@ -371,5 +520,4 @@ func (l *Lane) redriveOne(ctx context.Context, s deadletter.Entry) bool {
 			l.log.Debug("re-driven event was parked again meanwhile; it will be re-driven again", "event", e.EventID)
 		}
 	}
-	return true
 }

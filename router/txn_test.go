@@ -348,3 +348,71 @@ func TestTxnGroupRetireQueuesOpenGroup(t *testing.T) {
 	eng.Dispatch(txnEvent(t, 3, 3, "orders", "tx", 2, true), ack)
 	waitUntil(t, "all acked", func() bool { return acked.Load() == 3 })
 }
+
+// A grouped sink that keeps failing parks its transactions; the re-drive
+// delivers each transaction again as one group, in stream order, with the
+// single changes between them in their places.
+func TestTxnGroupParkedRedrivenWhole(t *testing.T) {
+	dl := newMemDL()
+	var down atomic.Bool
+	down.Store(true)
+	s := &callSink{name: "sick", max: 1}
+	s.hold = func(batch []*event.Event, group bool) error {
+		if down.Load() {
+			return sinks.Retryable("http_503", 0, errors.New("503 unavailable"))
+		}
+		return nil
+	}
+	eng := newTestEngine(t, dl, SinkSpec{
+		Sink: s, Retry: sinks.RetryPolicy{MaxAttempts: 1000, InitialInterval: 5 * time.Millisecond, MaxInterval: 20 * time.Millisecond, Multiplier: 2},
+		MaxInFlight: 4, ParkAfter: 100 * time.Millisecond, Group: true,
+	})
+	var acked atomic.Int64
+	ack := func() { acked.Add(1) }
+	seq := 0
+	sizes := map[string]int{}
+	for tx := range 30 {
+		id := fmt.Sprint("tx", tx)
+		size := 1 + tx%5
+		sizes[id] = size
+		for i := range size {
+			seq++
+			eng.Dispatch(txnEvent(t, seq, (tx+i)%7, "orders", id, i, i == size-1), ack)
+		}
+		seq++
+		eng.Dispatch(txnEvent(t, seq, tx%7, "orders", "", 0, false), ack)
+	}
+	total := int64(seq)
+	waitUntil(t, "everything parked and acked", func() bool { return acked.Load() == total })
+	if !eng.Lane("sick").Status().Parked {
+		t.Fatal("lane not parked")
+	}
+	down.Store(false)
+	waitUntil(t, "lane live again", func() bool { return !eng.Lane("sick").Status().Parked })
+	last := 0
+	seen := map[int]bool{}
+	for _, c := range s.delivered() {
+		if c.group {
+			id := c.evs[0].Txn.ID
+			if len(c.evs) != sizes[id] {
+				t.Fatalf("group %s re-driven with %d events, want %d", id, len(c.evs), sizes[id])
+			}
+		} else if c.evs[0].Txn != nil {
+			t.Fatalf("event of %s re-driven alone", c.evs[0].Txn.ID)
+		}
+		for i, e := range c.evs {
+			if c.group && (e.Txn == nil || e.Txn.Index != i) {
+				t.Fatalf("group element %d: txn %+v", i, e.Txn)
+			}
+			sq := seqOf(e)
+			if sq <= last {
+				t.Fatalf("seq %d re-driven after %d", sq, last)
+			}
+			last = sq
+			seen[sq] = true
+		}
+	}
+	if len(seen) != seq {
+		t.Fatalf("%d events re-driven, want %d", len(seen), seq)
+	}
+}
