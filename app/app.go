@@ -152,7 +152,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 	// limit down).
 	conns := sc.MaxInFlight
 	if conns == 0 {
-		conns = sc.MaxInFlightMax
+		conns = adaptiveCeiling(cfg, sc)
 	}
 	switch {
 	case sc.Webhook != nil:
@@ -245,7 +245,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 		UseLimit:    true,
 		Group:       sc.Transactions == config.TransactionsGroup,
 		Limit: limit.Config{
-			Min: sc.MaxInFlightMin, Max: sc.MaxInFlightMax,
+			Min: sc.MaxInFlightMin, Max: adaptiveCeiling(cfg, sc),
 			Cap:  maxInFlightEvents(cfg),
 			Rate: sc.RateLimit, Burst: sc.RateLimitBurst,
 			BreakerMaxCooldown: sc.CircuitMaxCooldown,

@@ -352,8 +352,11 @@ type Sink struct {
 	// MaxInFlightMin..MaxInFlightMax, also bounded by the sources'
 	// max_in_flight_events.
 	MaxInFlight int
-	// MaxInFlightMin and MaxInFlightMax bound the adaptive limit (defaults
-	// 1 and 1024, Min <= Max); both 0 when MaxInFlight is fixed.
+	// MaxInFlightMin and MaxInFlightMax bound the adaptive limit (default
+	// 1 and 0; Min <= Max when Max is set); both 0 when MaxInFlight is
+	// fixed. MaxInFlightMax 0 (max_in_flight_max not set) leaves the
+	// ceiling to the sources' max_in_flight_events and the open-file
+	// limit (app.adaptiveCeiling).
 	MaxInFlightMin, MaxInFlightMax int
 	// RateLimit caps requests per second (rate_limit, e.g. "500/s"); 0
 	// means none.

@@ -148,7 +148,7 @@ sinks = ["hook"]
 			Name:           "hook",
 			Type:           "webhook",
 			MaxInFlightMin: 1,
-			MaxInFlightMax: 1024, CircuitMaxCooldown: 10 * time.Second,
+			MaxInFlightMax: 0, CircuitMaxCooldown: 10 * time.Second,
 			Ordering:     OrderingKey,
 			BatchSize:    1,
 			JSON:         JSONRelaxed,
@@ -547,7 +547,7 @@ rate_limit = "1/2s"
 		rate          float64
 		burst         int
 	}
-	for i, want := range []lim{{32, 0, 0, 500, 500}, {0, 4, 256, 100, 5}, {0, 1, 1024, 0.5, 1}} {
+	for i, want := range []lim{{32, 0, 0, 500, 500}, {0, 4, 256, 100, 5}, {0, 1, 0, 0.5, 1}} {
 		s := cfg.Sinks[i]
 		got := lim{s.MaxInFlight, s.MaxInFlightMin, s.MaxInFlightMax, s.RateLimit, s.RateLimitBurst}
 		if got != want {

@@ -187,7 +187,6 @@ sinks[0].rate_limit: "fast" is not a rate like "500/s" at config.toml:10
 sinks[0].rate_limit_burst: must be at least 1, got 0 at config.toml:11
 sinks[1].max_in_flight_max: must not be less than max_in_flight_min (64), got 32 at config.toml:17
 sinks[1].rate_limit: "0/s": the count must be at least 1 at config.toml:18
-sinks[2].max_in_flight_min: must not be greater than max_in_flight_max (1024, the default), got 2000 at config.toml:23
 sinks[2].rate_limit: expected a string, got integer at config.toml:24
 sinks[3].max_in_flight_max: applies only when max_in_flight is "auto" at config.toml:30
 sinks[3].rate_limit_burst: needs rate_limit at config.toml:31

@@ -91,7 +91,7 @@ var keyDocs = map[string]keyDoc{
 	"sinks[].type":                 {Doc: "The sink type.", Required: true},
 	"sinks[].max_in_flight":        {Doc: "Concurrent requests: `\"auto\"` adapts the limit to the receiver within `max_in_flight_min`..`max_in_flight_max`; a number fixes it.", Type: "string or integer", Default: `"auto"`, Range: `"auto" or at least 1`},
 	"sinks[].max_in_flight_min":    {Doc: "Lower bound of the adaptive limit (only with `\"auto\"`)."},
-	"sinks[].max_in_flight_max":    {Doc: "Upper bound of the adaptive limit (only with `\"auto\"`)."},
+	"sinks[].max_in_flight_max":    {Default: "unset", Doc: "Upper bound of the adaptive limit (only with `\"auto\"`): an explicit cap on the requests (and connections) the receiver gets. Unset, the limit may rise to the sources' `max_in_flight_events`, within half the open-file limit shared by the sinks that leave it unset, and never below 1024; what the events in flight hold is bounded by `max_in_flight_bytes`."},
 	"sinks[].rate_limit":           {Doc: "A token bucket of N requests per period: `\"500/s\"`, `\"30000/m\"`, `\"10/100ms\"`. Requests wait; nothing is dropped.", Default: "no limit"},
 	"sinks[].circuit_max_cooldown": {Doc: "After 5 back-pressure failures in a row the circuit opens: one probe after 1s, doubling with every failed probe up to this ceiling, so a recovered receiver is seen within it.", Range: "1s to 1h"},
 	"sinks[].rate_limit_burst":     {Doc: "Requests allowed at once after an idle spell; needs `rate_limit`.", Default: "one second's worth of `rate_limit`"},

@@ -31,7 +31,12 @@ const (
 	// a sink's concurrency adaptive.
 	MaxInFlightAuto           = "auto"
 	DefaultSinkMaxInFlightMin = 1
-	DefaultSinkMaxInFlightMax = 1024
+	// DefaultSinkMaxInFlightMax is max_in_flight_max when it is not set:
+	// 0, no count of its own. The adaptive limit's ceiling is then the
+	// sources' max_in_flight_events (at most as many requests as events
+	// in flight; what they hold is bounded by max_in_flight_bytes), shared
+	// out within the process's open-file limit (see app).
+	DefaultSinkMaxInFlightMax = 0
 	// DefaultSinkCircuitMaxCooldown is the default circuit_max_cooldown:
 	// the longest an open circuit waits before it probes the receiver
 	// (the wait starts at 1s and doubles with every failed probe).

@@ -150,7 +150,7 @@ func (d *decoder) concurrency(o *obj, s *Sink) {
 			o.typeError("max_in_flight", v, `"auto" or an integer`)
 		}
 	}
-	minVal, maxVal := o.lookup("max_in_flight_min"), o.lookup("max_in_flight_max")
+	maxVal := o.lookup("max_in_flight_max")
 	for _, k := range []string{"max_in_flight_min", "max_in_flight_max"} {
 		if v := o.t.get(k); v != nil && !auto {
 			d.errorf(o.keyPath(k), v.line, `applies only when max_in_flight is %q`, MaxInFlightAuto)
@@ -160,12 +160,10 @@ func (d *decoder) concurrency(o *obj, s *Sink) {
 	if auto {
 		s.MaxInFlightMin = int(o.integer("max_in_flight_min", DefaultSinkMaxInFlightMin, 1, math.MaxInt32))
 		s.MaxInFlightMax = int(o.integer("max_in_flight_max", DefaultSinkMaxInFlightMax, 1, math.MaxInt32))
-		if s.MaxInFlightMin > s.MaxInFlightMax && !o.bad["max_in_flight_min"] && !o.bad["max_in_flight_max"] {
-			if maxVal != nil {
-				d.errorf(o.keyPath("max_in_flight_max"), maxVal.line, "must not be less than max_in_flight_min (%d), got %d", s.MaxInFlightMin, s.MaxInFlightMax)
-			} else {
-				d.errorf(o.keyPath("max_in_flight_min"), minVal.line, "must not be greater than max_in_flight_max (%d, the default), got %d", s.MaxInFlightMax, s.MaxInFlightMin)
-			}
+		// Without max_in_flight_max the ceiling is not a number of the
+		// sink's own (see DefaultSinkMaxInFlightMax): nothing to compare.
+		if maxVal != nil && s.MaxInFlightMin > s.MaxInFlightMax && !o.bad["max_in_flight_min"] && !o.bad["max_in_flight_max"] {
+			d.errorf(o.keyPath("max_in_flight_max"), maxVal.line, "must not be less than max_in_flight_min (%d), got %d", s.MaxInFlightMin, s.MaxInFlightMax)
 		}
 	} else {
 		s.MaxInFlightMin, s.MaxInFlightMax = 0, 0

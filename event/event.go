@@ -388,7 +388,7 @@ func (e *Event) encodeFast(canonical bool) ([]byte, error) {
 	if !utf8.ValidString(e.ID) || !utf8.ValidString(e.OperationType) {
 		return nil, ErrInvalidUTF8
 	}
-	b := make([]byte, 0, 128+len(e.Raw)*3/2)
+	b := make([]byte, 0, envelopeCap(len(e.Raw)))
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, e.ID)
 	b = append(b, `,"source":`...)

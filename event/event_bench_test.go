@@ -1,6 +1,8 @@
 package event
 
 import (
+	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,5 +117,90 @@ func BenchmarkShapedEnvelope(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// largeChange is an insert event whose fullDocument is an order padded
+// with one string field to about size bytes (bench scenario 14's
+// documents).
+func largeChange(tb testing.TB, size int) bson.Raw {
+	tb.Helper()
+	pad := make([]byte, size)
+	for i := range pad {
+		pad[i] = 'a' + byte(i%26)
+	}
+	doc := bson.D{
+		{Key: "_id", Value: int32(7)},
+		{Key: "seq", Value: int32(7)},
+		{Key: "customer", Value: "customer-000007"},
+		{Key: "total", Value: 7.99},
+		{Key: "wts", Value: int64(1764150000000000000)},
+		{Key: "pad", Value: string(pad)},
+	}
+	raw, err := bson.Marshal(bson.D{
+		{Key: "_id", Value: bson.D{{Key: "_data", Value: "8266A1B2C3000000012B022C0100296E5A1004"}}},
+		{Key: "operationType", Value: "insert"},
+		{Key: "clusterTime", Value: bson.Timestamp{T: 1764150000, I: 1}},
+		{Key: "wallTime", Value: bson.NewDateTimeFromTime(time.Unix(1764150000, 0))},
+		{Key: "fullDocument", Value: doc},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: "shop"}, {Key: "coll", Value: "orders"}}},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: int32(7)}}},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return raw
+}
+
+// BenchmarkEnvelopeLarge measures encoding the envelope of a 1 MiB and an
+// 8 MiB document (bench scenario 14), relaxed and canonical; b.SetBytes
+// is the raw change's size, so MB/s is of BSON read.
+func BenchmarkEnvelopeLarge(b *testing.B) {
+	for _, size := range []int{1 << 20, 8 << 20} {
+		raw := largeChange(b, size)
+		for _, canonical := range []bool{false, true} {
+			name := fmt.Sprintf("%dMiB/relaxed", size>>20)
+			if canonical {
+				name = fmt.Sprintf("%dMiB/canonical", size>>20)
+			}
+			b.Run(name, func(b *testing.B) {
+				e, err := FromChange("orders", 1, raw)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(len(raw)))
+				b.ReportAllocs()
+				c0 := processCPU()
+				for b.Loop() {
+					if _, err := e.encode(canonical); err != nil {
+						b.Fatal(err)
+					}
+				}
+				// The process's CPU time (garbage collection included) per
+				// op: on a shared machine wall time per op says little.
+				b.ReportMetric(float64(processCPU()-c0)/float64(b.N), "cpu-ns/op")
+			})
+		}
+	}
+}
+
+// processCPU is the process's user+system CPU time in nanoseconds.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// BenchmarkFromChangeLarge measures building an Event from a 1 MiB change.
+func BenchmarkFromChangeLarge(b *testing.B) {
+	raw := largeChange(b, 1<<20)
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := FromChange("orders", 1, raw); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

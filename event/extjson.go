@@ -2,6 +2,7 @@ package event
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"math"
 	"slices"
@@ -90,17 +91,102 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// appendJSONBytesString is appendJSONString for a byte slice.
-func appendJSONBytesString(dst, s []byte) []byte {
-	// The common case needs no escaping: check, then copy.
-	for _, b := range s {
-		if b < 0x20 || b == '"' || b == '\\' || b >= utf8.RuneSelf {
-			return appendJSONString(dst, string(s))
-		}
+// envelopeCap is the capacity an encoding of n bytes of BSON starts with.
+// Small changes get half again (Extended JSON of numbers, dates and
+// object ids is longer than their BSON); a large change is mostly a few
+// long strings or binaries, whose JSON is about their own size, so it
+// gets an eighth more: a big document's buffer is allocated (and zeroed,
+// and charged to the byte budget while the envelope is cached) at about
+// its final size rather than 1.5 times it. An encoding that outgrows it
+// grows by append's rule, one copy.
+func envelopeCap(n int) int {
+	if n < 64<<10 {
+		return 128 + n*3/2
 	}
+	return 256 + n + n/8
+}
+
+// swarOnes and swarHigh are the byte-wise constants of the eight-bytes-at-
+// a-time scan of appendValidJSONString.
+const (
+	swarOnes = 0x0101010101010101
+	swarHigh = 0x8080808080808080
+)
+
+// plainWord reports whether none of the eight bytes of w (a little-endian
+// load of a string's bytes) needs a look of its own: no byte below 0x20,
+// no '"', no '\\', no byte of a multi-byte UTF-8 sequence (>= 0x80). The
+// tests are the classic has-less / has-zero bit tricks; they may report a
+// byte that is fine (after a real hit in the same word), never miss one.
+func plainWord(w uint64) bool {
+	ctl := (w - swarOnes*0x20) &^ w
+	q := w ^ (swarOnes * '"')
+	quote := (q - swarOnes) &^ q
+	bs := w ^ (swarOnes * '\\')
+	back := (bs - swarOnes) &^ bs
+	return (ctl|quote|back|w)&swarHigh == 0
+}
+
+// appendValidJSONString appends s as a JSON string escaped exactly as
+// appendJSONString does, and checks in the same pass that s is valid
+// UTF-8: it returns false (and dst holding a partial string) if not. It
+// is the encoder's path for BSON strings and keys, where a document's
+// bulk is: one pass, eight bytes at a time over runs that need no
+// escaping, copied in one append per run into a destination grown once.
+func appendValidJSONString(dst, s []byte) ([]byte, bool) {
+	dst = slices.Grow(dst, len(s)+2)
 	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
+	start, i := 0, 0
+	for i < len(s) {
+		for i+8 <= len(s) && plainWord(binary.LittleEndian.Uint64(s[i:])) {
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexChars[b>>4], hexChars[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		c, size := utf8.DecodeRune(s[i:])
+		if c == utf8.RuneError && size == 1 {
+			return dst, false
+		}
+		if c == '\u2028' || c == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\u202`...)
+			dst = append(dst, hexChars[c&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"'), true
 }
 
 // appendDouble appends f as the driver's formatDouble does.
@@ -139,14 +225,13 @@ func appendExtJSONDoc(dst []byte, doc []byte, canonical bool) ([]byte, error) {
 		if !ok {
 			return dst, errSlowPath
 		}
-		if !utf8.Valid(key) {
-			return dst, ErrInvalidUTF8
-		}
 		if !first {
 			dst = append(dst, ',')
 		}
 		first = false
-		dst = appendJSONBytesString(dst, key)
+		if dst, ok = appendValidJSONString(dst, key); !ok {
+			return dst, ErrInvalidUTF8
+		}
 		dst = append(dst, ':')
 		var err error
 		dst, rem, err = appendExtJSONValue(dst, t, rest, canonical)
@@ -239,10 +324,10 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 		if !ok {
 			return dst, src, errSlowPath
 		}
-		if !utf8.Valid(s) {
+		if dst, ok = appendValidJSONString(dst, s); !ok {
 			return dst, src, ErrInvalidUTF8
 		}
-		return appendJSONBytesString(dst, s), rem, nil
+		return dst, rem, nil
 	case bson.TypeEmbeddedDocument:
 		doc, rem, ok := readSubdoc(src)
 		if !ok {

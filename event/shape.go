@@ -1009,7 +1009,7 @@ func (e *Event) encodeDocument(canonical bool) ([]byte, error) {
 			return nil, fmt.Errorf("event %s: field %q: %w", e.ID, "fullDocument."+path, ErrAmbiguousJSON)
 		}
 	}
-	b, _, err := appendExtJSONValue(make([]byte, 0, len(v.Value)*3/2), v.Type, v.Value, canonical)
+	b, _, err := appendExtJSONValue(make([]byte, 0, envelopeCap(len(v.Value))), v.Type, v.Value, canonical)
 	if err != nil {
 		if errors.Is(err, ErrInvalidUTF8) {
 			return nil, fmt.Errorf("event %s: encode envelope: %w", e.ID, err)

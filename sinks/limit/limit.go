@@ -685,7 +685,17 @@ func (l *Limiter) adjust(now time.Time) {
 }
 
 func (l *Limiter) newWindow(now time.Time) {
-	l.windowEnd = now.Add(l.window())
+	w := l.window()
+	if l.slowStart {
+		// A slow-start window's requests go out together and come back
+		// together one round trip later: a window of exactly one smoothed
+		// RTT ended just after that burst half the time (a little jitter
+		// is enough), and the doubling then waited a whole round trip for
+		// the next one (a 1 s receiver took 18 s to 2048 instead of 11).
+		// Three quarters of it ends before the burst it waits for.
+		w = max(w*3/4, minWindow)
+	}
+	l.windowEnd = now.Add(w)
 	l.sum, l.samples, l.backpressure = 0, 0, false
 	l.reached = l.inFlight >= l.limit
 }

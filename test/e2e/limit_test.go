@@ -99,7 +99,7 @@ func steadyRate(t *testing.T, mif string, latency time.Duration, n int) (rate fl
 // against a receiver that takes 1 s per request, the defaults
 // (max_in_flight = "auto") deliver at least 10× as fast as max_in_flight =
 // 16, both measured in this test. 16 fixed is bounded at 16 events/s;
-// auto's ceiling (1024 / 1 s) is 64× that. Under -race on a loaded 2-core
+// auto's ceiling (max_in_flight_events / 1 s) is far above that. Under -race on a loaded 2-core
 // machine the CPU caps auto at a few hundred events/s (with 400 ms and
 // seven other test processes on the machine it measured 5–10×, alone
 // 31–34×): at 1 s, 10× needs only 160 events/s.

@@ -27,10 +27,11 @@ import (
 //
 // The backlog of each setting is sized so that it runs about -run-time at
 // the rate the setting can reach (min(max_in_flight/latency, -rate-cap);
-// 1024, the default max_in_flight_max, for auto), and events/s is the
-// steady rate between 10% and 90% of the backlog received. A setting that
-// has not delivered its backlog 3×-run-time (at least 5 s) after its first
-// request is stopped and its rate is what it delivered so far.
+// 10,000 for auto: max_in_flight_events, max_in_flight_max being unset),
+// and events/s is the steady rate between 10% and 90% of the backlog
+// received. A setting that has not delivered its backlog 3×-run-time (at
+// least 5 s) after its first request is stopped and its rate is what it
+// delivered so far.
 
 const (
 	slotCount   = 32
@@ -88,7 +89,10 @@ func (b *bench) settings() []int {
 func ceiling(setting int) int {
 	switch {
 	case setting == 0:
-		return 1024 // the default max_in_flight_max
+		// max_in_flight_max unset: the source's max_in_flight_events
+		// (10,000 by default; the bench sets none), the open files
+		// permitting.
+		return 10000
 	case setting < 0:
 		return -setting
 	}

@@ -236,8 +236,8 @@ func (r *receiver) distinct(p int) int {
 
 // latStats are latency percentiles.
 type latStats struct {
-	n             int
-	p50, p99, max time.Duration
+	n                   int
+	p50, p99, p999, max time.Duration
 }
 
 func (r *receiver) latencies() *latStats {
@@ -252,5 +252,5 @@ func (r *receiver) latencies() *latStats {
 		i := int(q * float64(len(s)-1))
 		return time.Duration(s[i])
 	}
-	return &latStats{n: len(s), p50: at(0.50), p99: at(0.99), max: time.Duration(s[len(s)-1])}
+	return &latStats{n: len(s), p50: at(0.50), p99: at(0.99), p999: at(0.999), max: time.Duration(s[len(s)-1])}
 }

@@ -20,11 +20,11 @@ func (b *bench) report(args []string, started time.Time, loadBefore, loadAfter s
 		b.replReport(&s)
 		return s.String()
 	}
-	s.WriteString("| # | scenario | changes | events/s | vs ceiling | vs naive | consumer CPU µs/event | mongowire+receiver CPU µs/event | consumer peak RSS | p50 | p99 | max | notes |\n")
-	s.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	s.WriteString("| # | scenario | changes | events/s | vs ceiling | vs naive | consumer CPU µs/event | mongowire+receiver CPU µs/event | consumer peak RSS | p50 | p99 | p99.9 | max | notes |\n")
+	s.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range b.result {
 		if r.err != nil {
-			fmt.Fprintf(&s, "| %d | %s | FAILED: %s | | | | | | | | | | |\n", r.id, r.name, oneLine(r.err.Error()))
+			fmt.Fprintf(&s, "| %d | %s | FAILED: %s | | | | | | | | | | | |\n", r.id, r.name, oneLine(r.err.Error()))
 			continue
 		}
 		rate := r.rate()
@@ -41,13 +41,13 @@ func (b *bench) report(args []string, started time.Time, loadBefore, loadAfter s
 			}
 			return fmt.Sprintf("%.1f", float64(d.Microseconds())/float64(r.events))
 		}
-		p50, p99, pmax := "—", "—", "—"
+		p50, p99, p999, pmax := "—", "—", "—", "—"
 		if r.lat != nil {
-			p50, p99, pmax = fmtDur(r.lat.p50), fmtDur(r.lat.p99), fmtDur(r.lat.max)
+			p50, p99, p999, pmax = fmtDur(r.lat.p50), fmtDur(r.lat.p99), fmtDur(r.lat.p999), fmtDur(r.lat.max)
 		}
-		fmt.Fprintf(&s, "| %d | %s | %d | %.0f | %s | %s | %s | %s | %.0f MB | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&s, "| %d | %s | %d | %.0f | %s | %s | %s | %s | %.0f MB | %s | %s | %s | %s | %s |\n",
 			r.id, r.name, r.events, rate, vsCeil, vsNaive, perEvent(r.cpu), perEvent(r.envCPU),
-			float64(r.rss)/(1<<20), p50, p99, pmax, r.note)
+			float64(r.rss)/(1<<20), p50, p99, p999, pmax, r.note)
 	}
 	b.limitReport(&s)
 	b.replReport(&s)
