@@ -250,6 +250,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 		NoTraceContext: !sc.TraceContext,
 		ParkBacklog:    parkBacklog(cfg),
 		UseLimit:       true,
+		Group:          sc.Transactions == config.TransactionsGroup,
 		Limit: limit.Config{
 			Min: sc.MaxInFlightMin, Max: adaptiveCeiling(cfg, sc),
 			Cap:  maxInFlightEvents(cfg),

@@ -36,6 +36,7 @@ type Tracker struct {
 	mu      sync.Mutex
 	space   chan struct{} // signalled when an in-flight slot frees up
 	ring    []slot
+	max     uint64 // the cap of Add; the ring grows past it only for AddOver
 	base    uint64 // lowest sequence number not yet covered by the watermark
 	next    uint64 // next sequence number to assign
 	pos     Position
@@ -58,6 +59,7 @@ func NewTracker(maxInFlight int, start Position) *Tracker {
 	return &Tracker{
 		space:   make(chan struct{}, 1),
 		ring:    make([]slot, maxInFlight),
+		max:     uint64(maxInFlight),
 		pos:     start,
 		drained: make(chan struct{}),
 	}
@@ -69,7 +71,7 @@ func NewTracker(maxInFlight int, start Position) *Tracker {
 func (t *Tracker) Add(ctx context.Context, token bson.Raw, ct bson.Timestamp, wall time.Time) (uint64, error) {
 	for {
 		t.mu.Lock()
-		if t.next-t.base < uint64(len(t.ring)) {
+		if t.next-t.base < t.max {
 			seq := t.next
 			t.ring[seq%uint64(len(t.ring))] = slot{token: token, ct: ct, wall: wall}
 			t.next++
@@ -83,6 +85,27 @@ func (t *Tracker) Add(ctx context.Context, token bson.Raw, ct bson.Timestamp, wa
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// AddOver registers a newly read event as Add does, without waiting for
+// room: past the cap the tracker grows. A source uses it for the events of a
+// transaction after its first, which a sink with transactions = "group"
+// acknowledges only together: waiting for room they hold themselves would
+// never end. Add still waits until the events in flight are below the cap.
+func (t *Tracker) AddOver(token bson.Raw, ct bson.Timestamp, wall time.Time) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.next-t.base == uint64(len(t.ring)) {
+		ring := make([]slot, 2*len(t.ring))
+		for seq := t.base; seq < t.next; seq++ {
+			ring[seq%uint64(len(ring))] = t.ring[seq%uint64(len(t.ring))]
+		}
+		t.ring = ring
+	}
+	seq := t.next
+	t.ring[seq%uint64(len(t.ring))] = slot{token: token, ct: ct, wall: wall}
+	t.next++
+	return seq
 }
 
 // Ack marks event seq as fully handled (delivered to or dead-lettered for

@@ -159,3 +159,43 @@ func TestTrackerResumePointTime(t *testing.T) {
 		t.Fatalf("position %+v, want cluster time 200/1", p)
 	}
 }
+
+// AddOver admits past the cap (a grouped transaction's later events),
+// keeps the watermark contiguous across the growth, and Add still waits
+// until the events in flight are below the cap.
+func TestTrackerAddOverGrows(t *testing.T) {
+	tr := NewTracker(3, Position{})
+	ctx := context.Background()
+	var seqs []uint64
+	for i := range 2 {
+		s, err := tr.Add(ctx, tok(i), bson.Timestamp{T: uint32(i + 1)}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	for i := 2; i < 10; i++ {
+		seqs = append(seqs, tr.AddOver(tok(i), bson.Timestamp{T: uint32(i + 1)}, time.Time{}))
+	}
+	if n := tr.InFlight(); n != 10 {
+		t.Fatalf("in flight %d, want 10", n)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := tr.Add(short, tok(99), bson.Timestamp{T: 99}, time.Time{}); err == nil {
+		t.Fatal("Add admitted over the cap")
+	}
+	for i := 9; i >= 1; i-- {
+		tr.Ack(seqs[i])
+	}
+	if p, _ := tr.Position(); p.Token != nil {
+		t.Fatalf("watermark %d before the first ack", tokNum(t, p.Token))
+	}
+	tr.Ack(seqs[0])
+	if p, _ := tr.Position(); tokNum(t, p.Token) != 9 {
+		t.Fatalf("watermark %d, want 9", tokNum(t, p.Token))
+	}
+	if _, err := tr.Add(ctx, tok(10), bson.Timestamp{T: 11}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+}

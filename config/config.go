@@ -219,6 +219,17 @@ const (
 	OversizeStrip = "strip"
 )
 
+// Values of [Sink.Transactions].
+const (
+	// TransactionsNone delivers the events of a transaction as single
+	// events (the default).
+	TransactionsNone = "none"
+	// TransactionsGroup delivers every event of one transaction routed to
+	// the sink together: one request for webhook and Lambda, consecutive
+	// entries or records for the other types.
+	TransactionsGroup = "group"
+)
+
 // splitLargeEventStage is the name of MongoDB's split stage.
 const splitLargeEventStage = "$changeStreamSplitLargeEvent"
 
@@ -381,6 +392,10 @@ type Sink struct {
 	// sink's limit (max_request_bytes of every sink type):
 	// OversizeDeadLetter (default) or OversizeStrip.
 	Oversize string
+	// Transactions is TransactionsNone (default) or TransactionsGroup:
+	// the events of one multi-document transaction go out together, and
+	// no later change of their documents before them.
+	Transactions string
 	// Shape is the payload shaping of the sink (fields, redact,
 	// envelope, ...); see Shape.
 	Shape Shape

@@ -415,6 +415,14 @@ region = "us-east-1"
 oversize = "truncate"
 `, nil, `sinks[0].oversize: invalid value "truncate"; allowed values: "deadletter", "strip" at config.toml:9`},
 
+		{"bad transactions", head + `
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "https://example.com/"
+transactions = "grouped"
+`, nil, `sinks[0].transactions: invalid value "grouped" (did you mean "group"?); allowed values: "none", "group" at config.toml:8`},
+
 		{"unset environment variables", `
 [mongo]
 uri = "${MONGODB_URI}"

@@ -102,6 +102,7 @@ var keyDocs = map[string]keyDoc{
 	"sinks[].park_after":           {Doc: "Once the sink has failed to deliver for this long its backlog is parked in MongoDB and re-driven in order when it recovers; `\"0s\"` disables parking."},
 	"sinks[].trace_context":        {Doc: "With OpenTelemetry tracing on (`OTEL_*` environment variables, see [tracing](tracing.md)), the trace context goes into each request or message: `traceparent`/`tracestate` (webhook headers, SQS and SNS message attributes, Kafka record headers), an X-Ray trace header (EventBridge `TraceHeader`, Lambda `X-Amzn-Trace-Id`); Kinesis records have none. `false` leaves it out; the spans are still recorded."},
 	"sinks[].oversize":             {Doc: "An event whose payload alone exceeds `max_request_bytes`: dead-letter it, or send it stripped (see [payload shaping](shaping.md#payload-size-limits))."},
+	"sinks[].transactions":         {Doc: "`\"group\"`: every event of one multi-document transaction routed to the sink goes out together (webhook, Lambda: one JSON array; other types: consecutive entries), and no later change of its documents before it; `\"none\"`: single events (see [transactions as a unit](delivery.md#transactions-as-a-unit))."},
 
 	"sinks[].retry":                  {Doc: "Retry policy: exponential backoff with jitter; `Retry-After` is honoured."},
 	"sinks[].retry.max_attempts":     {Doc: "Attempts in total, the first included."},

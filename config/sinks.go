@@ -100,6 +100,7 @@ func (d *decoder) sink(o *obj) (s Sink, nameVal *value) {
 	s.ParkAfter, _ = o.duration("park_after", DefaultParkAfter, 0)
 	s.Oversize = o.enum("oversize", OversizeDeadLetter, []string{OversizeDeadLetter, OversizeStrip})
 	s.TraceContext = o.boolean("trace_context", true)
+	s.Transactions = o.enum("transactions", TransactionsNone, []string{TransactionsNone, TransactionsGroup})
 	s.Retry = d.retry(o)
 	s.Shape = d.shape(o)
 

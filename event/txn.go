@@ -1,6 +1,7 @@
 package event
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -24,6 +25,10 @@ type Txn struct {
 	Index int
 	// Last marks the transaction's final event in its source's stream.
 	Last bool
+	// Unit is the unit of work whose source read the event (not in the
+	// envelope): with partitions each unit numbers and ends its own share
+	// of a transaction, and a grouped sink groups each share apart.
+	Unit string
 }
 
 // TxnID returns the transaction id of a raw change (a BSON document): the first 16 bytes, in
@@ -93,3 +98,28 @@ func appendTxnJSON(b []byte, t *Txn) []byte {
 
 // JSON returns the transaction metadata as the envelope's "txn" object.
 func (t *Txn) JSON() string { return string(appendTxnJSON(nil, t)) }
+
+// TxnPartReserve is the most bytes MarkTxnPart adds to an envelope (parts
+// below 10^9).
+const TxnPartReserve = len(`,"part":999999999,"parts":999999999`)
+
+// MarkTxnPart returns a copy of env, an encoded envelope or record of an
+// event with transaction metadata t, whose "txn" object also says which part
+// of a transaction split over several requests it is in:
+// {"id":…,"index":…,"part":part,"parts":parts} (part counted from 1). It
+// returns env itself when env does not hold t's "txn" object.
+func MarkTxnPart(env []byte, t *Txn, part, parts int) []byte {
+	obj := appendTxnJSON([]byte(`"txn":`), t)
+	at := bytes.Index(env, obj)
+	if at < 0 {
+		return env
+	}
+	end := at + len(obj) - 1 // the object's closing brace
+	out := make([]byte, 0, len(env)+TxnPartReserve)
+	out = append(out, env[:end]...)
+	out = append(out, `,"part":`...)
+	out = strconv.AppendInt(out, int64(part), 10)
+	out = append(out, `,"parts":`...)
+	out = strconv.AppendInt(out, int64(parts), 10)
+	return append(out, env[end:]...)
+}

@@ -52,6 +52,8 @@ type Metrics struct {
 	OversizeEvents    *prometheus.CounterVec   // source: changes MongoDB could not return (10334)
 	Transactions      *prometheus.CounterVec   // source: multi-document transactions read (their last event handed on)
 	TransactionEvents *prometheus.HistogramVec // source: events per transaction read
+	TxnGroups         *prometheus.CounterVec   // sink: transactions queued as one group (transactions = "group")
+	TxnGroupEvents    *prometheus.HistogramVec // sink: events per transaction group
 	StreamFailures    *prometheus.GaugeVec     // source: consecutive stream failures without progress
 	SinkOversize      *prometheus.CounterVec   // sink, action: events over the sink's payload limit, stripped or dead-lettered
 	CheckpointSaves   *prometheus.CounterVec   // source
@@ -136,6 +138,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "changegate_transaction_events", Help: "Events per multi-document transaction read by a source (those of its changes the source reads).",
 			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 500, 1000, 10000},
 		}, []string{"source"}),
+		TxnGroups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "changegate_transaction_groups_total", Help: "Transactions queued as one group for a sink with transactions = \"group\" (a transaction read again after a restart counts again).",
+		}, []string{"sink"}),
+		TxnGroupEvents: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "changegate_transaction_group_events", Help: "Events per transaction group of a sink with transactions = \"group\" (those of the transaction's events routed to the sink).",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 500, 1000, 10000},
+		}, []string{"sink"}),
 		StreamFailures: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "changegate_stream_consecutive_failures", Help: "Change stream failures since the stream last made progress; 0 while it reads.",
 		}, []string{"source"}),
@@ -194,7 +203,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.EventsRead, m.EventsMatched, m.EventsUnmatched, m.Deliveries, m.Attempts, m.DeliveryFailures,
 			m.DeliveryDuration, m.EndToEndLag, m.InFlight, m.QueueDepth, m.SinkParked, m.SinkConcurrency,
-			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.SplitEvents, m.OversizeEvents, m.Transactions, m.TransactionEvents, m.StreamFailures, m.SinkOversize, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
+			m.StreamReconnects, m.StreamInvalidates, m.HistoryLost, m.SplitEvents, m.OversizeEvents, m.Transactions, m.TransactionEvents, m.TxnGroups, m.TxnGroupEvents, m.StreamFailures, m.SinkOversize, m.CheckpointSaves, m.CheckpointLag, m.DeadLetters,
 			m.LeaseOwned, m.LeaseAcquisitions, m.LeaseLosses, m.ClusterMembers, m.ClusterMember,
 			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -52,6 +52,8 @@ var families = []family{
 	{"changegate_oversize_events_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.OversizeEvents.WithLabelValues("s").Inc() }},
 	{"changegate_transactions_total", counter, []string{"source"}, func(m *metrics.Metrics) { m.Transactions.WithLabelValues("s").Inc() }},
 	{"changegate_transaction_events", histogram, []string{"source"}, func(m *metrics.Metrics) { m.TransactionEvents.WithLabelValues("s").Observe(3) }},
+	{"changegate_transaction_groups_total", counter, []string{"sink"}, func(m *metrics.Metrics) { m.TxnGroups.WithLabelValues("k").Inc() }},
+	{"changegate_transaction_group_events", histogram, []string{"sink"}, func(m *metrics.Metrics) { m.TxnGroupEvents.WithLabelValues("k").Observe(3) }},
 	{"changegate_sink_oversize_events_total", counter, []string{"action", "sink"}, func(m *metrics.Metrics) {
 		m.SinkOversize.WithLabelValues("k", metrics.OversizeStrip).Inc()
 	}},

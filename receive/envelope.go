@@ -40,6 +40,9 @@ type Envelope struct {
 	ClusterTime time.Time `json:"clusterTime"`
 	// WallTime is the server's wall clock time of the change, when known.
 	WallTime time.Time `json:"wallTime"`
+	// Txn is set on an event of a multi-document transaction (nil for a
+	// single write); see docs/receivers.md.
+	Txn *Txn `json:"txn,omitempty"`
 	// Rules are the names of the rules that routed this event to the sink.
 	Rules []string `json:"rules"`
 	// Truncated is true when the sink sent the event without fullDocument
@@ -195,4 +198,16 @@ func FromSQSBody(body string) (Envelope, error) {
 		return Decode(probe.Detail)
 	}
 	return Decode([]byte(body))
+}
+
+// Txn is an event's transaction metadata: the transaction's id, the
+// event's index among its events (from 0), Last on its final one, and, in
+// a transaction a grouped sink split over several requests, which Part (from
+// 1) of Parts the event was sent in.
+type Txn struct {
+	ID    string `json:"id"`
+	Index int    `json:"index"`
+	Last  bool   `json:"last,omitempty"`
+	Part  int    `json:"part,omitempty"`
+	Parts int    `json:"parts,omitempty"`
 }

@@ -282,6 +282,7 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 		policy.MaxElapsed = 0
 	}
 	pending := items
+	group := sinks.TxnGroup(ctx) // one transaction: retried whole
 	evs := make([]*event.Event, 0, len(items))
 	for {
 		actx, stop := tenureCtx(ctx, pending)
@@ -338,7 +339,51 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 		}
 		var decision *sinks.Error
 		var be *sinks.BatchError
-		if errors.As(err, &be) {
+		if group && errors.As(err, &be) {
+			// A transaction: entries that failed for good (encode,
+			// oversize) are dead-lettered together; if any other entry
+			// failed, the rest of the transaction is sent again whole,
+			// in order (the parts already accepted too, as at-least-once
+			// allows), so no part of it overtakes another.
+			var dead, rest []*item
+			var perm *sinks.Error
+			for i, it := range pending {
+				ferr, failed := be.Failed[i]
+				if !failed {
+					rest = append(rest, it)
+					continue
+				}
+				de, _ := sinks.Classify(ferr)
+				if de == nil {
+					de = &sinks.Error{Err: ferr, Reason: "error"}
+				}
+				it.noteErr(de)
+				d.mFailures.WithLabelValues(d.name, de.Reason).Inc()
+				if de.Permanent {
+					dead = append(dead, it)
+					if perm == nil {
+						perm = de
+					}
+					continue
+				}
+				if decision == nil || de.RetryAfter > decision.RetryAfter {
+					decision = de
+				}
+				rest = append(rest, it)
+			}
+			if len(dead) > 0 {
+				if mode != modeLive {
+					return dead, perm
+				}
+				d.noteLastErr(perm)
+				fin.deadLetter(dead, perm.Reason)
+			}
+			if decision == nil {
+				d.succeeded(rest, mode, fin)
+				return nil, nil
+			}
+			pending = rest
+		} else if errors.As(err, &be) {
 			var ok, retry []*item
 			for i, it := range pending {
 				ferr, failed := be.Failed[i]

@@ -59,6 +59,9 @@ type SinkSpec struct {
 	// beyond its MaxInFlight workers.
 	Limit    limit.Config
 	UseLimit bool
+	// Group (transactions = "group") delivers the events of one
+	// transaction routed to the sink together (router/txn.go).
+	Group bool
 	// Limiter, when set, replaces the limiter stage built from Limit
 	// (tests).
 	Limiter Limiter
@@ -120,6 +123,15 @@ type engineState struct {
 	// matched caches EventsMatched's counter of each rule (by rule.idx),
 	// created on the rule's first match as WithLabelValues would.
 	matched []atomic.Pointer[prometheus.Counter]
+}
+
+// endTxn tells every grouped lane that ev's transaction ended.
+func (st *engineState) endTxn(ev *event.Event) {
+	for _, l := range st.lanes {
+		if l.spec.Group {
+			l.endTxn(ev)
+		}
+	}
 }
 
 func newEngineState(rules *Rules) *engineState {
@@ -341,6 +353,7 @@ func (e *Engine) handOver(prev, next *Lane) {
 		// prev may itself wait for its predecessor (two reloads in a
 		// row): it has to run and drain before next may start.
 		prev.waitStarted(ctx)
+		prev.retire()
 		prev.waitIdle(ctx)
 		prev.stop()
 		_ = prev.spec.Sink.Close()
@@ -396,6 +409,11 @@ func (e *Engine) Dispatch(ev *event.Event, ack func()) {
 	m := st.rules.route(ev, hit)
 	if e.tracer != nil {
 		e.traceRoute(st, ev, m.Rules, m.Sinks)
+	}
+	if ev.Txn != nil && ev.Txn.Last {
+		// Grouped lanes queue the transaction once its last event was
+		// handed to them (or not, when it is not routed there).
+		defer st.endTxn(ev)
 	}
 	if len(m.Sinks) == 0 {
 		e.countUnmatched(ev.Source)

@@ -64,6 +64,14 @@ type Lane struct {
 	mDelivered, mDead, mParked, mRedriven prometheus.Counter
 	mOversize, mDropped                   prometheus.Counter
 	mParkedGauge                          prometheus.Gauge
+
+	// Transactions (txn.go): the open groups of a grouped lane by
+	// txnKey, and whether a reload retires the lane.
+	groupMu      sync.Mutex
+	open         map[string]*txnGroup
+	retiring     bool
+	mGroups      prometheus.Counter
+	mGroupEvents prometheus.Observer
 }
 
 var _ finisher = (*Lane)(nil)
@@ -124,6 +132,8 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 		mDropped:     m.Deliveries.WithLabelValues(name, metrics.OutcomeDroppedLeaseLost),
 		own:          &ownership{},
 		mParkedGauge: m.SinkParked.WithLabelValues(name),
+		mGroups:      m.TxnGroups.WithLabelValues(name),
+		mGroupEvents: m.TxnGroupEvents.WithLabelValues(name),
 	}
 	if sp.Limiter == nil && sp.UseLimit {
 		cfg := sp.Limit
@@ -296,6 +306,7 @@ func (l *Lane) stop() {
 	for _, it := range l.q.discard() {
 		it.release()
 	}
+	l.releaseOpen()
 }
 
 // waitIdle returns once nothing is queued or in progress in the lane (or ctx
@@ -316,6 +327,9 @@ func (l *Lane) enqueue(ev *event.Event, key uint64, done func()) {
 	it := &item{ev: ev, done: done, key: key}
 	if ev.Trace != nil {
 		it.trace = ev.Trace.Delivery(l.name, l.spec.Kind)
+	}
+	if l.spec.Group && ev.Txn != nil && l.collect(it) {
+		return // queued with its transaction's other events (endTxn)
 	}
 	l.mode.RLock()
 	l.q.push(it)
@@ -358,6 +372,20 @@ func (l *Lane) serve(ctx context.Context, p *partition) {
 		return
 	}
 	taken := len(batch)
+	if batch[0].bar != nil {
+		l.holdBarrier(ctx, batch[0])
+		return
+	}
+	if g := batch[0].grp; g != nil {
+		// The group's barriers hold the later changes of its
+		// documents until it is finished, whatever the outcome.
+		defer g.finish()
+		if !l.waitArrived(ctx, g) {
+			releaseItems(batch)
+			l.q.release(taken)
+			return // stopping: unacknowledged
+		}
+	}
 	// Whatever happens to them below — delivered, dead-lettered, parked,
 	// dropped for a lost tenure, abandoned by a shutdown — the lane holds
 	// none of these items once serve returns: their memory goes back to
@@ -369,7 +397,7 @@ func (l *Lane) serve(ctx context.Context, p *partition) {
 	}
 	l.q.release(taken - len(batch))
 	if !l.parked.Load() {
-		pending, err := l.d.deliver(l.live(), batch, modeLive, l)
+		pending, err := l.d.deliver(groupCtx(l.live(), batch), batch, modeLive, l)
 		if err == nil || ctx.Err() != nil {
 			l.q.release(len(batch))
 			return // delivered/dead-lettered, or shutting down unacked

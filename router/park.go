@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
 )
 
@@ -176,7 +178,7 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 		// of up to 16 MiB each. Each entry is read whole when its turn comes.
 		acked := l.own.snapshotAcked(units)
 		var entries []deadletter.Entry
-		err := l.dl.Summaries(ctx, l.own.parkedFilter(l.name, 512), nil, func(e deadletter.Entry) error {
+		err := l.dl.Summaries(ctx, l.own.parkedFilter(l.name, redrivePage), nil, func(e deadletter.Entry) error {
 			entries = append(entries, e)
 			units[e.Unit] = true
 			return nil
@@ -245,6 +247,9 @@ func (l *Lane) tryGoLive(ctx context.Context) bool {
 // with up to as many keys in parallel as the lane has partitions. It reports
 // whether any entry was finished.
 func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry, acked ackedSnapshot) bool {
+	if l.spec.Group && slices.ContainsFunc(entries, func(e deadletter.Entry) bool { return e.Txn != nil }) {
+		return l.redriveInOrder(ctx, entries, acked)
+	}
 	type group struct{ entries []deadletter.Entry }
 	var groups []*group
 	byKey := map[string]*group{}
@@ -299,6 +304,114 @@ func (l *Lane) redriveEntries(ctx context.Context, entries []deadletter.Entry, a
 	return progress.Load()
 }
 
+// redrivePage is the most parked entries one pass of the re-drive lists.
+const redrivePage = 512
+
+// redriveInOrder re-drives entries of a grouped lane (transactions =
+// "group") one after the other in stream order, the entries of one
+// transaction (consecutive in stream order) together in one delivery, as
+// it would have gone live. A transaction at the end of a full page may
+// continue on the next: it waits for the next pass, unless it fills the
+// page alone. It reports whether any entry was finished.
+func (l *Lane) redriveInOrder(ctx context.Context, entries []deadletter.Entry, acked ackedSnapshot) bool {
+	var runs [][]deadletter.Entry
+	for i, e := range entries {
+		if i > 0 && e.Txn != nil && entries[i-1].Txn != nil && sameTxn(e, entries[i-1]) {
+			runs[len(runs)-1] = append(runs[len(runs)-1], e)
+			continue
+		}
+		runs = append(runs, []deadletter.Entry{e})
+	}
+	if len(entries) >= redrivePage && len(runs) > 1 && runs[len(runs)-1][0].Txn != nil {
+		runs = runs[:len(runs)-1]
+	}
+	progress := false
+	for _, run := range runs {
+		// The tenure is taken before anything of the run is read (the
+		// entries of a run share their unit): the reads and the send are
+		// work of that tenure, and end with it.
+		tenure, held := l.own.held(run[0].Unit)
+		if !held {
+			return progress // handed over: the unit's owner re-drives the rest
+		}
+		for _, e := range run {
+			if !acked.readPast(e.Unit, e.ClusterTime) {
+				return progress // not read up to it when listed: the next pass
+			}
+		}
+		ok := false
+		if len(run) == 1 && run[0].Txn == nil {
+			ok = l.redriveOne(ctx, run[0], tenure)
+		} else {
+			ok = l.redriveTxn(ctx, run, tenure)
+		}
+		if !ok {
+			return progress // stopping or handed over: the rest stay parked, in order
+		}
+		progress = true
+	}
+	return progress
+}
+
+// sameTxn reports whether two parked entries are events of one transaction
+// read by one source.
+func sameTxn(a, b deadletter.Entry) bool {
+	return a.Txn.ID == b.Txn.ID && a.Source == b.Source && a.Unit == b.Unit
+}
+
+// redriveTxn re-drives the parked entries of one transaction in one
+// delivery marked as a group (sinks.WithTxnGroup), retried until the sink
+// takes it; entries the sink refuses for good become failed dead letters,
+// the others are deleted. It returns false when ctx or the unit's tenure
+// ended (the entries stay parked). Every store read, wait and send runs
+// under tenure (nil outside cluster mode).
+func (l *Lane) redriveTxn(laneCtx context.Context, run []deadletter.Entry, tenure *event.Tenure) bool {
+	ctx, cancel := tenureContext(laneCtx, tenure)
+	defer cancel()
+	var ps []*parkedItem
+	defer func() {
+		for _, p := range ps {
+			p.release()
+		}
+	}()
+	var items []*item
+	for i, s := range run {
+		p, cont := l.loadParked(ctx, s, i == 0, tenure)
+		if p == nil {
+			if !cont {
+				return false
+			}
+			continue
+		}
+		ps = append(ps, p)
+		if !p.skip {
+			items = append(items, p.it)
+		}
+	}
+	if len(items) == 0 {
+		for _, p := range ps {
+			l.finishParked(laneCtx, ctx, p, nil)
+		}
+		return true
+	}
+	failed, err := l.d.deliver(sinks.WithTxnGroup(ctx), items, modeRedrive, nil)
+	if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
+		return false
+	}
+	for _, p := range ps {
+		switch {
+		case err == nil:
+			l.finishParked(laneCtx, ctx, p, nil)
+		case slices.Contains(failed, p.it):
+			l.finishParked(laneCtx, ctx, p, err)
+		default:
+			// Not delivered with the refused entries: parked still, it
+			// goes with the rest of its transaction on the next pass.
+		}
+	}
+	return true
+}
+
 // redriveParallel bounds the documents re-driven at once, and so the whole
 // entries held in memory by a re-drive.
 const redriveParallel = 64
@@ -313,6 +426,38 @@ const redriveParallel = 64
 func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *event.Tenure) bool {
 	ctx, cancel := tenureContext(laneCtx, tenure)
 	defer cancel()
+	p, cont := l.loadParked(ctx, s, true, tenure)
+	if p == nil {
+		return cont
+	}
+	defer p.release()
+	var err error
+	if !p.skip { // skip_empty_updates: nothing to send, done
+		_, err = l.d.deliver(ctx, []*item{p.it}, modeRedrive, nil)
+	}
+	if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
+		return false // stopping, or handed over: the entry stays parked
+	}
+	l.finishParked(laneCtx, ctx, p, err)
+	return true
+}
+
+// parkedItem is a parked entry read whole for its re-drive.
+type parkedItem struct {
+	s, e    deadletter.Entry // the summary listed, the entry read
+	it      *item
+	skip    bool // skip_empty_updates: nothing to send
+	release func()
+}
+
+// loadParked reads the parked entry of summary s whole and rebuilds its
+// item. It returns nil with cont true when the entry needs no delivery
+// (gone, converted to failed), and nil with cont false when ctx ended or
+// the tenure of the entry's unit ended. first is false for the later
+// entries of a transaction read to be delivered with the first: they are
+// charged to the byte budgets without waiting (waiting on bytes the
+// transaction's earlier entries hold could never end).
+func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool, tenure *event.Tenure) (p *parkedItem, cont bool) {
 	// An entry is read whole only once the byte budget admits the largest
 	// one can be (MaxEntryBytes); the charge is then set to what was read,
 	// and the event rebuilt from it, its shaped views and encodings are
@@ -321,16 +466,28 @@ func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *e
 	// It is admitted first by the re-drives' share of the budget, so that
 	// re-drives retrying a sink that is still down never hold more than
 	// RedriveSharePercent of it, then by the budget itself.
-	share, err := l.redriveBudget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
-	if err != nil {
-		return false
+	var share, mem *memory.Charge
+	if first {
+		var err error
+		share, err = l.redriveBudget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
+		if err != nil {
+			return nil, false
+		}
+		mem, err = l.budget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
+		if err != nil {
+			share.Release()
+			return nil, false
+		}
+	} else {
+		share, mem = l.redriveBudget.Force(deadletter.MaxEntryBytes), l.budget.Force(deadletter.MaxEntryBytes)
 	}
-	defer share.Release()
-	mem, err := l.budget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
-	if err != nil {
-		return false
-	}
-	defer mem.Release()
+	release := func() { mem.Release(); share.Release() }
+	done := false
+	defer func() {
+		if !done {
+			release()
+		}
+	}()
 	var e deadletter.Entry
 	var found bool
 	if !l.persist(ctx, "get", func(ctx context.Context) error {
@@ -338,10 +495,10 @@ func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *e
 		e, found, err = l.dl.Get(ctx, s.ID)
 		return err
 	}) {
-		return false
+		return nil, false
 	}
 	if !found || e.Kind != deadletter.KindParked {
-		return true // delivered, converted or purged meanwhile
+		return nil, true // delivered, converted or purged meanwhile
 	}
 	read := int64(len(e.Change) + len(e.Envelope) + len(e.DocumentKey))
 	share.Resize(read)
@@ -358,14 +515,14 @@ func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *e
 			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, reason, msg)
 		})
 		l.mDead.Inc()
-		return true
+		return nil, true
 	}
 	ev.Rules = e.Rules
 	ev.Txn = e.Txn // index and last are the entry's, not the change's
 	// The re-drive of a unit's entry is work of the unit's tenure: its
 	// waits end and nothing more is sent once the tenure ends.
 	if !tenure.Held() {
-		return false
+		return nil, false
 	}
 	ev.Tenure = tenure
 	ev.Mem = mem // views made by reshape share it
@@ -380,20 +537,26 @@ func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *e
 			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, "not_routed", err.Error())
 		})
 		l.mDead.Inc()
-		return true
+		return nil, true
 	}
 	ev.Tenure = tenure // on the shaped view too
 	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
 	if l.d.tracer != nil {
 		it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "redrive")
-		defer it.trace.End() // outcome "abandoned" unless set below
 	}
-	if !skip { // skip_empty_updates: nothing to send, done
-		_, err = l.d.deliver(ctx, []*item{it}, modeRedrive, nil)
-	}
-	if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
-		return false // stopping, or handed over: the entry stays parked
-	}
+	done = true
+	// The trace ends with the entry: outcome "abandoned" unless
+	// finishParked set one.
+	return &parkedItem{s: s, e: e, it: it, skip: skip, release: func() { it.trace.End(); release() }}, true
+}
+
+// finishParked records the outcome of a re-driven entry: err nil deletes
+// it at the version listed, an error converts it to a failed dead letter.
+// ctx is the entry's tenure's; the delete of a delivered entry runs under
+// laneCtx: it may outlive the tenure (an entry left behind is only
+// delivered again by the next owner).
+func (l *Lane) finishParked(laneCtx, ctx context.Context, p *parkedItem, err error) {
+	e, it := p.e, p.it
 	if err != nil {
 		reason := "error"
 		if de, ok := sinks.Classify(err); ok {
@@ -404,19 +567,17 @@ func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *e
 		})
 		it.trace.Outcome("dead_lettered", reason)
 		l.mDead.Inc()
-		return true
+		return
 	}
 	it.trace.Outcome("delivered", "")
 	var deleted bool
-	// Delivered: the delete may outlive the tenure (an entry left behind
-	// is only delivered again by the next owner).
 	if l.persist(laneCtx, "delete", func(ctx context.Context) error {
 		var err error
 		// The version listed, not the one read now: an entry parked again
 		// since the listing must go round again with the later entries
 		// of its document that this pass also delivers, so that the
 		// re-read is replayed in full.
-		deleted, err = l.dl.DeleteVersion(ctx, e.ID, s.Version)
+		deleted, err = l.dl.DeleteVersion(ctx, e.ID, p.s.Version)
 		return err
 	}) {
 		l.mRedriven.Inc()
@@ -428,5 +589,4 @@ func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *e
 			l.log.Debug("re-driven event was parked again meanwhile; it will be re-driven again", "event", e.EventID)
 		}
 	}
-	return true
 }

@@ -29,6 +29,12 @@ type item struct {
 	// trace is the span of the item's delivery (nil: tracing off), ended
 	// by release.
 	trace *tracing.Delivery
+	// grp is the transaction group the item belongs to (transactions =
+	// "group"): its items are consecutive in one partition and taken as
+	// one batch. bar, set on an item without an event, is a barrier: it
+	// holds its partition (where later changes of one of the group's
+	// documents queue) until the group is finished.
+	grp, bar *txnGroup
 }
 
 // release returns the item's reference to its event's share of the byte
@@ -39,7 +45,9 @@ func (it *item) release() {
 		return
 	}
 	it.released = true
-	it.ev.Mem.Release()
+	if it.ev != nil { // a barrier has none
+		it.ev.Mem.Release()
+	}
 	it.trace.End()
 }
 
@@ -174,6 +182,56 @@ func (q *keyQueue) push(it *item) {
 	q.mQueue.Inc()
 }
 
+// pushGroup queues the items of a transaction group, in order, in the
+// partition of its first item, and a barrier in every other partition that
+// holds one of its documents (ordering "key"): the group is delivered only
+// once every barrier reached the head of its partition (every earlier
+// change of its documents was finished), and the later changes queued
+// behind a barrier wait until the group is finished. Everything is queued
+// under one lock, so the barriers and groups of a lane form one order and
+// a group waits only for what was queued before it: no cycle, whatever the
+// partitions.
+func (q *keyQueue) pushGroup(g *txnGroup) {
+	p := q.partitionFor(g.items[0].key)
+	q.mu.Lock()
+	n := 0
+	for _, it := range g.items {
+		it.grp = g
+		p.q = append(p.q, it)
+		n++
+	}
+	if q.ordering == OrderKey && len(q.parts) > 1 {
+		for _, it := range g.items {
+			o := q.partitionFor(it.key)
+			if o == p || slicesContainsBar(o, g) {
+				continue
+			}
+			o.q = append(o.q, &item{bar: g, key: it.key})
+			g.bars++
+			n++
+			if o.state == partIdle {
+				q.makeReady(o)
+			}
+		}
+	}
+	if g.bars == 0 {
+		close(g.arrived)
+	}
+	q.queued.Add(int64(n))
+	if p.state == partIdle {
+		q.makeReady(p)
+	}
+	q.mu.Unlock()
+	q.mQueue.Add(float64(n))
+}
+
+// slicesContainsBar reports whether p's last item is g's barrier (the
+// barriers of one group are appended together). Must be called with mu
+// held.
+func slicesContainsBar(p *partition, g *txnGroup) bool {
+	return len(p.q) > 0 && p.q[len(p.q)-1].bar == g
+}
+
 // makeReady appends p to the ready list and finds it a worker. Must be
 // called with mu held.
 func (q *keyQueue) makeReady(p *partition) {
@@ -302,6 +360,14 @@ func (q *keyQueue) empty() bool { return q.queued.Load() == 0 && q.held.Load() =
 // items are held until released.
 func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Duration) []*item {
 	q.mu.Lock()
+	if len(p.q) > 0 {
+		// A barrier, or a transaction group, is a batch of its own.
+		if head := p.q[0]; head.bar != nil {
+			max, wait = 1, 0
+		} else if head.grp != nil {
+			max, wait = len(head.grp.items), 0
+		}
+	}
 	if n := len(p.q); n < max && wait > 0 {
 		q.mu.Unlock()
 		end := q.wait()
@@ -313,7 +379,16 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 		q.mu.Lock()
 	}
 	n := min(len(p.q), max)
-	if n > 1 && q.ordering != OrderNone {
+	if n > 0 && p.q[0].grp == nil && p.q[0].bar == nil {
+		// Single events stop before a barrier or a group.
+		for i, it := range p.q[:n] {
+			if it.grp != nil || it.bar != nil {
+				n = i
+				break
+			}
+		}
+	}
+	if n > 1 && q.ordering != OrderNone && p.q[0].grp == nil {
 		// A batch API may fail one entry and accept the next: a
 		// document appears at most once per batch, so its later events
 		// cannot overtake a failed one.

@@ -745,7 +745,13 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			// are charged to it without waiting (waiting on bytes that the
 			// change itself holds could never end); the reassembled change
 			// then replaces them.
-			if mem == nil {
+			if mem == nil && tx.open() {
+				// A transaction is open: this change may be its next
+				// event, which a grouped sink holds with the earlier ones
+				// until the last; waiting for bytes they hold would never
+				// end (router/txn.go). Admitted without waiting.
+				mem = s.spec.Budget.Force(int64(len(raw)))
+			} else if mem == nil {
 				c, err := s.spec.Budget.Acquire(ctx, int64(len(raw)), s.spec.Unit)
 				if err != nil {
 					return token, false, progressed, nil // stopping

@@ -111,9 +111,17 @@ func (s *Source) handOn(ctx context.Context, tr *checkpoint.Tracker, ev *event.E
 	// The source's reference to ev.Mem (the byte budget's charge) ends
 	// here: the lanes hold their own once dispatched.
 	defer ev.Mem.Release()
-	seq, err := tr.Add(ctx, pos.Token, pos.ClusterTime, pos.WallTime)
-	if err != nil {
-		return false
+	var seq uint64
+	if ev.Txn != nil && ev.Txn.Index > 0 {
+		// A transaction's later events do not wait for room in the
+		// tracker: a grouped sink acknowledges them only with the
+		// earlier ones (router/txn.go).
+		seq = tr.AddOver(pos.Token, pos.ClusterTime, pos.WallTime)
+	} else {
+		var err error
+		if seq, err = tr.Add(ctx, pos.Token, pos.ClusterTime, pos.WallTime); err != nil {
+			return false
+		}
 	}
 	ev.Seq = seq
 	s.mRead.Inc()
@@ -208,7 +216,7 @@ func (s *Source) txnEvent(ctx context.Context, tr *checkpoint.Tracker, tx *txnSt
 		}
 		reopen = h.Token
 	}
-	ev.Txn = &event.Txn{ID: id, Index: tx.next}
+	ev.Txn = &event.Txn{ID: id, Index: tx.next, Unit: s.spec.Unit}
 	tx.next++
 	tx.held = ev
 	return reopen, true

@@ -557,3 +557,35 @@ func TestOversizeStrip(t *testing.T) {
 type incFunc func(int64) int64
 
 func (f incFunc) Inc() { f(1) }
+
+// A transaction (transactions = "group") of 23 events goes out as
+// consecutive entries of 3 PutEvents calls (10 entries each at most), in
+// order.
+func TestSendTxnGroup(t *testing.T) {
+	f := &fakeBus{}
+	b := newTestSink(t, f, nil)
+	evs := events(t, 23, 100)
+	for i, e := range evs {
+		e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == 22}
+	}
+	if err := b.Send(sinks.WithTxnGroup(context.Background()), evs); err != nil {
+		t.Fatal(err)
+	}
+	calls := f.snapshot()
+	if len(calls) != 3 {
+		t.Fatalf("%d calls, want 3", len(calls))
+	}
+	k := 0
+	for _, c := range calls {
+		for _, e := range c {
+			env, _ := evs[k].Envelope(false)
+			if e.Detail != string(env) {
+				t.Fatalf("entry %d out of order", k)
+			}
+			k++
+		}
+	}
+	if k != 23 {
+		t.Fatalf("%d entries, want 23", k)
+	}
+}

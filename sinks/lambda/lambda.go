@@ -308,6 +308,9 @@ func (l *Lambda) Send(ctx context.Context, batch []*event.Event) error {
 	if l.closed.Load() {
 		return sinks.Retryable("closed", 0, fmt.Errorf("%s: send after close", l.prefix))
 	}
+	if sinks.TxnGroup(ctx) {
+		return l.sendGroup(ctx, batch)
+	}
 	var failed map[int]error
 	envs := make([][]byte, len(batch))
 	sizes := make([]int, len(batch))
@@ -357,6 +360,93 @@ func (l *Lambda) Send(ctx context.Context, batch []*event.Event) error {
 	if len(batch) == 1 && errors.As(err, &be) && be.Failed[0] != nil {
 		return be.Failed[0] // the one event failed before the call
 	}
+	return err
+}
+
+// sendGroup invokes the function once with the events of one transaction
+// (sinks.WithTxnGroup) as a JSON array, whatever batch_size says. A payload
+// over the invocation type's limit is split in order into parts, each
+// element's "txn" then carrying "part" and "parts", invoked one after the
+// other; once one fails the later ones are not invoked. An event whose
+// payload alone is too large follows the oversize policy and is left out.
+func (l *Lambda) sendGroup(ctx context.Context, batch []*event.Event) error {
+	failed := map[int]error{}
+	envs := make([][]byte, len(batch))
+	sizes := make([]int, len(batch))
+	ok := make([]bool, len(batch))
+	stripped := make([]bool, len(batch))
+	built := 0
+	for i, e := range batch {
+		env, err := sinks.EncodeRecord(e, l.canonical)
+		if err != nil {
+			failed[i] = sinks.Permanent("encode", fmt.Errorf("%s: %w", l.prefix, err))
+			continue
+		}
+		p, err := l.oversize.Fit(e, l.canonical, env, l.maxBytes-2-event.TxnPartReserve, payloadLen, l.prefix, "payload for invocation type "+string(l.invType))
+		if err != nil {
+			failed[i] = err
+			continue
+		}
+		envs[i], sizes[i], ok[i], stripped[i] = p.Body, len(p.Body), true, p.Stripped
+		built += p.Built()
+	}
+	pre := len(failed)
+	parts := sinks.TxnParts(sizes, ok, l.maxBytes)
+	if len(parts) > 1 {
+		reserved := make([]int, len(sizes))
+		for i, n := range sizes {
+			reserved[i] = n + event.TxnPartReserve
+		}
+		parts = sinks.TxnParts(reserved, ok, l.maxBytes)
+		for p, idx := range parts {
+			for _, i := range idx {
+				if t := batch[i].Txn; t != nil {
+					envs[i] = event.MarkTxnPart(envs[i], t, p+1, len(parts))
+					built += len(envs[i])
+				}
+			}
+		}
+	}
+	defer sinks.Hold(ctx, int64(built))()
+	ctx, cancel := awsutil.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	var callErr error
+	for _, idx := range parts {
+		if callErr != nil {
+			nerr := callErr
+			if de, ok := callErr.(*sinks.Error); ok && de.Permanent {
+				nerr = sinks.Retryable("not_sent", 0, fmt.Errorf("%s: not invoked after an earlier part of the transaction failed: %w", l.prefix, callErr))
+			}
+			for _, i := range idx {
+				failed[i] = nerr
+			}
+			continue
+		}
+		ps := make([][]byte, len(idx))
+		sz := make([]int, len(idx))
+		for j, i := range idx {
+			ps[j], sz[j] = envs[i], len(envs[i])
+		}
+		body := sinks.AppendJSONArray(make([]byte, 0, sinks.JSONArraySize(sz...)), ps...)
+		if err := l.invoke(ctx, body); err != nil {
+			if awsutil.Cancelled(ctx) {
+				return err
+			}
+			callErr = err
+			for _, i := range idx {
+				failed[i] = err
+			}
+		}
+	}
+	var err error
+	switch {
+	case len(failed) == 0:
+	case pre == 0 && len(parts) == 1 && callErr != nil:
+		err = callErr
+	default:
+		err = &sinks.BatchError{Failed: failed}
+	}
+	l.oversize.Delivered(stripped, err)
 	return err
 }
 

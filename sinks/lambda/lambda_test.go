@@ -389,3 +389,62 @@ func TestInvokeErrorClasses(t *testing.T) {
 type counter struct{ n atomic.Int64 }
 
 func (c *counter) Inc() { c.n.Add(1) }
+
+// A transaction (transactions = "group") is one invocation with a JSON
+// array whatever batch_size says; one over the payload limit is split in
+// order into invocations whose elements carry part and parts.
+func TestSendTxnGroup(t *testing.T) {
+	srv := awstest.NewLambda(awstest.Options{})
+	defer srv.Close()
+	srv.AddFunction("step1", nil, nil)
+	ctx := sinks.WithTxnGroup(context.Background())
+	txn := func(n int) []*event.Event {
+		evs := events(t, n, 300)
+		for i, e := range evs {
+			e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == n-1}
+		}
+		return evs
+	}
+	type elem struct {
+		Txn struct{ Index, Part, Parts int } `json:"txn"`
+	}
+	parse := func(p []byte) []elem {
+		var out []elem
+		if err := json.Unmarshal(p, &out); err != nil {
+			t.Fatalf("payload is not an array: %v", err)
+		}
+		return out
+	}
+	s := newSink(t, srv, nil) // batch_size 1
+	if err := s.Send(ctx, txn(6)); err != nil {
+		t.Fatal(err)
+	}
+	invs := srv.Invocations()
+	if len(invs) != 1 || len(parse(invs[0].Payload)) != 6 {
+		t.Fatalf("%d invocations, want one array of 6", len(invs))
+	}
+	srv.Reset()
+	s = newSink(t, srv, func(c *Config) { c.MaxPayloadBytes = 2500 })
+	if err := s.Send(ctx, txn(6)); err != nil {
+		t.Fatal(err)
+	}
+	invs = srv.Invocations()
+	if len(invs) < 2 {
+		t.Fatalf("%d invocations, want parts", len(invs))
+	}
+	idx := 0
+	for p, inv := range invs {
+		if len(inv.Payload) > 2500 {
+			t.Errorf("part %d: %d bytes over the limit", p+1, len(inv.Payload))
+		}
+		for _, e := range parse(inv.Payload) {
+			if e.Txn.Index != idx || e.Txn.Part != p+1 || e.Txn.Parts != len(invs) {
+				t.Fatalf("part %d: element %+v, want index %d", p+1, e.Txn, idx)
+			}
+			idx++
+		}
+	}
+	if idx != 6 {
+		t.Fatalf("%d events invoked, want 6", idx)
+	}
+}

@@ -463,3 +463,34 @@ func BenchmarkSend10(b *testing.B) {
 		f.mu.Unlock()
 	}
 }
+
+// A transaction (transactions = "group") larger than one call goes out as
+// consecutive entries of as few SendMessageBatch calls as the quotas allow
+// (10 entries each), in order.
+func TestSendTxnGroup(t *testing.T) {
+	f := &fakeQueue{}
+	s, _ := newTestSink(t, f, nil)
+	evs := events(t, 25, 100)
+	for i, e := range evs {
+		e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == 24}
+	}
+	if err := s.Send(sinks.WithTxnGroup(context.Background()), evs); err != nil {
+		t.Fatal(err)
+	}
+	calls := f.snapshot()
+	if len(calls) != 3 {
+		t.Fatalf("%d calls, want 3", len(calls))
+	}
+	i := 0
+	for _, c := range calls {
+		for _, m := range c.Entries {
+			if m.MessageDeduplicationId != DeduplicationID(evs[i]) {
+				t.Fatalf("message %d out of order", i)
+			}
+			i++
+		}
+	}
+	if i != 25 {
+		t.Fatalf("%d messages, want 25", i)
+	}
+}

@@ -517,6 +517,8 @@ func (w *Webhook) Send(ctx context.Context, batch []*event.Event) error {
 		// Retryable: during shutdown the engine will not retry, and a
 		// programming error must not dead-letter events.
 		return sinks.Retryable("closed", 0, fmt.Errorf("webhook %s: send after close", w.name))
+	case sinks.TxnGroup(ctx):
+		return w.sendGroup(ctx, batch)
 	case !w.batching:
 		if len(batch) == 1 {
 			return w.sendOne(ctx, batch[0])
@@ -627,6 +629,97 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err erro
 	}
 	if only != nil && len(failed) == len(batch) {
 		return only
+	}
+	return &sinks.BatchError{Failed: failed}
+}
+
+// sendGroup sends the events of one transaction (sinks.WithTxnGroup) as
+// one JSON array, whatever the sink's batch size. An array larger than
+// max_request_bytes is split in order into parts of at most that size, each
+// element's "txn" then carrying "part" and "parts"; the parts are posted one
+// after the other, and once one fails the later ones are not sent (they
+// fail with a retryable "not_sent" error, or the same one). An event whose
+// envelope alone is too large follows the oversize policy and is left out
+// (a permanent failure in the returned *sinks.BatchError).
+func (w *Webhook) sendGroup(ctx context.Context, batch []*event.Event) (err error) {
+	failed := map[int]error{}
+	envs := make([][]byte, len(batch))
+	sizes := make([]int, len(batch))
+	ok := make([]bool, len(batch))
+	stripped := make([]bool, len(batch))
+	defer func() { w.oversize.Delivered(stripped, err) }()
+	built := 0
+	for i, e := range batch {
+		env, err := sinks.EncodeRecord(e, w.canonical)
+		if err != nil {
+			failed[i] = sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
+			continue
+		}
+		p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes-event.TxnPartReserve, arrayBodyLen, "webhook "+w.name, "request body")
+		if err != nil {
+			failed[i] = err
+			continue
+		}
+		envs[i], sizes[i], ok[i], stripped[i] = p.Body, len(p.Body), true, p.Stripped
+		built += p.Built()
+	}
+	pre := len(failed) // left out before any request
+	parts := sinks.TxnParts(sizes, ok, w.maxBytes)
+	if len(parts) > 1 {
+		// Split: every element says which part it is in (a few more
+		// bytes each, hence the split with room for them).
+		reserved := make([]int, len(sizes))
+		for i, n := range sizes {
+			reserved[i] = n + event.TxnPartReserve
+		}
+		parts = sinks.TxnParts(reserved, ok, w.maxBytes)
+		for p, idx := range parts {
+			for _, i := range idx {
+				if t := batch[i].Txn; t != nil {
+					envs[i] = event.MarkTxnPart(envs[i], t, p+1, len(parts))
+					built += len(envs[i])
+				}
+			}
+		}
+	}
+	defer sinks.Hold(ctx, int64(built))()
+	var callErr error
+	for _, idx := range parts {
+		if callErr != nil {
+			nerr := callErr
+			if de, ok := callErr.(*sinks.Error); ok && de.Permanent {
+				nerr = sinks.Retryable("not_sent", 0, fmt.Errorf("webhook %s: not sent after an earlier part of the transaction failed: %w", w.name, callErr))
+			}
+			for _, i := range idx {
+				failed[i] = nerr
+			}
+			continue
+		}
+		ps := make([][]byte, len(idx))
+		sz := make([]int, len(idx))
+		ids := make([]string, len(idx))
+		for j, i := range idx {
+			ps[j], sz[j], ids[j] = envs[i], len(envs[i]), batch[i].ID
+		}
+		body := sinks.AppendJSONArray(make([]byte, 0, sinks.JSONArraySize(sz...)), ps...)
+		mem := memory.FromContext(ctx).Force(int64(cap(body)))
+		perr := w.post(ctx, BatchID(ids), body, nil)
+		mem.Release()
+		if perr != nil {
+			if ctx.Err() != nil {
+				return perr
+			}
+			callErr = perr
+			for _, i := range idx {
+				failed[i] = perr
+			}
+		}
+	}
+	switch {
+	case len(failed) == 0:
+		return nil
+	case pre == 0 && len(parts) == 1 && callErr != nil:
+		return callErr // the one request failed as a whole
 	}
 	return &sinks.BatchError{Failed: failed}
 }

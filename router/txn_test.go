@@ -1,0 +1,418 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks"
+)
+
+// txnEvent is posEvent in collection coll, as an event of transaction id
+// (index i, last when last).
+func txnEvent(t testing.TB, seq, doc int, coll, id string, i int, last bool) *event.Event {
+	t.Helper()
+	ct := bson.Timestamp{T: ctBase, I: uint32(seq)}
+	raw, err := bson.Marshal(bson.D{
+		{Key: "_id", Value: bson.D{{Key: "_data", Value: fmt.Sprintf("82%08X%08X2B0229296E04", ct.T, ct.I)}}},
+		{Key: "operationType", Value: "update"},
+		{Key: "clusterTime", Value: ct},
+		{Key: "ns", Value: bson.D{{Key: "db", Value: "shop"}, {Key: "coll", Value: coll}}},
+		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: doc}}},
+		{Key: "fullDocument", Value: bson.D{{Key: "_id", Value: doc}, {Key: "seq", Value: seq}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := event.FromChange("orders", uint64(seq), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != "" {
+		ev.Txn = &event.Txn{ID: id, Index: i, Last: last, Unit: "orders"}
+	}
+	return ev
+}
+
+// callSink records every Send: its events, whether it was marked as a
+// transaction group, and when it started and ended (a global counter).
+type callSink struct {
+	name  string
+	max   int
+	clock atomic.Int64
+	// hold, when set, is called at the start of each Send (to slow a
+	// call down) and may fail it.
+	hold func(batch []*event.Event, group bool) error
+
+	mu    sync.Mutex
+	calls []call
+}
+
+type call struct {
+	evs        []*event.Event
+	group      bool
+	start, end int64
+	err        error
+}
+
+func (s *callSink) Name() string  { return s.name }
+func (s *callSink) MaxBatch() int { return s.max }
+func (s *callSink) Close() error  { return nil }
+func (s *callSink) Send(ctx context.Context, batch []*event.Event) error {
+	c := call{evs: append([]*event.Event(nil), batch...), group: sinks.TxnGroup(ctx), start: s.clock.Add(1)}
+	var err error
+	if s.hold != nil {
+		err = s.hold(batch, c.group)
+	}
+	c.end, c.err = s.clock.Add(1), err
+	s.mu.Lock()
+	s.calls = append(s.calls, c)
+	s.mu.Unlock()
+	return err
+}
+
+func (s *callSink) all() []call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]call(nil), s.calls...)
+}
+
+// delivered returns the successful calls.
+func (s *callSink) delivered() []call {
+	var out []call
+	for _, c := range s.all() {
+		if c.err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// A transaction's events go out in one Send marked as a group, in order,
+// whatever batch_size says; the later changes of its documents are sent
+// only after it was delivered, and the earlier ones before it, although
+// they sit in other partitions (the group is slow, the later changes would
+// overtake it without the barriers; the earlier change of doc 3 needs a
+// retry, the group would overtake it without them).
+func TestTxnGroupOneSendAndHoldBack(t *testing.T) {
+	var failedOnce atomic.Bool
+	s := &callSink{name: "s", max: 1}
+	s.hold = func(batch []*event.Event, group bool) error {
+		if group {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !group && seqOf(batch[0]) == 2 && !failedOnce.Swap(true) {
+			time.Sleep(50 * time.Millisecond)
+			return sinks.Retryable("throttled", 0, errors.New("throttled"))
+		}
+		return nil
+	}
+	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 8, BatchSize: 1, Group: true})
+	var acked atomic.Int64
+	ack := func() { acked.Add(1) }
+	seq := 0
+	next := func() int { seq++; return seq }
+	// Earlier single changes of docs 0..4.
+	for d := range 5 {
+		eng.Dispatch(txnEvent(t, next(), d, "orders", "", 0, false), ack)
+	}
+	// The transaction: docs 0..4 and doc 0 again.
+	docs := []int{0, 1, 2, 3, 4, 0}
+	for i, d := range docs {
+		eng.Dispatch(txnEvent(t, next(), d, "orders", "tx1", i, i == len(docs)-1), ack)
+	}
+	// Later single changes of the same documents, and of others.
+	for d := range 8 {
+		eng.Dispatch(txnEvent(t, next(), d, "orders", "", 0, false), ack)
+	}
+	total := int64(seq)
+	waitUntil(t, "all acked", func() bool { return acked.Load() == total })
+
+	var grp *call
+	for _, c := range s.delivered() {
+		if c.group {
+			if grp != nil {
+				t.Fatalf("two group calls")
+			}
+			c := c
+			grp = &c
+		}
+	}
+	if grp == nil || len(grp.evs) != len(docs) {
+		t.Fatalf("group call = %+v, want one with %d events", grp, len(docs))
+	}
+	for i, e := range grp.evs {
+		if e.Txn == nil || e.Txn.Index != i || e.Txn.ID != "tx1" {
+			t.Fatalf("group event %d: txn %+v", i, e.Txn)
+		}
+	}
+	for _, c := range s.delivered() {
+		if c.group {
+			continue
+		}
+		e := c.evs[0]
+		d := int(e.Raw.Lookup("documentKey", "_id").Int32())
+		if d > 4 {
+			continue
+		}
+		if sq := seqOf(e); sq <= 5 && c.end > grp.start {
+			t.Errorf("earlier change seq %d of doc %d ended at %d, after the group started at %d", sq, d, c.end, grp.start)
+		} else if sq > 11 && c.start < grp.end {
+			t.Errorf("later change seq %d of doc %d started at %d, before the group ended at %d", sq, d, c.start, grp.end)
+		}
+	}
+}
+
+// The last event of a transaction need not be routed to the grouped sink:
+// the group of what was routed there goes out when Dispatch sees it, and
+// only the events routed to the sink are in it.
+func TestTxnGroupLastNotRouted(t *testing.T) {
+	s := &callSink{name: "s", max: 10}
+	names := []string{"s"}
+	rules, err := CompileRules([]RuleSpec{{Name: "orders", Source: "orders", Namespaces: []string{"shop.orders"}, Sinks: names}}, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := NewEngine(rules, []SinkSpec{{Sink: s, Retry: fastRetry(3), MaxInFlight: 2, BatchSize: 10, Group: true}}, newMemDL(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	eng.Start(ctx)
+	t.Cleanup(func() { cancel(); eng.Stop() })
+	var acked atomic.Int64
+	ack := func() { acked.Add(1) }
+	eng.Dispatch(txnEvent(t, 1, 1, "orders", "tx", 0, false), ack)
+	eng.Dispatch(txnEvent(t, 2, 2, "items", "tx", 1, false), ack)
+	eng.Dispatch(txnEvent(t, 3, 3, "orders", "tx", 2, false), ack)
+	eng.Dispatch(txnEvent(t, 4, 4, "items", "tx", 3, true), ack)
+	waitUntil(t, "all acked", func() bool { return acked.Load() == 4 })
+	calls := s.delivered()
+	if len(calls) != 1 || !calls[0].group || len(calls[0].evs) != 2 || seqOf(calls[0].evs[0]) != 1 || seqOf(calls[0].evs[1]) != 3 {
+		t.Fatalf("calls = %+v, want one group of seq 1 and 3", calls)
+	}
+}
+
+// A group whose Send fails on one entry (retryable) is sent again whole, in
+// order; one that fails for good is dead-lettered whole, every event acked.
+func TestTxnGroupRetriedAndDeadLetteredWhole(t *testing.T) {
+	t.Run("retry", func(t *testing.T) {
+		var n atomic.Int32
+		s := &callSink{name: "s", max: 1}
+		s.hold = func(batch []*event.Event, group bool) error {
+			if group && n.Add(1) == 1 {
+				return &sinks.BatchError{Failed: map[int]error{1: sinks.Retryable("throttled", 0, errors.New("throttled"))}}
+			}
+			return nil
+		}
+		eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 4, BatchSize: 1, Group: true})
+		var acked atomic.Int64
+		for i := range 3 {
+			eng.Dispatch(txnEvent(t, i+1, i, "orders", "tx", i, i == 2), func() { acked.Add(1) })
+		}
+		waitUntil(t, "all acked", func() bool { return acked.Load() == 3 })
+		calls := s.all()
+		if len(calls) != 2 {
+			t.Fatalf("%d calls, want 2", len(calls))
+		}
+		for _, c := range calls {
+			if !c.group || len(c.evs) != 3 {
+				t.Fatalf("call %+v: want the whole group", c)
+			}
+		}
+	})
+	t.Run("deadletter", func(t *testing.T) {
+		s := &callSink{name: "s", max: 1}
+		s.hold = func(batch []*event.Event, group bool) error {
+			return sinks.Permanent("http_400", errors.New("bad request"))
+		}
+		dl := newMemDL()
+		eng := newTestEngine(t, dl, SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 4, BatchSize: 1, Group: true})
+		var acked atomic.Int64
+		for i := range 3 {
+			eng.Dispatch(txnEvent(t, i+1, i, "orders", "tx", i, i == 2), func() { acked.Add(1) })
+		}
+		waitUntil(t, "all acked", func() bool { return acked.Load() == 3 })
+		dl.mu.Lock()
+		n := len(dl.entries)
+		var txns []int
+		for _, e := range dl.entries {
+			if e.Txn != nil {
+				txns = append(txns, e.Txn.Index)
+			}
+		}
+		dl.mu.Unlock()
+		if n != 3 || len(txns) != 3 {
+			t.Fatalf("%d dead letters (%d with txn), want 3", n, len(txns))
+		}
+	})
+}
+
+// Many transactions over few documents and many partitions, interleaved
+// with single changes: every group is one Send, and no document's change
+// overtakes another (the barriers cannot deadlock).
+func TestTxnGroupManyNoDeadlockPerDocOrder(t *testing.T) {
+	s := &callSink{name: "s", max: 10}
+	s.hold = func(batch []*event.Event, group bool) error {
+		if len(batch)%3 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		return nil
+	}
+	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 16, BatchSize: 10, Group: true})
+	var acked atomic.Int64
+	ack := func() { acked.Add(1) }
+	seq := 0
+	want := map[string]int{}
+	for tx := range 200 {
+		id := fmt.Sprint("tx", tx)
+		size := 1 + tx%7
+		for i := range size {
+			seq++
+			eng.Dispatch(txnEvent(t, seq, (tx*3+i*5)%23, "orders", id, i, i == size-1), ack)
+		}
+		want[id] = size
+		seq++
+		eng.Dispatch(txnEvent(t, seq, tx%23, "orders", "", 0, false), ack)
+	}
+	total := int64(seq)
+	waitUntil(t, "all acked", func() bool { return acked.Load() == total })
+	var evs []*event.Event
+	for _, c := range s.delivered() {
+		if c.group {
+			id := c.evs[0].Txn.ID
+			if len(c.evs) != want[id] {
+				t.Fatalf("group %s has %d events, want %d", id, len(c.evs), want[id])
+			}
+			delete(want, id)
+		}
+		for _, e := range c.evs {
+			if (e.Txn != nil) != c.group {
+				t.Fatalf("event seq %d (txn %v) in a call with group=%v", seqOf(e), e.Txn, c.group)
+			}
+		}
+	}
+	if len(want) != 0 {
+		t.Fatalf("%d transactions never sent as a group", len(want))
+	}
+	// Per-document order by the calls' start order.
+	calls := s.delivered()
+	last := map[int]int{}
+	byStart := make([]call, len(calls))
+	copy(byStart, calls)
+	for i := 1; i < len(byStart); i++ {
+		for j := i; j > 0 && byStart[j].start < byStart[j-1].start; j-- {
+			byStart[j], byStart[j-1] = byStart[j-1], byStart[j]
+		}
+	}
+	for _, c := range byStart {
+		for _, e := range c.evs {
+			evs = append(evs, e)
+			d := int(e.Raw.Lookup("documentKey", "_id").Int32())
+			if sq := seqOf(e); sq < last[d] {
+				t.Fatalf("doc %d: seq %d sent after %d", d, sq, last[d])
+			}
+			last[d] = seqOf(e)
+		}
+	}
+	if len(evs) != seq {
+		t.Fatalf("%d events delivered, want %d", len(evs), seq)
+	}
+}
+
+// A transaction whose events are routed to a grouped lane that a reload
+// retires before its last event: what the old lane collected is queued
+// (not held forever), so every event is acknowledged.
+func TestTxnGroupRetireQueuesOpenGroup(t *testing.T) {
+	s := &callSink{name: "s", max: 10}
+	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(3), MaxInFlight: 2, BatchSize: 10, Group: true})
+	var acked atomic.Int64
+	ack := func() { acked.Add(1) }
+	eng.Dispatch(txnEvent(t, 1, 1, "orders", "tx", 0, false), ack)
+	eng.Dispatch(txnEvent(t, 2, 2, "orders", "tx", 1, false), ack)
+	s2 := &callSink{name: "s", max: 10}
+	rules, err := CompileRules([]RuleSpec{{Name: "all", Source: "orders", Sinks: []string{"s"}}}, []string{"s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Reload(rules, []LaneUpdate{{Name: "s", Spec: SinkSpec{Sink: s2, Retry: fastRetry(3), MaxInFlight: 2, BatchSize: 10, Group: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	eng.Dispatch(txnEvent(t, 3, 3, "orders", "tx", 2, true), ack)
+	waitUntil(t, "all acked", func() bool { return acked.Load() == 3 })
+}
+
+// A grouped sink that keeps failing parks its transactions; the re-drive
+// delivers each transaction again as one group, in stream order, with the
+// single changes between them in their places.
+func TestTxnGroupParkedRedrivenWhole(t *testing.T) {
+	dl := newMemDL()
+	var down atomic.Bool
+	down.Store(true)
+	s := &callSink{name: "sick", max: 1}
+	s.hold = func(batch []*event.Event, group bool) error {
+		if down.Load() {
+			return sinks.Retryable("http_503", 0, errors.New("503 unavailable"))
+		}
+		return nil
+	}
+	eng := newTestEngine(t, dl, SinkSpec{
+		Sink: s, Retry: sinks.RetryPolicy{MaxAttempts: 1000, InitialInterval: 5 * time.Millisecond, MaxInterval: 20 * time.Millisecond, Multiplier: 2},
+		MaxInFlight: 4, ParkAfter: 100 * time.Millisecond, Group: true,
+	})
+	var acked atomic.Int64
+	ack := func() { acked.Add(1) }
+	seq := 0
+	sizes := map[string]int{}
+	for tx := range 30 {
+		id := fmt.Sprint("tx", tx)
+		size := 1 + tx%5
+		sizes[id] = size
+		for i := range size {
+			seq++
+			eng.Dispatch(txnEvent(t, seq, (tx+i)%7, "orders", id, i, i == size-1), ack)
+		}
+		seq++
+		eng.Dispatch(txnEvent(t, seq, tx%7, "orders", "", 0, false), ack)
+	}
+	total := int64(seq)
+	waitUntil(t, "everything parked and acked", func() bool { return acked.Load() == total })
+	if !eng.Lane("sick").Status().Parked {
+		t.Fatal("lane not parked")
+	}
+	down.Store(false)
+	waitUntil(t, "lane live again", func() bool { return !eng.Lane("sick").Status().Parked })
+	last := 0
+	seen := map[int]bool{}
+	for _, c := range s.delivered() {
+		if c.group {
+			id := c.evs[0].Txn.ID
+			if len(c.evs) != sizes[id] {
+				t.Fatalf("group %s re-driven with %d events, want %d", id, len(c.evs), sizes[id])
+			}
+		} else if c.evs[0].Txn != nil {
+			t.Fatalf("event of %s re-driven alone", c.evs[0].Txn.ID)
+		}
+		for i, e := range c.evs {
+			if c.group && (e.Txn == nil || e.Txn.Index != i) {
+				t.Fatalf("group element %d: txn %+v", i, e.Txn)
+			}
+			sq := seqOf(e)
+			if sq <= last {
+				t.Fatalf("seq %d re-driven after %d", sq, last)
+			}
+			last = sq
+			seen[sq] = true
+		}
+	}
+	if len(seen) != seq {
+		t.Fatalf("%d events re-driven, want %d", len(seen), seq)
+	}
+}
