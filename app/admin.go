@@ -478,7 +478,7 @@ func (g *gateway) replay(w http.ResponseWriter, r *http.Request, f deadletter.Fi
 	// A replay waits for its deliveries (retries included): no write
 	// deadline for it.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	res, err := g.dls.Replay(memory.WithBudget(r.Context(), g.budget), f, opts.deliverer(g.engine))
+	res, err := g.dls.ReplayGrouped(memory.WithBudget(r.Context(), g.budget), f, opts.deliverer(g.engine), opts.groups(g.engine))
 	rep := replayReport{Replayed: res.Replayed, Failed: res.Failed, Skipped: res.Skipped}
 	for _, e := range res.Errors {
 		rep.Errors = append(rep.Errors, e.Error())

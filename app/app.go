@@ -561,6 +561,16 @@ func (o ReplayOptions) deliverer(e *router.Engine) func(context.Context, string,
 	return e.DeliverNow
 }
 
+// groups returns the engine's delivery of one transaction's entries, for
+// a replay with opts, to the sinks with transactions = "group".
+func (o ReplayOptions) groups(e *router.Engine) deadletter.GroupDelivery {
+	g := deadletter.GroupDelivery{Grouped: e.Grouped, Deliver: e.DeliverGroupNow}
+	if o.DeliverUnrouted {
+		g.Deliver = e.DeliverGroupUnrouted
+	}
+	return g
+}
+
 // Replay re-delivers the dead letters matching f through their sinks (built
 // from cfg) with each sink's retry policy, routed and shaped as the current
 // configuration would a live change (router.Rules.ReshapeStored); an entry
@@ -591,7 +601,7 @@ func Replay(ctx context.Context, cfg *config.Config, client *mongo.Client, f dea
 	}
 	budget := memory.NewBudget(sizing.Budget, log, nil)
 	engine.SetBudget(budget)
-	return dls.Replay(memory.WithBudget(ctx, budget), f, opts.deliverer(engine))
+	return dls.ReplayGrouped(memory.WithBudget(ctx, budget), f, opts.deliverer(engine), opts.groups(engine))
 }
 
 // countDeadLetters refreshes the dead-letter gauge until ctx is done.

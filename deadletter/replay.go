@@ -84,6 +84,27 @@ type ReplayResult struct {
 // to stop: ctx ended or the store failed. Delivery failures are reported in
 // the result.
 func (s *Store) Replay(ctx context.Context, f Filter, deliver func(ctx context.Context, sink string, e *event.Event) error) (ReplayResult, error) {
+	return s.ReplayGrouped(ctx, f, deliver, GroupDelivery{})
+}
+
+// GroupDelivery is how ReplayGrouped delivers the failed entries of one
+// transaction to a sink that takes a transaction whole (transactions =
+// "group").
+type GroupDelivery struct {
+	// Grouped reports whether sink takes a transaction's events together.
+	Grouped func(sink string) bool
+	// Deliver delivers the events of one transaction, in txn.index order,
+	// as one group (sinks.WithTxnGroup), retries included.
+	Deliver func(ctx context.Context, sink string, evs []*event.Event) error
+}
+
+// ReplayGrouped is Replay, except that for a sink g.Grouped reports, the
+// failed entries of one transaction (same source, txn.id and sink) that
+// match f are replayed together when the first of them comes in stream
+// order: all claimed, delivered through g.Deliver in txn.index order,
+// then all deleted, or the failure recorded on all. f.Limit counts the
+// listed entries; the other entries of their transactions come with them.
+func (s *Store) ReplayGrouped(ctx context.Context, f Filter, deliver func(ctx context.Context, sink string, e *event.Event) error, g GroupDelivery) (ReplayResult, error) {
 	var res ReplayResult
 	kinds := bson.A{KindFailed}
 	switch f.Kind {
@@ -131,9 +152,13 @@ func (s *Store) Replay(ctx context.Context, f Filter, deliver func(ctx context.C
 	failedKeys := map[string]bool{}
 	holdBack := func(e Entry) { failedKeys[heldKey(e)] = true }
 	claim := newClaimToken()
+	taken := map[string]bool{} // replayed with their transaction already
 	for _, id := range ids {
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("dead letters: replay: %w", err)
+		}
+		if taken[id] {
+			continue
 		}
 		head, ok, err := s.head(ctx, id)
 		if err != nil {
@@ -144,6 +169,21 @@ func (s *Store) Replay(ctx context.Context, f Filter, deliver func(ctx context.C
 		}
 		if head.Kind == KindGap {
 			res.Skipped++
+			continue
+		}
+		if head.Txn != nil && g.Grouped != nil && g.Deliver != nil && g.Grouped(head.Sink) {
+			members, err := s.txnMembers(ctx, q, head)
+			if err != nil {
+				return res, fmt.Errorf("dead letters: replay: %w", err)
+			}
+			var stop bool
+			res, stop, err = s.replayTxn(ctx, members, claim, res, failedKeys, holdBack, g.Deliver)
+			for _, m := range members {
+				taken[m.ID] = true
+			}
+			if stop {
+				return res, err
+			}
 			continue
 		}
 		if failedKeys[heldKey(head)] {
@@ -207,7 +247,7 @@ func (s *Store) replayOne(ctx context.Context, id string, head Entry, claim stri
 		return res, false, nil
 	}
 	ev.Mem = mem
-	derr := s.deliverClaimed(ctx, id, claim, func(ctx context.Context) error { return deliver(ctx, e.Sink, ev) })
+	derr := s.deliverClaimed(ctx, []string{id}, claim, func(ctx context.Context) error { return deliver(ctx, e.Sink, ev) })
 	if derr == nil {
 		if _, err := s.deleteClaimed(ctx, id, claim); err != nil {
 			// Delivered but still stored: a later replay delivers it
@@ -239,6 +279,169 @@ func (s *Store) replayOne(ctx context.Context, id string, head Entry, claim stri
 	holdBack(e)
 	if err := s.recordFailure(ctx, id, claim, derr); err != nil {
 		return res, true, fmt.Errorf("dead letters: replay: %w", err)
+	}
+	return res, false, nil
+}
+
+// txnMembers returns the summaries of the failed entries matching q of
+// head's transaction (same source, txn.id and sink), in txn.index order.
+// The events of a transaction share its commit cluster time (source/txn.go),
+// which keeps the query on the kind_sink_clusterTime_order_id index.
+func (s *Store) txnMembers(ctx context.Context, q bson.D, head Entry) ([]Entry, error) {
+	tq := bson.D{{Key: "$and", Value: bson.A{q, bson.D{
+		{Key: "kind", Value: KindFailed},
+		{Key: "sink", Value: head.Sink},
+		{Key: "clusterTime", Value: head.ClusterTime},
+		{Key: "source", Value: head.Source},
+		{Key: "txn.id", Value: head.Txn.ID},
+	}}}}
+	opts := options.Find().
+		SetSort(bson.D{{Key: "txn.index", Value: 1}, {Key: "clusterTime", Value: 1}, {Key: "order", Value: 1}, {Key: "_id", Value: 1}}).
+		SetProjection(summaryProjection)
+	cur, err := s.coll.Find(ctx, tq, opts)
+	if err != nil {
+		return nil, err
+	}
+	var rs []record
+	if err := cur.All(ctx, &rs); err != nil {
+		return nil, err
+	}
+	out := make([]Entry, 0, len(rs))
+	for i := range rs {
+		out = append(out, rs[i].entry())
+	}
+	return out, nil
+}
+
+// replayTxn claims, delivers as one group and deletes (or records the
+// failure of) the failed entries of one transaction, members in txn.index
+// order; stop reports that Replay must return res and err. An entry that
+// cannot be claimed or rebuilt keeps the whole transaction back.
+func (s *Store) replayTxn(ctx context.Context, members []Entry, claim string, res ReplayResult, failedKeys map[string]bool,
+	holdBack func(Entry), deliver func(ctx context.Context, sink string, evs []*event.Event) error) (_ ReplayResult, stop bool, _ error) {
+	// skipAll leaves every member where it is, held back with culprit (when
+	// not empty, counted by the caller).
+	skipAll := func(culprit string) {
+		for _, m := range members {
+			holdBack(m)
+			if m.ID == culprit {
+				continue
+			}
+			res.Skipped++
+			res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", m.ID, ErrHeldBack))
+		}
+	}
+	for _, m := range members {
+		if failedKeys[heldKey(m)] {
+			skipAll("")
+			return res, false, nil
+		}
+	}
+	var mems []*memory.Charge
+	defer func() {
+		for _, mem := range mems {
+			mem.Release()
+		}
+	}()
+	var claimed []string
+	releaseAll := func() {
+		for _, id := range claimed {
+			s.release(ctx, id, claim)
+		}
+	}
+	var evs []*event.Event
+	var sink string
+	for i, m := range members {
+		// The first entry waits for the byte budget like a single one;
+		// the later ones are charged without waiting (waiting on bytes
+		// the earlier ones hold could never end).
+		var mem *memory.Charge
+		if i == 0 {
+			var err error
+			mem, err = memory.FromContext(ctx).Acquire(ctx, MaxEntryBytes, "dead-letter replay")
+			if err != nil {
+				return res, true, fmt.Errorf("dead letters: replay: %w", err)
+			}
+		} else {
+			mem = memory.FromContext(ctx).Force(MaxEntryBytes)
+		}
+		mems = append(mems, mem)
+		e, ok, err := s.claim(ctx, m.ID, claim)
+		if err != nil {
+			releaseAll()
+			return res, true, fmt.Errorf("dead letters: replay: %w", err)
+		}
+		mem.Resize(int64(len(e.Change) + len(e.Envelope) + len(e.DocumentKey)))
+		if !ok {
+			if _, still, err := s.head(ctx, m.ID); err != nil {
+				releaseAll()
+				return res, true, fmt.Errorf("dead letters: replay: %w", err)
+			} else if !still {
+				continue // delivered and deleted by another replay meanwhile
+			}
+			releaseAll()
+			res.Skipped++
+			res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", m.ID, ErrClaimed))
+			skipAll(m.ID)
+			return res, false, nil
+		}
+		claimed = append(claimed, m.ID)
+		ev, err := e.Event()
+		if err != nil {
+			releaseAll()
+			res.Errors = append(res.Errors, err)
+			if errors.Is(err, ErrNotReplayable) {
+				res.Skipped++
+			} else {
+				res.Failed++
+			}
+			skipAll(m.ID)
+			return res, false, nil
+		}
+		ev.Mem = mem
+		evs = append(evs, ev)
+		sink = e.Sink
+	}
+	if len(claimed) == 0 {
+		return res, false, nil
+	}
+	derr := s.deliverClaimed(ctx, claimed, claim, func(ctx context.Context) error { return deliver(ctx, sink, evs) })
+	if derr == nil {
+		for _, id := range claimed {
+			if _, err := s.deleteClaimed(ctx, id, claim); err != nil {
+				// Delivered but still stored: a later replay delivers
+				// it again (at least once), once the claim expired.
+				return res, true, fmt.Errorf("dead letters: replay: %w", err)
+			}
+			res.Replayed++
+		}
+		return res, false, nil
+	}
+	if err := ctx.Err(); err != nil {
+		releaseAll()
+		return res, true, fmt.Errorf("dead letters: replay: %w", err)
+	}
+	for _, m := range members {
+		holdBack(m)
+	}
+	if errors.Is(derr, ErrNotRouted) {
+		releaseAll()
+		if res.NotRouted == nil {
+			res.NotRouted = map[string]int{}
+		}
+		for _, id := range claimed {
+			res.Skipped++
+			res.NotRouted[sink]++
+			res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: %w", id, derr))
+		}
+		return res, false, nil
+	}
+	for _, id := range claimed {
+		res.Failed++
+		res.Errors = append(res.Errors, fmt.Errorf("dead letter %s: sink %s: %w", id, sink, derr))
+		if err := s.recordFailure(ctx, id, claim, derr); err != nil {
+			return res, true, fmt.Errorf("dead letters: replay: %w", err)
+		}
 	}
 	return res, false, nil
 }
@@ -306,8 +509,8 @@ func (s *Store) claim(ctx context.Context, id, token string) (Entry, bool, error
 	return r.entry(), true, nil
 }
 
-// deliverClaimed runs deliver while renewing the claim on id.
-func (s *Store) deliverClaimed(ctx context.Context, id, token string, deliver func(context.Context) error) error {
+// deliverClaimed runs deliver while renewing the claims on ids.
+func (s *Store) deliverClaimed(ctx context.Context, ids []string, token string, deliver func(context.Context) error) error {
 	stop := make(chan struct{})
 	renewed := make(chan struct{})
 	go func() {
@@ -321,7 +524,7 @@ func (s *Store) deliverClaimed(ctx context.Context, id, token string, deliver fu
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				_, _ = s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "claim", Value: token}}, claimUpdate(token))
+				_, _ = s.coll.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "claim", Value: token}}, claimUpdate(token))
 			}
 		}
 	}()

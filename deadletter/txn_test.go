@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -101,5 +103,54 @@ func TestTxnUpgrade(t *testing.T) {
 	}
 	if b, _ := re.Envelope(false); !bytes.Equal(b, env) {
 		t.Fatalf("old entry replays as\n%s\nwant\n%s", b, env)
+	}
+}
+
+// TestReplayGroupedBudget: ReplayGrouped delivers the failed entries of one
+// transaction to a grouped sink together, in txn.index order, under a byte
+// budget of one whole entry (the later entries are charged without
+// waiting), and returns every byte; a sink that is not grouped gets them
+// one at a time.
+func TestReplayGroupedBudget(t *testing.T) {
+	s, ctx := newStore(t)
+	for _, i := range []int{2, 0, 1} {
+		e := ev(t, "orders", "orders", i, 5) // one transaction: one cluster time
+		e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == 2}
+		put(t, ctx, s, entry(t, e, "g", deadletter.KindFailed), entry(t, e, "n", deadletter.KindFailed))
+	}
+	b := memory.NewBudget(deadletter.MaxEntryBytes, nil, nil)
+	var singles []int
+	var groups [][]int
+	res, err := s.ReplayGrouped(memory.WithBudget(ctx, b), deadletter.Filter{}, func(_ context.Context, sink string, e *event.Event) error {
+		if sink != "n" {
+			t.Errorf("single delivery to sink %s", sink)
+		}
+		singles = append(singles, e.Txn.Index)
+		return nil
+	}, deadletter.GroupDelivery{
+		Grouped: func(sink string) bool { return sink == "g" },
+		Deliver: func(_ context.Context, sink string, evs []*event.Event) error {
+			var idx []int
+			for _, e := range evs {
+				if e.Mem.Bytes() < int64(len(e.Raw)) {
+					t.Errorf("grouped event charged %d bytes, its change is %d", e.Mem.Bytes(), len(e.Raw))
+				}
+				idx = append(idx, e.Txn.Index)
+			}
+			groups = append(groups, idx)
+			return nil
+		},
+	})
+	if err != nil || res.Replayed != 6 {
+		t.Fatalf("ReplayGrouped = %+v, %v", res, err)
+	}
+	if fmt.Sprint(groups) != "[[0 1 2]]" || fmt.Sprint(singles) != "[0 1 2]" {
+		t.Fatalf("groups %v, singles %v", groups, singles)
+	}
+	if n, err := s.Count(ctx, deadletter.Filter{}); err != nil || n != 0 {
+		t.Fatalf("%d entries left, %v", n, err)
+	}
+	if b.InUse() != 0 {
+		t.Fatalf("%d bytes still charged", b.InUse())
 	}
 }

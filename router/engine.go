@@ -468,7 +468,7 @@ var ErrParked = errors.New("sink is parked")
 // (skip_empty_updates) counts as delivered. It is used to replay dead
 // letters; it returns the last error when the event could not be delivered.
 func (e *Engine) DeliverNow(ctx context.Context, sink string, ev *event.Event) error {
-	return e.deliverNow(ctx, sink, ev, false)
+	return e.deliverNow(ctx, sink, []*event.Event{ev}, false, false)
 }
 
 // DeliverUnrouted is DeliverNow for an operator who asked for changes that
@@ -477,10 +477,29 @@ func (e *Engine) DeliverNow(ctx context.Context, sink string, ev *event.Event) e
 // the sink's current rules. A change a current rule routes there is shaped
 // as by DeliverNow.
 func (e *Engine) DeliverUnrouted(ctx context.Context, sink string, ev *event.Event) error {
-	return e.deliverNow(ctx, sink, ev, true)
+	return e.deliverNow(ctx, sink, []*event.Event{ev}, true, false)
 }
 
-func (e *Engine) deliverNow(ctx context.Context, sink string, ev *event.Event, unrouted bool) error {
+// Grouped reports whether the named sink delivers the events of one
+// transaction together (transactions = "group").
+func (e *Engine) Grouped(sink string) bool {
+	l := e.Lane(sink)
+	return l != nil && l.spec.Group
+}
+
+// DeliverGroupNow is DeliverNow for the events of one transaction (in
+// txn.index order) replayed to a grouped sink: they are delivered in one
+// request marked as a group (sinks.WithTxnGroup), all or none.
+func (e *Engine) DeliverGroupNow(ctx context.Context, sink string, evs []*event.Event) error {
+	return e.deliverNow(ctx, sink, evs, false, true)
+}
+
+// DeliverGroupUnrouted is DeliverGroupNow with DeliverUnrouted's shaping.
+func (e *Engine) DeliverGroupUnrouted(ctx context.Context, sink string, evs []*event.Event) error {
+	return e.deliverNow(ctx, sink, evs, true, true)
+}
+
+func (e *Engine) deliverNow(ctx context.Context, sink string, evs []*event.Event, unrouted, group bool) error {
 	l := e.Lane(sink)
 	if l == nil {
 		return fmt.Errorf("unknown sink %q", sink)
@@ -489,27 +508,39 @@ func (e *Engine) deliverNow(ctx context.Context, sink string, ev *event.Event, u
 		// Delivering now would overtake the parked backlog of this sink.
 		return fmt.Errorf("sink %s: %w: its parked backlog is being re-driven; replay once it is live again", sink, ErrParked)
 	}
-	ev, skip, err := e.state.Load().rules.ReshapeStored(ev, sink, unrouted)
-	if err != nil {
-		return err
-	}
-	if skip {
-		return nil // skip_empty_updates: nothing to deliver
-	}
-	it := &item{ev: ev}
-	if l.d.tracer != nil {
-		it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "replay")
-		defer it.trace.End()
-	}
-	_, err = l.d.deliver(ctx, []*item{it}, modeReplay, nil)
-	if err == nil {
-		it.trace.Outcome("delivered", "")
-	} else {
-		reason := "error"
-		if de, ok := sinks.Classify(err); ok {
-			reason = de.Reason
+	var items []*item
+	for _, ev := range evs {
+		ev, skip, err := e.state.Load().rules.ReshapeStored(ev, sink, unrouted)
+		if err != nil {
+			return err
 		}
-		it.trace.Outcome("failed", reason)
+		if skip {
+			continue // skip_empty_updates: nothing to deliver
+		}
+		it := &item{ev: ev}
+		if l.d.tracer != nil {
+			it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "replay")
+			defer it.trace.End()
+		}
+		items = append(items, it)
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	if group {
+		ctx = sinks.WithTxnGroup(ctx)
+	}
+	_, err := l.d.deliver(ctx, items, modeReplay, nil)
+	for _, it := range items {
+		if err == nil {
+			it.trace.Outcome("delivered", "")
+		} else {
+			reason := "error"
+			if de, ok := sinks.Classify(err); ok {
+				reason = de.Reason
+			}
+			it.trace.Outcome("failed", reason)
+		}
 	}
 	return err
 }
