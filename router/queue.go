@@ -247,7 +247,13 @@ func (q *keyQueue) schedule() {
 	if len(q.ready) == q.readyAt || q.closed || q.spawn == nil {
 		return
 	}
-	if q.workers-q.idle-q.waiting >= q.targetLocked() {
+	target := len(q.parts)
+	if q.target != nil {
+		if t := q.target(); t > 0 {
+			target = min(target, t)
+		}
+	}
+	if q.workers-q.idle-q.waiting >= target {
 		return // an active worker takes it when it is done
 	}
 	if q.idle > 0 {
@@ -258,18 +264,6 @@ func (q *keyQueue) schedule() {
 		q.workers++
 		q.spawn()
 	}
-}
-
-// targetLocked returns the number of workers wanted active: the target,
-// at most one per partition. Must be called with mu held.
-func (q *keyQueue) targetLocked() int {
-	target := len(q.parts)
-	if q.target != nil {
-		if t := q.target(); t > 0 {
-			target = min(target, t)
-		}
-	}
-	return target
 }
 
 // wakeAll wakes every idle worker, and starts workers for the ready
@@ -292,12 +286,7 @@ func (q *keyQueue) next(ctx context.Context) *partition {
 			q.workers--
 			return nil
 		}
-		// A worker beyond the target (the limiter's limit went down since
-		// it was started) goes idle rather than take a partition: it
-		// would only queue in the limiter, a park and a wake-up per
-		// request. The caller is active, so at least one other worker
-		// stays active when it does.
-		if q.readyAt < len(q.ready) && q.workers-q.idle-q.waiting <= q.targetLocked() {
+		if q.readyAt < len(q.ready) {
 			p := q.ready[q.readyAt]
 			q.ready[q.readyAt] = nil
 			q.readyAt++
