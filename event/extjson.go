@@ -37,6 +37,27 @@ const rfc3339Milli = "2006-01-02T15:04:05.999Z07:00"
 
 const hexChars = "0123456789abcdef"
 
+// appendEscapedASCII appends the JSON escape of the ASCII byte b (a
+// control character, '"' or '\\'), as the driver's writeStringWithEscapes
+// writes it.
+func appendEscapedASCII(dst []byte, b byte) []byte {
+	switch b {
+	case '\\', '"':
+		return append(dst, '\\', b)
+	case '\n':
+		return append(dst, '\\', 'n')
+	case '\r':
+		return append(dst, '\\', 'r')
+	case '\t':
+		return append(dst, '\\', 't')
+	case '\b':
+		return append(dst, '\\', 'b')
+	case '\f':
+		return append(dst, '\\', 'f')
+	}
+	return append(dst, '\\', 'u', '0', '0', hexChars[b>>4], hexChars[b&0xF])
+}
+
 // appendJSONString appends s as a JSON string, escaped exactly as the
 // driver's writeStringWithEscapes with escapeHTML false.
 func appendJSONString(dst []byte, s string) []byte {
@@ -48,23 +69,7 @@ func appendJSONString(dst []byte, s string) []byte {
 				i++
 				continue
 			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexChars[b>>4], hexChars[b&0xF])
-			}
+			dst = appendEscapedASCII(append(dst, s[start:i]...), b)
 			i++
 			start = i
 			continue
@@ -150,23 +155,7 @@ func appendValidJSONString(dst, s []byte) ([]byte, bool) {
 				i++
 				continue
 			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexChars[b>>4], hexChars[b&0xF])
-			}
+			dst = appendEscapedASCII(append(dst, s[start:i]...), b)
 			i++
 			start = i
 			continue
