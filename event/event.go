@@ -81,6 +81,10 @@ type Event struct {
 	// Dispatch before the event is handed to sinks.
 	Trace *tracing.Change
 
+	// noTxn: FromChange found no lsid document and integer txnNumber in
+	// Raw, so TxnID(Raw) is not ok (false for an event made otherwise).
+	noTxn bool
+
 	relaxed   lazyJSON
 	canonical lazyJSON
 
@@ -141,6 +145,8 @@ const (
 	chDocumentKey
 	chClusterTime
 	chWallTime
+	chLsid
+	chTxnNumber
 	chFields
 )
 
@@ -159,6 +165,10 @@ func changeField(key []byte) int {
 		return chClusterTime
 	case "wallTime":
 		return chWallTime
+	case "lsid":
+		return chLsid
+	case "txnNumber":
+		return chTxnNumber
 	}
 	return -1
 }
@@ -290,6 +300,12 @@ func FromChange(source string, seq uint64, raw bson.Raw) (*Event, error) {
 	if e.WallTime.IsZero() && e.ClusterTime.T != 0 {
 		e.WallTime = time.Unix(int64(e.ClusterTime.T), 0).UTC()
 	}
+	// TxnID needs an lsid document and an integer txnNumber (the first of
+	// each key, as its LookupErr finds them): without them the change is
+	// not a transaction's, known here without reading it again.
+	lsid, number := vals[chLsid].Type, vals[chTxnNumber].Type
+	e.noTxn = !found[chLsid] || lsid != bsoncore.TypeEmbeddedDocument ||
+		!found[chTxnNumber] || (number != bsoncore.TypeInt64 && number != bsoncore.TypeInt32)
 	return e, nil
 }
 

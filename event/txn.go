@@ -84,6 +84,16 @@ func TxnID(raw []byte) (id string, ok bool) {
 	return hex.EncodeToString(sum[:16]), true
 }
 
+// TxnID returns TxnID(e.Raw). For an event made by FromChange from a
+// change without the transaction fields (most changes) it answers without
+// reading Raw again.
+func (e *Event) TxnID() (id string, ok bool) {
+	if e.noTxn {
+		return "", false
+	}
+	return TxnID(e.Raw)
+}
+
 // appendTxnJSON appends {"id":…,"index":…} (and "last":true) to b.
 func appendTxnJSON(b []byte, t *Txn) []byte {
 	b = append(b, `{"id":`...)

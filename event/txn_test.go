@@ -136,3 +136,59 @@ func TestEnvelopeTxn(t *testing.T) {
 		t.Errorf("envelope without Txn has txn: %s", b)
 	}
 }
+
+// TestEventTxnIDMatchesTxnID checks that FromChange's scan of the
+// transaction fields gives (*Event).TxnID the answer of TxnID on the raw
+// change, for transaction changes, single writes and odd fields alike.
+func TestEventTxnIDMatchesTxnID(t *testing.T) {
+	sid := []byte("0123456789abcdef")
+	head := bson.D{
+		{Key: "_id", Value: bson.D{{Key: "_data", Value: "8200000001000000010000000000000001"}}},
+		{Key: "operationType", Value: "insert"},
+	}
+	lsid := bson.D{{Key: "id", Value: bson.Binary{Subtype: 4, Data: sid}}}
+	with := func(fields ...bson.E) bson.Raw {
+		raw, err := bson.Marshal(append(append(bson.D{}, head...), fields...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	cases := map[string]struct {
+		raw  bson.Raw
+		want bool
+	}{
+		"txn":                 {txnChange(t, sid, make([]byte, 32), 7), true},
+		"txn no uid":          {txnChange(t, sid, nil, 7), true},
+		"int32 txnNumber":     {with(bson.E{Key: "lsid", Value: lsid}, bson.E{Key: "txnNumber", Value: int32(3)}), true},
+		"lsid without id":     {with(bson.E{Key: "lsid", Value: bson.D{{Key: "x", Value: 1}}}, bson.E{Key: "txnNumber", Value: int64(3)}), true},
+		"single write":        {with(), false},
+		"no txnNumber":        {with(bson.E{Key: "lsid", Value: lsid}), false},
+		"no lsid":             {with(bson.E{Key: "txnNumber", Value: int64(3)}), false},
+		"lsid not a document": {with(bson.E{Key: "lsid", Value: "s"}, bson.E{Key: "txnNumber", Value: int64(3)}), false},
+		"double txnNumber":    {with(bson.E{Key: "lsid", Value: lsid}, bson.E{Key: "txnNumber", Value: 3.0}), false},
+		"first lsid counts": {with(bson.E{Key: "lsid", Value: "s"}, bson.E{Key: "txnNumber", Value: int64(3)},
+			bson.E{Key: "lsid", Value: lsid}), false},
+		"first txnNumber counts": {with(bson.E{Key: "lsid", Value: lsid}, bson.E{Key: "txnNumber", Value: "3"},
+			bson.E{Key: "txnNumber", Value: int64(3)}), false},
+	}
+	for name, c := range cases {
+		ev, err := FromChange("s", 0, c.raw)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		wantID, wantOK := TxnID(c.raw)
+		if wantOK != c.want {
+			t.Fatalf("%s: TxnID ok = %v, want %v", name, wantOK, c.want)
+		}
+		if id, ok := ev.TxnID(); id != wantID || ok != wantOK {
+			t.Errorf("%s: (*Event).TxnID = %q, %v; TxnID = %q, %v", name, id, ok, wantID, wantOK)
+		}
+	}
+	// An event not made by FromChange reads its Raw.
+	raw := txnChange(t, sid, nil, 9)
+	want, _ := TxnID(raw)
+	if id, ok := (&Event{Raw: raw}).TxnID(); !ok || id != want {
+		t.Errorf("event without FromChange: TxnID = %q, %v; want %q", id, ok, want)
+	}
+}

@@ -75,7 +75,11 @@ func (f *fragments) reset() { f.of, f.parts = 0, nil }
 // last fragment, or nil while fragments are missing. A fragment out of
 // order is an error (the stream then reopens from the last whole event).
 func (f *fragments) add(raw bson.Raw) (bson.Raw, error) {
-	sv, err := raw.LookupErr("splitEvent")
+	var sv bson.RawValue
+	err := errNoSplitEvent
+	if hasSplitEvent(raw) {
+		sv, err = raw.LookupErr("splitEvent")
+	}
 	if err != nil {
 		if f.pending() {
 			f.reset()
@@ -106,6 +110,38 @@ func (f *fragments) add(raw bson.Raw) (bson.Raw, error) {
 	whole, err := merge(f.parts)
 	f.reset()
 	return whole, err
+}
+
+var errNoSplitEvent = errors.New("no splitEvent")
+
+// splitEventElem is how a top-level splitEvent element begins after its
+// type byte: the key and its terminating NUL.
+const splitEventElem = "splitEvent\x00"
+
+// hasSplitEvent reports whether raw has a top-level splitEvent field that
+// raw.LookupErr("splitEvent") finds (it walks the elements as LookupErr
+// does, up to the first malformed one), comparing each key in place
+// instead of searching for its end again: most changes are not fragments.
+func hasSplitEvent(raw bson.Raw) bool {
+	length, rem, ok := bsoncore.ReadLength(raw)
+	if !ok {
+		return false
+	}
+	length -= 4
+	for length > 1 {
+		el, rest, ok := bsoncore.ReadElement(rem)
+		if !ok {
+			return false
+		}
+		length -= int32(len(el))
+		rem = rest
+		// el is the type byte, the key up to its NUL, then the value: the
+		// key is "splitEvent" exactly when this NUL ends it.
+		if len(el) > len(splitEventElem) && string(el[1:1+len(splitEventElem)]) == splitEventElem {
+			return true
+		}
+	}
+	return false
 }
 
 // merge reassembles an event from its fragments: the last fragment's _id,

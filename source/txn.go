@@ -165,7 +165,7 @@ func (s *Source) endTxn(ctx context.Context, tr *checkpoint.Tracker, tx *txnStat
 // the transaction rules above. It returns the token to reopen from when
 // it changes (nil: unchanged) and false when the source is stopping.
 func (s *Source) txnEvent(ctx context.Context, tr *checkpoint.Tracker, tx *txnState, ev *event.Event) (bson.Raw, bool) {
-	id, inTxn := event.TxnID(ev.Raw)
+	id, inTxn := ev.TxnID()
 	if tx.open() && (!inTxn || id != tx.id) {
 		if !s.endTxn(ctx, tr, tx) {
 			return nil, false
