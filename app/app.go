@@ -327,7 +327,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	logSizing(log, sizing, sizing.Apply())
-	budget := memory.NewBudget(sizing.Budget, log, func(n int64) { m.InflightBytes.Set(float64(n)) })
+	budget := memory.NewBudget(sizing.Budget, log, func(d int64) { m.InflightBytes.Add(float64(d)) })
 	m.InflightBytesBudget.Set(float64(sizing.Budget))
 
 	client, err := Connect(cfg)

@@ -32,29 +32,42 @@ const HeldBackLogAfter = 10 * time.Second
 // Budget is a byte budget: Acquire admits bytes while the bytes held stay
 // within the limit. A nil *Budget admits everything and counts nothing. A
 // Budget is safe for concurrent use.
+//
+// Every event read changes the budget a few times (admitted, grown by its
+// encodings, returned), from the source and from the lanes: the bytes held
+// are an atomic counter, and the lock only serialises the readers that wait
+// for room.
 type Budget struct {
 	limit int64
 	log   *slog.Logger
 	// heldBackAfter is how long an Acquire waits before it logs
 	// (HeldBackLogAfter; tests shorten it).
 	heldBackAfter time.Duration
-	// onChange, when set, is called with the bytes held after every change
-	// (a metrics gauge).
+	// onChange, when set, is called with the change in bytes held after
+	// every change (a metrics gauge's Add).
 	onChange func(int64)
 
-	mu      sync.Mutex
-	used    int64
-	charges int64         // charges not yet released (leak checks)
-	freed   chan struct{} // closed and replaced whenever bytes are returned
+	used    atomic.Int64 // bytes held
+	charges atomic.Int64 // charges not yet released (leak checks)
+	// waiters counts the Acquires waiting for room: a return of bytes
+	// wakes them only when there are some. A waiter counts itself before
+	// it takes freed and looks at used again, and a return changes used
+	// before it looks at waiters, so one of the two sees the other.
+	waiters atomic.Int32
+
+	mu    sync.Mutex
+	freed chan struct{} // closed and replaced whenever bytes are returned to waiters
 	// waitingSince is when the oldest waiting Acquire began (zero: none).
-	waiters      int
+	waiting      int
 	waitingSince time.Time
 	heldBack     atomic.Int64 // total nanoseconds readers waited (metrics)
 }
 
 // NewBudget returns a budget of limit bytes (at least 1). log receives the
-// "held back" lines (nil: none); onChange, when not nil, is called with the
-// bytes held after every change, under the budget's lock (keep it cheap).
+// "held back" lines (nil: none); onChange, when not nil, is called with
+// the change in bytes held (positive: charged, negative: returned) after
+// every change, from any goroutine, concurrently (keep it cheap: the sum
+// of its arguments is the bytes held).
 func NewBudget(limit int64, log *slog.Logger, onChange func(int64)) *Budget {
 	if limit < 1 {
 		limit = 1
@@ -78,9 +91,7 @@ func (b *Budget) InUse() int64 {
 	if b == nil {
 		return 0
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
+	return b.used.Load()
 }
 
 // Charges returns the number of charges not yet released: with InUse, what
@@ -89,9 +100,7 @@ func (b *Budget) Charges() int64 {
 	if b == nil {
 		return 0
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.charges
+	return b.charges.Load()
 }
 
 // HeldBack returns how long readers have waited for the budget in total.
@@ -126,15 +135,13 @@ func (b *Budget) Acquire(ctx context.Context, n int64, what string) (*Charge, er
 	if n < 0 {
 		n = 0
 	}
-	b.mu.Lock()
-	if b.fitsLocked(n) {
-		c := b.chargeLocked(n)
-		b.mu.Unlock()
-		return c, nil
+	if b.tryCharge(n) {
+		return b.newCharge(n), nil
 	}
 	start := time.Now()
-	b.waiters++
-	if b.waiters == 1 {
+	b.mu.Lock()
+	b.waiters.Add(1)
+	if b.waiting++; b.waiting == 1 {
 		b.waitingSince = start
 	}
 	b.mu.Unlock()
@@ -142,8 +149,8 @@ func (b *Budget) Acquire(ctx context.Context, n int64, what string) (*Charge, er
 	defer logAt.Stop()
 	defer func() {
 		b.mu.Lock()
-		b.waiters--
-		if b.waiters == 0 {
+		b.waiters.Add(-1)
+		if b.waiting--; b.waiting == 0 {
 			b.waitingSince = time.Time{}
 		}
 		b.mu.Unlock()
@@ -151,20 +158,17 @@ func (b *Budget) Acquire(ctx context.Context, n int64, what string) (*Charge, er
 	}()
 	for {
 		b.mu.Lock()
-		if b.fitsLocked(n) {
-			c := b.chargeLocked(n)
-			b.mu.Unlock()
-			return c, nil
-		}
 		freed := b.freed
-		used := b.used
 		b.mu.Unlock()
+		if b.tryCharge(n) {
+			return b.newCharge(n), nil
+		}
 		select {
 		case <-freed:
 		case <-logAt.C:
 			b.log.Warn("reading is held back by the byte budget (max_in_flight_bytes): the events held are not finished yet",
 				"reader", what, "waiting", time.Since(start).Round(time.Second).String(),
-				"want_bytes", n, "inflight_bytes", used, "budget_bytes", b.limit)
+				"want_bytes", n, "inflight_bytes", b.used.Load(), "budget_bytes", b.limit)
 			logAt.Reset(b.heldBackAfter)
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -178,12 +182,11 @@ func (b *Budget) TryAcquire(n int64) (*Charge, bool) {
 	if b == nil {
 		return nil, true
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.fitsLocked(n) {
+	n = max(n, 0)
+	if !b.tryCharge(n) {
 		return nil, false
 	}
-	return b.chargeLocked(n), true
+	return b.newCharge(n), true
 }
 
 // Force charges n bytes without waiting, even over the budget: for bytes
@@ -193,53 +196,76 @@ func (b *Budget) Force(n int64) *Charge {
 	if b == nil {
 		return nil
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.chargeLocked(n)
+	n = max(n, 0)
+	b.used.Add(n)
+	return b.newCharge(n)
 }
 
-func (b *Budget) fitsLocked(n int64) bool {
-	return b.used == 0 || b.used+n <= b.limit
-}
-
-func (b *Budget) chargeLocked(n int64) *Charge {
-	b.used += n
-	b.charges++
-	if b.onChange != nil {
-		b.onChange(b.used)
+// tryCharge adds n to the bytes held if they fit: nothing is held, or
+// the sum stays within the limit.
+func (b *Budget) tryCharge(n int64) bool {
+	for {
+		used := b.used.Load()
+		if used != 0 && used+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(used, used+n) {
+			return true
+		}
 	}
-	return &Charge{b: b, n: n, refs: 1}
 }
 
-// add changes the bytes held by d (negative: returned).
+// newCharge returns the Charge of n bytes already added to used.
+func (b *Budget) newCharge(n int64) *Charge {
+	if n > maxChargeBytes {
+		panic("memory: charge over 256 TiB")
+	}
+	b.charges.Add(1)
+	if b.onChange != nil {
+		b.onChange(n)
+	}
+	c := &Charge{b: b}
+	c.state.Store(oneRef | uint64(n))
+	return c
+}
+
+// add changes the bytes held by d (negative: returned); released: a
+// charge's last reference went.
 func (b *Budget) add(d int64, released bool) {
-	b.mu.Lock()
-	b.used += d
-	if b.used < 0 {
-		b.mu.Unlock()
-		panic(fmt.Sprintf("memory: budget below zero (%d bytes): a charge was released twice", b.used))
+	if used := b.used.Add(d); used < 0 {
+		panic(fmt.Sprintf("memory: budget below zero (%d bytes): a charge was released twice", used))
 	}
 	if released {
-		b.charges--
+		b.charges.Add(-1)
 	}
-	if b.onChange != nil {
-		b.onChange(b.used)
+	if b.onChange != nil && d != 0 {
+		b.onChange(d)
 	}
-	if (d < 0 || released) && b.waiters > 0 {
+	if (d < 0 || released) && b.waiters.Load() > 0 {
+		b.mu.Lock()
 		close(b.freed) // wake the waiting readers
 		b.freed = make(chan struct{})
+		b.mu.Unlock()
 	}
-	b.mu.Unlock()
 }
+
+// A Charge's state is one word, changed by compare-and-swap: its
+// references in the top 16 bits, its bytes below.
+const (
+	refShift = 48
+	oneRef   = uint64(1) << refShift
+	bytesOf  = oneRef - 1
+	// maxChargeBytes is the most bytes one Charge counts (256 TiB).
+	maxChargeBytes = int64(bytesOf)
+	maxRefs        = 1<<(64-refShift) - 1
+)
 
 // Charge is the bytes one event (or one request, one page of entries)
 // holds of a Budget. It starts with one reference. A nil *Charge does
 // nothing (no budget). A Charge is safe for concurrent use.
 type Charge struct {
-	b    *Budget
-	mu   sync.Mutex
-	n    int64
-	refs int
+	b     *Budget
+	state atomic.Uint64 // references << refShift | bytes
 }
 
 // Bytes returns the bytes charged (0 after the last release).
@@ -247,25 +273,35 @@ func (c *Charge) Bytes() int64 {
 	if c == nil {
 		return 0
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
+	return int64(c.state.Load() & bytesOf)
 }
 
 // Grow charges n more bytes derived from the event (a shaped view, an
 // encoding) without waiting. Growing a released charge does nothing: the
 // event is no longer held.
+//
+// The budget counts bytes before a charge holds them and after it gave
+// them back, so it never holds less than its charges (a Release that
+// takes the grown bytes returns bytes already counted).
 func (c *Charge) Grow(n int64) {
 	if c == nil || n <= 0 {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.refs <= 0 {
-		return
-	}
-	c.n += n
 	c.b.add(n, false)
+	for {
+		s := c.state.Load()
+		if s>>refShift == 0 {
+			c.b.add(-n, false) // released: not charged after all
+			return
+		}
+		if int64(s&bytesOf)+n > maxChargeBytes {
+			c.b.add(-n, false)
+			panic("memory: charge over 256 TiB")
+		}
+		if c.state.CompareAndSwap(s, s+uint64(n)) {
+			return
+		}
+	}
 }
 
 // Resize sets the bytes charged to n (a split change reassembled: its
@@ -274,14 +310,28 @@ func (c *Charge) Resize(n int64) {
 	if c == nil || n < 0 {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.refs <= 0 {
-		return
+	if n > maxChargeBytes {
+		panic("memory: charge over 256 TiB")
 	}
-	d := n - c.n
-	c.n = n
-	c.b.add(d, false)
+	for {
+		s := c.state.Load()
+		if s>>refShift == 0 {
+			return
+		}
+		d := n - int64(s&bytesOf)
+		if d > 0 {
+			c.b.add(d, false) // counted before the charge holds it (Grow)
+		}
+		if c.state.CompareAndSwap(s, s&^bytesOf|uint64(n)) {
+			if d < 0 {
+				c.b.add(d, false)
+			}
+			return
+		}
+		if d > 0 {
+			c.b.add(-d, false)
+		}
+	}
 }
 
 // Retain adds k references: one for each holder the event is handed to.
@@ -290,12 +340,19 @@ func (c *Charge) Retain(k int) {
 	if c == nil || k <= 0 {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.refs <= 0 {
-		panic("memory: retain of a released charge")
+	for {
+		s := c.state.Load()
+		refs := s >> refShift
+		if refs == 0 {
+			panic("memory: retain of a released charge")
+		}
+		if refs+uint64(k) > maxRefs {
+			panic("memory: too many references to a charge")
+		}
+		if c.state.CompareAndSwap(s, s+uint64(k)<<refShift) {
+			return
+		}
 	}
-	c.refs += k
 }
 
 // Release drops one reference; the last returns the bytes to the budget.
@@ -305,18 +362,24 @@ func (c *Charge) Release() {
 	if c == nil {
 		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.refs <= 0 {
-		panic("memory: charge released more often than retained")
-	}
-	c.refs--
-	if c.refs > 0 {
+	for {
+		s := c.state.Load()
+		refs := s >> refShift
+		if refs == 0 {
+			panic("memory: charge released more often than retained")
+		}
+		next := s - oneRef
+		if refs == 1 {
+			next = 0 // the last reference: the bytes go back
+		}
+		if !c.state.CompareAndSwap(s, next) {
+			continue
+		}
+		if refs == 1 {
+			c.b.add(-int64(s&bytesOf), true)
+		}
 		return
 	}
-	n := c.n
-	c.n = 0
-	c.b.add(-n, true)
 }
 
 type budgetKey struct{}

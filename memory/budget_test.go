@@ -7,13 +7,14 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 func TestAcquireWithinBudget(t *testing.T) {
 	var gauge int64
-	b := NewBudget(100, nil, func(n int64) { gauge = n })
+	b := NewBudget(100, nil, func(d int64) { gauge += d })
 	c1, err := b.Acquire(context.Background(), 60, "t")
 	if err != nil || c1.Bytes() != 60 || b.InUse() != 60 || gauge != 60 {
 		t.Fatalf("acquire: %v bytes=%d inuse=%d gauge=%d", err, c1.Bytes(), b.InUse(), gauge)
@@ -241,4 +242,84 @@ func BenchmarkEventCharge(b *testing.B) {
 			c.Release()
 		}
 	})
+}
+
+// TestConcurrentAccountingExact runs readers that wait for room (a budget
+// that fits one charge at a time, so every Acquire but one waits) against
+// holders that grow and release from other goroutines: a lost wake-up
+// hangs a reader past the deadline, and the bytes, charges and the sum of
+// onChange's deltas must all come back to zero.
+func TestConcurrentAccountingExact(t *testing.T) {
+	var gauge atomic.Int64
+	b := NewBudget(100, nil, func(d int64) { gauge.Add(d) })
+	const readers, rounds = 4, 500
+	var maxSeen atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for r := 0; r < readers; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < rounds; i++ {
+				c, err := b.Acquire(context.Background(), 60, "t")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if u := b.InUse(); u > maxSeen.Load() {
+					maxSeen.Store(u)
+				}
+				c.Retain(2)
+				held := make(chan struct{})
+				for k := 0; k < 2; k++ {
+					go func() {
+						<-held
+						c.Grow(7) // an encoding, from a lane
+						c.Release()
+					}()
+				}
+				close(held)
+				c.Release()
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("readers still waiting after 60s: a wake-up was lost (in use %d, charges %d)", b.InUse(), b.Charges())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Charges() != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if b.InUse() != 0 || b.Charges() != 0 || gauge.Load() != 0 {
+		t.Fatalf("after every release: in use %d, charges %d, gauge %d", b.InUse(), b.Charges(), gauge.Load())
+	}
+	// 60 bytes fit once in 100, and grown charges (60 + 14) leave no room
+	// for a second: the budget was never passed by two admissions.
+	if m := maxSeen.Load(); m > 100+14 {
+		t.Errorf("in use reached %d bytes with a budget of 100", m)
+	}
+}
+
+// TestChargeGrowRacesLastRelease grows charges while their last reference
+// goes: a grow either lands before the release (and is returned with it)
+// or does nothing, never leaving bytes behind.
+func TestChargeGrowRacesLastRelease(t *testing.T) {
+	b := NewBudget(1<<30, nil, nil)
+	for i := 0; i < 2000; i++ {
+		c := b.Force(10)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); c.Grow(5) }()
+		go func() { defer wg.Done(); c.Release() }()
+		wg.Wait()
+		if b.InUse() != 0 || c.Bytes() != 0 {
+			t.Fatalf("round %d: in use %d, charge %d after the last release", i, b.InUse(), c.Bytes())
+		}
+	}
+	if b.Charges() != 0 {
+		t.Fatalf("charges %d", b.Charges())
+	}
 }
