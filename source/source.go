@@ -708,14 +708,11 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 		}
 		progressed = true
 	}
-	// Fragments of a split event (split.go): the event is handed on whole,
-	// after its last fragment; the post-batch token is not a resume point
-	// while fragments are pending.
-	var frags fragments
-	// mem is the byte budget's charge of the change being read (its
-	// fragments so far); returned if the change is not handed on.
-	var mem *memory.Charge
-	defer func() { mem.Release() }()
+	// The fragments of a split event read so far (split.go) and their
+	// charge: the post-batch token is not a resume point while fragments
+	// are pending.
+	var pend pending
+	defer func() { pend.mem.Release() }()
 	polls := 0
 	// A getMore that never answers (a network partition, a hung server)
 	// would block forever: bound each one and reopen when it expires.
@@ -737,61 +734,17 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 		}
 		if got {
 			progress()
-			raw := make(bson.Raw, len(cs.Current))
-			copy(raw, cs.Current)
-			// The byte budget admits the change (its first fragment, for a
-			// split one) before the next is read: while it is spent, the
-			// Source stops reading here. A split change's later fragments
-			// are charged to it without waiting (waiting on bytes that the
-			// change itself holds could never end); the reassembled change
-			// then replaces them.
-			if mem == nil && tx.open() {
-				// A transaction is open: this change may be its next
-				// event, which a grouped sink holds with the earlier ones
-				// until the last; waiting for bytes they hold would never
-				// end (router/txn.go). Admitted without waiting.
-				mem = s.spec.Budget.Force(int64(len(raw)))
-			} else if mem == nil {
-				c, err := s.spec.Budget.Acquire(ctx, int64(len(raw)), s.spec.Unit)
-				if err != nil {
-					return token, false, progressed, nil // stopping
-				}
-				mem = c
-			} else {
-				mem.Grow(int64(len(raw)))
-			}
-			whole, err := frags.add(raw)
+			reopen, inv, ok, err := s.take(ctx, tr, tx, &pend, cs.Current)
 			if err != nil {
-				// Reopen from the last whole event: the fragments come again
-				// from the first.
 				return token, false, progressed, err
 			}
-			if whole == nil {
-				continue // more fragments to come
-			}
-			if len(whole) != len(raw) || string(whole) != string(raw) {
-				s.mSplit.Inc()
-				mem.Resize(int64(len(whole))) // the fragments are garbage now
-			}
-			raw = whole
-			ev, err := event.FromChange(s.spec.Name, 0, raw)
-			if err != nil {
-				// The driver refuses a change without a document _id, so
-				// this cannot loop on one change; reopen as for an error.
-				return token, false, progressed, fmt.Errorf("malformed change event: %w", err)
-			}
-			ev.Tenure = s.spec.Tenure
-			ev.Mem, mem = mem, nil // released by handOn, or where the change is not handed on (txn.go)
-			// Transactions (txn.go): the event may be held back until its
-			// successor tells whether it ends its transaction.
-			reopen, ok := s.txnEvent(ctx, tr, tx, ev)
 			if !ok {
 				return token, false, progressed, nil // stopping
 			}
 			if reopen != nil {
 				token = reopen
 			}
-			if ev.OperationType == "invalidate" {
+			if inv {
 				invalidated = true
 			}
 			continue
@@ -821,7 +774,7 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			}
 			return token, true, progressed, nil
 		}
-		if rt := cs.ResumeToken(); rt != nil && cs.RemainingBatchLength() == 0 && !frags.pending() {
+		if rt := cs.ResumeToken(); rt != nil && cs.RemainingBatchLength() == 0 && !pend.frags.pending() {
 			taken, ok := s.txnPostBatch(ctx, tr, tx, rt)
 			if !ok {
 				return token, false, progressed, nil // stopping
@@ -831,6 +784,71 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			}
 		}
 	}
+}
+
+// pending is what consume keeps between the changes it reads: the
+// fragments of a split event so far (split.go), and mem, the byte budget's
+// charge of the change being read, returned if it is not handed on.
+type pending struct {
+	frags fragments
+	mem   *memory.Charge
+}
+
+// take handles one change read from the stream (cur, the driver's buffer:
+// copied before it is kept). It returns the token to reopen from when it
+// changes (nil: unchanged), whether the change is an invalidate, false
+// when the source is stopping, and an error that reopens the stream.
+func (s *Source) take(ctx context.Context, tr *checkpoint.Tracker, tx *txnState, pend *pending, cur bson.Raw) (bson.Raw, bool, bool, error) {
+	raw := make(bson.Raw, len(cur))
+	copy(raw, cur)
+	// The byte budget admits the change (its first fragment, for a split
+	// one) before the next is read: while it is spent, the Source stops
+	// reading here. A split change's later fragments are charged to it
+	// without waiting (waiting on bytes that the change itself holds
+	// could never end); the reassembled change then replaces them.
+	if pend.mem == nil && tx.open() {
+		// A transaction is open: this change may be its next event, which
+		// a grouped sink holds with the earlier ones until the last;
+		// waiting for bytes they hold would never end (router/txn.go).
+		// Admitted without waiting.
+		pend.mem = s.spec.Budget.Force(int64(len(raw)))
+	} else if pend.mem == nil {
+		c, err := s.spec.Budget.Acquire(ctx, int64(len(raw)), s.spec.Unit)
+		if err != nil {
+			return nil, false, false, nil // stopping
+		}
+		pend.mem = c
+	} else {
+		pend.mem.Grow(int64(len(raw)))
+	}
+	whole, err := pend.frags.add(raw)
+	if err != nil {
+		// Reopen from the last whole event: the fragments come again from
+		// the first.
+		return nil, false, true, err
+	}
+	if whole == nil {
+		return nil, false, true, nil // more fragments to come
+	}
+	if len(whole) != len(raw) || (len(raw) > 0 && &whole[0] != &raw[0]) {
+		s.mSplit.Inc()
+		pend.mem.Resize(int64(len(whole))) // the fragments are garbage now
+	}
+	ev, err := event.FromChange(s.spec.Name, 0, whole)
+	if err != nil {
+		// The driver refuses a change without a document _id, so this
+		// cannot loop on one change; reopen as for an error.
+		return nil, false, true, fmt.Errorf("malformed change event: %w", err)
+	}
+	ev.Tenure = s.spec.Tenure
+	ev.Mem, pend.mem = pend.mem, nil // released by handOn, or where the change is not handed on (txn.go)
+	// Transactions (txn.go): the event may be held back until its
+	// successor tells whether it ends its transaction.
+	reopen, ok := s.txnEvent(ctx, tr, tx, ev)
+	if !ok {
+		return nil, false, false, nil // stopping
+	}
+	return reopen, ev.OperationType == "invalidate", true, nil
 }
 
 func (s *Source) recordGap(ctx context.Context, tr *checkpoint.Tracker, cause error) error {
