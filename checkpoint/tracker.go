@@ -42,7 +42,13 @@ type Tracker struct {
 	pos     Position
 	version uint64 // bumps whenever pos changes
 	idle    *pendingResume
-	drained chan struct{} // closed and replaced when everything is acked
+	// drained is closed when everything is acked, and then forgotten: it
+	// is made only when Drained is asked while events are in flight (not
+	// once per ack that empties the tracker).
+	drained chan struct{}
+	// mask is len(ring)-1: the ring's length is a power of two, so a
+	// sequence number's slot is seq&mask.
+	mask uint64
 }
 
 type pendingResume struct {
@@ -56,12 +62,16 @@ func NewTracker(maxInFlight int, start Position) *Tracker {
 	if maxInFlight < 1 {
 		maxInFlight = 1
 	}
+	size := 1
+	for size < maxInFlight {
+		size *= 2
+	}
 	return &Tracker{
-		space:   make(chan struct{}, 1),
-		ring:    make([]slot, maxInFlight),
-		max:     uint64(maxInFlight),
-		pos:     start,
-		drained: make(chan struct{}),
+		space: make(chan struct{}, 1),
+		ring:  make([]slot, size),
+		mask:  uint64(size - 1),
+		max:   uint64(maxInFlight),
+		pos:   start,
 	}
 }
 
@@ -73,7 +83,7 @@ func (t *Tracker) Add(ctx context.Context, token bson.Raw, ct bson.Timestamp, wa
 		t.mu.Lock()
 		if t.next-t.base < t.max {
 			seq := t.next
-			t.ring[seq%uint64(len(t.ring))] = slot{token: token, ct: ct, wall: wall}
+			t.ring[seq&t.mask] = slot{token: token, ct: ct, wall: wall}
 			t.next++
 			t.mu.Unlock()
 			return seq, nil
@@ -97,13 +107,14 @@ func (t *Tracker) AddOver(token bson.Raw, ct bson.Timestamp, wall time.Time) uin
 	defer t.mu.Unlock()
 	if t.next-t.base == uint64(len(t.ring)) {
 		ring := make([]slot, 2*len(t.ring))
+		mask := uint64(len(ring) - 1)
 		for seq := t.base; seq < t.next; seq++ {
-			ring[seq%uint64(len(ring))] = t.ring[seq%uint64(len(t.ring))]
+			ring[seq&mask] = t.ring[seq&t.mask]
 		}
-		t.ring = ring
+		t.ring, t.mask = ring, mask
 	}
 	seq := t.next
-	t.ring[seq%uint64(len(t.ring))] = slot{token: token, ct: ct, wall: wall}
+	t.ring[seq&t.mask] = slot{token: token, ct: ct, wall: wall}
 	t.next++
 	return seq
 }
@@ -117,7 +128,7 @@ func (t *Tracker) Ack(seq uint64) {
 		t.mu.Unlock()
 		panic(fmt.Sprintf("checkpoint: ack of sequence %d outside [%d, %d)", seq, t.base, t.next))
 	}
-	s := &t.ring[seq%uint64(len(t.ring))]
+	s := &t.ring[seq&t.mask]
 	if s.acked {
 		t.mu.Unlock()
 		panic(fmt.Sprintf("checkpoint: sequence %d acked twice", seq))
@@ -125,7 +136,7 @@ func (t *Tracker) Ack(seq uint64) {
 	s.acked = true
 	moved := false
 	for t.base < t.next {
-		s := &t.ring[t.base%uint64(len(t.ring))]
+		s := &t.ring[t.base&t.mask]
 		if !s.acked {
 			break
 		}
@@ -137,9 +148,9 @@ func (t *Tracker) Ack(seq uint64) {
 	if moved {
 		t.applyIdleLocked()
 		t.version++
-		if t.base == t.next {
+		if t.base == t.next && t.drained != nil {
 			close(t.drained)
-			t.drained = make(chan struct{})
+			t.drained = nil
 		}
 	}
 	t.mu.Unlock()
@@ -207,9 +218,17 @@ func (t *Tracker) Drained() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.base == t.next {
-		c := make(chan struct{})
-		close(c)
-		return c
+		return closedChan
+	}
+	if t.drained == nil {
+		t.drained = make(chan struct{})
 	}
 	return t.drained
 }
+
+// closedChan is what Drained returns when nothing is in flight.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()

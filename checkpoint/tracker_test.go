@@ -199,3 +199,46 @@ func TestTrackerAddOverGrows(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Drained is closed once everything in flight is acked, each time the
+// tracker empties, and not before; a tracker with nothing in flight is
+// drained at once. The ring (a power of two above a cap that is not one)
+// keeps the watermark through many wraps.
+func TestTrackerDrainedEachTime(t *testing.T) {
+	tr := NewTracker(5, Position{})
+	ctx := context.Background()
+	closed := func(c <-chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	if !closed(tr.Drained()) {
+		t.Fatal("an empty tracker is not drained")
+	}
+	for round := 0; round < 20; round++ {
+		var seqs []uint64
+		for i := 0; i < 5; i++ {
+			s, err := tr.Add(ctx, tok(round*5+i), bson.Timestamp{}, time.Time{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs = append(seqs, s)
+		}
+		d := tr.Drained()
+		for i := len(seqs) - 1; i >= 0; i-- {
+			if closed(d) {
+				t.Fatalf("round %d: drained with %d events in flight", round, i+1)
+			}
+			tr.Ack(seqs[i])
+		}
+		if !closed(d) || !closed(tr.Drained()) {
+			t.Fatalf("round %d: not drained after every ack", round)
+		}
+		if p, _ := tr.Position(); tokNum(t, p.Token) != round*5+4 {
+			t.Fatalf("round %d: watermark %d, want %d", round, tokNum(t, p.Token), round*5+4)
+		}
+	}
+}
