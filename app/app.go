@@ -39,6 +39,9 @@ import (
 	"github.com/changegate/changegate/tracing"
 )
 
+// The engine takes the ordering key's hash a source computed already.
+var _ source.KeyedDispatcher = (*router.Engine)(nil)
+
 // Options are the parts of a run that do not come from the config file.
 type Options struct {
 	// Logger receives every log line; nil discards.

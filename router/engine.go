@@ -391,7 +391,17 @@ func (e *Engine) Rules() *Rules { return e.state.Load().rules }
 // once, when every sink finished with the event — at once when no rule
 // matched. Dispatch does not block on slow sinks (the source's in-flight cap
 // bounds memory).
-func (e *Engine) Dispatch(ev *event.Event, ack func()) {
+func (e *Engine) Dispatch(ev *event.Event, ack func()) { e.dispatch(ev, 0, false, ack) }
+
+// DispatchKeyed is Dispatch for a caller that computed key =
+// ev.OrderingKeyHash() already (a source, which records it for
+// backfills): the engine does not compute it again.
+func (e *Engine) DispatchKeyed(ev *event.Event, key uint64, ack func()) {
+	e.dispatch(ev, key, true, ack)
+}
+
+// dispatch is Dispatch; keyed: key is ev.OrderingKeyHash().
+func (e *Engine) dispatch(ev *event.Event, key uint64, keyed bool, ack func()) {
 	st := e.state.Load()
 	var ruleIdxs []int // matched rules, when payloads are shaped
 	hit := func(idx int) { e.countMatch(st, idx) }
@@ -433,7 +443,9 @@ func (e *Engine) Dispatch(ev *event.Event, ack func()) {
 			}
 		}
 	}
-	key := ev.OrderingKeyHash()
+	if !keyed {
+		key = ev.OrderingKeyHash()
+	}
 	if !st.rules.shaped {
 		for _, s := range m.Sinks {
 			st.lanes[s].enqueue(ev, key, done)

@@ -22,12 +22,25 @@ type dispatchOrder struct {
 
 // dispatch hands ev to the router, recording it for DispatchIfUnchanged.
 func (s *Source) dispatch(ev *event.Event, ack func()) {
+	key := ev.OrderingKeyHash()
 	o := &s.order
 	o.mu.Lock()
 	o.seq++
-	o.buckets[ev.OrderingKeyHash()&(orderBuckets-1)] = o.seq
-	s.out.Dispatch(ev, ack)
+	o.buckets[key&(orderBuckets-1)] = o.seq
+	if s.keyed != nil {
+		s.keyed.DispatchKeyed(ev, key, ack)
+	} else {
+		s.out.Dispatch(ev, ack)
+	}
 	o.mu.Unlock()
+}
+
+// KeyedDispatcher is a Dispatcher that also takes the event's
+// OrderingKeyHash, which the Source computes for its own use (the router's
+// Engine): it is not computed twice.
+type KeyedDispatcher interface {
+	Dispatcher
+	DispatchKeyed(ev *event.Event, key uint64, ack func())
 }
 
 // DispatchMark returns the number of the Source's last dispatch: a

@@ -159,6 +159,7 @@ type Source struct {
 	cps    CheckpointStore
 	gaps   GapRecorder
 	out    Dispatcher
+	keyed  KeyedDispatcher // out, when it takes the ordering key's hash
 	log    *slog.Logger
 
 	mRead, mReconnect, mInvalidate, mHistoryLost, mSaves prometheus.Counter
@@ -237,8 +238,10 @@ func New(spec Spec, client *mongo.Client, cps CheckpointStore, gaps GapRecorder,
 	// Metrics are per unit: the "source" label is the unit's name, which
 	// is the source's name unless it is partitioned.
 	u := spec.Unit
+	keyed, _ := out.(KeyedDispatcher)
 	return &Source{
-		spec: spec, client: client, cps: cps, gaps: gaps, out: out,
+		keyed: keyed,
+		spec:  spec, client: client, cps: cps, gaps: gaps, out: out,
 		log:            log,
 		mRead:          m.EventsRead.WithLabelValues(u),
 		mReconnect:     m.StreamReconnects.WithLabelValues(u),
