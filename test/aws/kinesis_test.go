@@ -14,9 +14,7 @@ import (
 )
 
 func kinesisClient(k *Kinesis, optFns ...func(*kinesis.Options)) *kinesis.Client {
-	cfg := k.Config()
-	cfg.Retryer = fastRetryer(1)
-	return kinesis.NewFromConfig(cfg, optFns...)
+	return kinesis.NewFromConfig(clientConfig(k, 1), optFns...)
 }
 
 func rec(pk, data string) kintypes.PutRecordsRequestEntry {

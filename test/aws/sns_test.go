@@ -14,9 +14,7 @@ import (
 )
 
 func snsClient(s *SNS, optFns ...func(*sns.Options)) *sns.Client {
-	cfg := s.Config()
-	cfg.Retryer = fastRetryer(1)
-	return sns.NewFromConfig(cfg, optFns...)
+	return sns.NewFromConfig(clientConfig(s, 1), optFns...)
 }
 
 func snsEntry(id, msg string, attrs map[string]string) snstypes.PublishBatchRequestEntry {
