@@ -20,19 +20,11 @@ func budgetSink(evs []*event.Event, mod func(*Config)) func(t *testing.T, h *sin
 	return func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
 		srv := httptest.NewServer(h.Handler(&fakeBus{}, nil))
 		t.Cleanup(srv.Close)
-		cfg := Config{
+		b := sinktest.Open(t, New, Config{
 			Name: "bus", EventBus: "orders", Region: "us-east-1", Endpoint: srv.URL,
 			Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),
 			Timeout:     time.Minute,
-		}
-		if mod != nil {
-			mod(&cfg)
-		}
-		b, err := New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
+		}, mod)
 		return func(ctx context.Context) error { return b.Send(ctx, evs) }
 	}
 }
@@ -43,12 +35,7 @@ func budgetSink(evs []*event.Event, mod func(*Config)) func(t *testing.T, h *sin
 // cancellation.
 func TestBudgetChargesRequestBody(t *testing.T) {
 	evs := events(t, 5, 2000)
-	sinktest.CheckBudget(t, budgetSink(evs, nil), func(held, body int64) string {
-		if body < 5*2000 || held != body {
-			return "want the body's bytes, exactly"
-		}
-		return ""
-	})
+	sinktest.CheckBudget(t, budgetSink(evs, nil), sinktest.HeldBody(5*2000))
 }
 
 // TestBudgetChargesStrippedPayload: with oversize = "strip", the stripped

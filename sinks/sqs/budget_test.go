@@ -19,19 +19,11 @@ func budgetSink(evs []*event.Event, mod func(*Config)) func(t *testing.T, h *sin
 	return func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
 		srv := httptest.NewServer(h.Handler(&fakeQueue{}, nil))
 		t.Cleanup(srv.Close)
-		cfg := Config{
+		s := sinktest.Open(t, New, Config{
 			Name: "audit", QueueURL: srv.URL + "/123456789012/audit", Region: "us-east-1", Endpoint: srv.URL,
 			Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),
 			Timeout:     time.Minute,
-		}
-		if mod != nil {
-			mod(&cfg)
-		}
-		s, err := New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
+		}, mod)
 		return func(ctx context.Context) error { return s.Send(ctx, evs) }
 	}
 }
@@ -42,12 +34,7 @@ func budgetSink(evs []*event.Event, mod func(*Config)) func(t *testing.T, h *sin
 // cancellation.
 func TestBudgetChargesRequestBody(t *testing.T) {
 	evs := events(t, 5, 2000)
-	sinktest.CheckBudget(t, budgetSink(evs, nil), func(held, body int64) string {
-		if body < 5*2000 || held != body {
-			return "want the body's bytes, exactly"
-		}
-		return ""
-	})
+	sinktest.CheckBudget(t, budgetSink(evs, nil), sinktest.HeldBody(5*2000))
 }
 
 // TestBudgetChargesStrippedPayload: with oversize = "strip", the stripped
