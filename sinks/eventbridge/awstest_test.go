@@ -22,7 +22,7 @@ func newAWSTestSink(t *testing.T, srv *awstest.EventBridge, mod func(*Config)) *
 	t.Helper()
 	return sinktest.Open(t, New, Config{
 		Name: "bus", EventBus: "orders", Region: awstest.DefaultRegion, Endpoint: srv.URL(),
-		Credentials: credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, awstest.SecretAccessKey, ""),
+		Credentials: srv.Config().Credentials,
 		Timeout:     5 * time.Second,
 	}, mod)
 }

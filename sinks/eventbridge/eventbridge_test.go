@@ -546,10 +546,7 @@ func (f incFunc) Inc() { f(1) }
 func TestSendTxnGroup(t *testing.T) {
 	f := &fakeBus{}
 	b := newTestSink(t, f, nil)
-	evs := events(t, 23, 100)
-	for i, e := range evs {
-		e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == 22}
-	}
+	evs := sinktest.Txn(events(t, 23, 100))
 	if err := b.Send(sinks.WithTxnGroup(context.Background()), evs); err != nil {
 		t.Fatal(err)
 	}

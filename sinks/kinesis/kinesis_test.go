@@ -22,7 +22,7 @@ func newSink(t *testing.T, srv *awstest.Kinesis, mod func(*Config)) *Kinesis {
 	t.Helper()
 	return sinktest.Open(t, New, Config{
 		Name: "changes", Stream: "changes", Region: awstest.DefaultRegion, Endpoint: srv.URL(),
-		Credentials: credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, awstest.SecretAccessKey, ""),
+		Credentials: srv.Config().Credentials,
 		Timeout:     5 * time.Second,
 	}, mod)
 }
@@ -177,7 +177,7 @@ func BenchmarkSend500(b *testing.B) {
 	srv.CreateStream("changes")
 	k, err := New(Config{
 		Name: "changes", Stream: "changes", Region: awstest.DefaultRegion, Endpoint: srv.URL(),
-		Credentials: credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, awstest.SecretAccessKey, ""),
+		Credentials: srv.Config().Credentials,
 	}, nil)
 	if err != nil {
 		b.Fatal(err)

@@ -49,7 +49,7 @@ func newSink(t *testing.T, srv *awstest.Lambda, mod func(*Config)) *Lambda {
 	t.Helper()
 	return sinktest.Open(t, New, Config{
 		Name: "step1", Function: "step1", Region: awstest.DefaultRegion, Endpoint: srv.URL(),
-		Credentials: credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, awstest.SecretAccessKey, ""),
+		Credentials: srv.Config().Credentials,
 		Timeout:     5 * time.Second,
 	}, mod)
 }
@@ -375,11 +375,7 @@ func TestSendTxnGroup(t *testing.T) {
 	srv.AddFunction("step1", nil, nil)
 	ctx := sinks.WithTxnGroup(context.Background())
 	txn := func(n int) []*event.Event {
-		evs := events(t, n, 300)
-		for i, e := range evs {
-			e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == n-1}
-		}
-		return evs
+		return sinktest.Txn(events(t, n, 300))
 	}
 	type elem struct {
 		Txn struct{ Index, Part, Parts int } `json:"txn"`

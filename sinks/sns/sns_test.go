@@ -24,7 +24,7 @@ func newSink(t *testing.T, srv *awstest.SNS, topic string, mod func(*Config)) *S
 	t.Helper()
 	return sinktest.Open(t, New, Config{
 		Name: "fanout", TopicARN: srv.TopicARN(topic), Region: awstest.DefaultRegion, Endpoint: srv.URL(),
-		Credentials: credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, awstest.SecretAccessKey, ""),
+		Credentials: srv.Config().Credentials,
 		Timeout:     5 * time.Second,
 	}, mod)
 }

@@ -456,10 +456,7 @@ func BenchmarkSend10(b *testing.B) {
 func TestSendTxnGroup(t *testing.T) {
 	f := &fakeQueue{}
 	s, _ := newTestSink(t, f, nil)
-	evs := events(t, 25, 100)
-	for i, e := range evs {
-		e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == 24}
-	}
+	evs := sinktest.Txn(events(t, 25, 100))
 	if err := s.Send(sinks.WithTxnGroup(context.Background()), evs); err != nil {
 		t.Fatal(err)
 	}

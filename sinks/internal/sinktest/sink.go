@@ -91,3 +91,16 @@ func DocumentForm(t testing.TB, e *event.Event) *event.Event {
 	}
 	return s
 }
+
+// TxnID is the transaction id Txn gives events.
+const TxnID = "0123456789abcdef0123456789abcdef"
+
+// Txn makes evs, in order, the events of one multi-document transaction
+// (event.Txn: id TxnID, their index, the last one marked) and returns
+// them. Send them under sinks.WithTxnGroup as one group.
+func Txn(evs []*event.Event) []*event.Event {
+	for i, e := range evs {
+		e.Txn = &event.Txn{ID: TxnID, Index: i, Last: i == len(evs)-1}
+	}
+	return evs
+}
