@@ -56,7 +56,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
@@ -187,17 +186,12 @@ func (s *SNS) Close() error {
 // entry builds the message of e with body env and returns it with its
 // size.
 func (s *SNS) entry(ctx context.Context, id int, e *event.Event, env []byte) (types.PublishBatchRequestEntry, int) {
-	list, attrSize := awsutil.Attributes(e)
-	list, attrSize = awsutil.TraceAttributes(ctx, id, list, attrSize)
-	attrs := make(map[string]types.MessageAttributeValue, len(list))
-	for _, a := range list {
-		attrs[a.Name] = types.MessageAttributeValue{DataType: aws.String(awsutil.AttrStringType), StringValue: aws.String(a.Value)}
-	}
+	attrs, attrSize := awsutil.MessageAttributes(ctx, id, e, func(dataType, v *string) types.MessageAttributeValue {
+		return types.MessageAttributeValue{DataType: dataType, StringValue: v}
+	})
 	m := types.PublishBatchRequestEntry{
-		Id: aws.String(strconv.Itoa(id)),
-		// The envelope is cached and never modified (event.Envelope's
-		// contract): share its bytes instead of copying them.
-		Message:           aws.String(unsafe.String(unsafe.SliceData(env), len(env))),
+		Id:                aws.String(strconv.Itoa(id)),
+		Message:           awsutil.SharedBody(env),
 		MessageAttributes: attrs,
 	}
 	if s.fifo {
@@ -245,15 +239,11 @@ func (s *SNS) publishBatch(ctx context.Context, batch []*event.Event, entries []
 	if err != nil {
 		return awsutil.ClassifyCall(ctx, prefix+": PublishBatch", err)
 	}
-	succeeded := make([]string, len(out.Successful))
-	for j, r := range out.Successful {
-		succeeded[j] = aws.ToString(r.Id)
-	}
-	failed := make([]awsutil.EntryFailure, len(out.Failed))
-	for j, f := range out.Failed {
-		failed[j] = awsutil.EntryFailure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
-	}
 	// Entry ids are the events' indexes in batch.
-	awsutil.ReportEntries(prefix, "PublishBatch", batch, idx, succeeded, failed, fail)
+	awsutil.ReportBatch(prefix, "PublishBatch", batch, idx, out.Successful, out.Failed,
+		func(r types.PublishBatchResultEntry) string { return aws.ToString(r.Id) },
+		func(f types.BatchResultErrorEntry) awsutil.EntryFailure {
+			return awsutil.EntryFailure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+		}, fail)
 	return nil
 }
