@@ -95,15 +95,7 @@ func TestSendFailures(t *testing.T) {
 	k := newSink(t, srv, func(c *Config) { c.Timeout = 300 * time.Millisecond })
 	ctx := context.Background()
 
-	srv.Throttle(1)
-	sinktest.CheckError(t, "throttled", k.Send(ctx, sinktest.Changes(t, 3, 0)), false, "throttled")
-	srv.FailStatus(1, 500)
-	sinktest.CheckError(t, "500", k.Send(ctx, sinktest.Changes(t, 3, 0)), false, "InternalFailure")
-	srv.FailStatus(1, 503)
-	sinktest.CheckError(t, "503", k.Send(ctx, sinktest.Changes(t, 3, 0)), false, "ServiceUnavailable")
-	srv.Stall(time.Minute)
-	sinktest.CheckError(t, "stalled", k.Send(ctx, sinktest.Changes(t, 3, 0)), false, "timeout")
-	srv.Stall(0)
+	sinktest.CheckServerFaults(t, srv, "InternalFailure", func() error { return k.Send(ctx, sinktest.Changes(t, 3, 0)) })
 	unknown := newSink(t, srv, func(c *Config) { c.Stream = "nope" })
 	sinktest.CheckError(t, "unknown stream", unknown.Send(ctx, sinktest.Changes(t, 3, 0)), true, "ResourceNotFoundException")
 	bad := newSink(t, srv, func(c *Config) {

@@ -64,15 +64,7 @@ func TestAWSTestFaults(t *testing.T) {
 	defer srv.Close()
 	url := srv.CreateQueue("plain")
 	s := newAWSTestSink(t, srv, func(c *Config) { c.QueueURL = url; c.MaxRequestBytes = 4000; c.Timeout = 300 * time.Millisecond })
-	srv.Throttle(1)
-	sinktest.CheckError(t, "throttled", s.Send(context.Background(), events(t, 3, 0)), false, "throttled")
-	srv.FailStatus(1, 500)
-	sinktest.CheckError(t, "500", s.Send(context.Background(), events(t, 3, 0)), false, "InternalFailure")
-	srv.FailStatus(1, 503)
-	sinktest.CheckError(t, "503", s.Send(context.Background(), events(t, 3, 0)), false, "ServiceUnavailable")
-	srv.Stall(time.Minute)
-	sinktest.CheckError(t, "stalled", s.Send(context.Background(), events(t, 3, 0)), false, "timeout")
-	srv.Stall(0)
+	sinktest.CheckServerFaults(t, srv, "InternalFailure", func() error { return s.Send(context.Background(), events(t, 3, 0)) })
 	if n := len(srv.Messages("plain")); n != 0 {
 		t.Errorf("%d messages stored after failures", n)
 	}

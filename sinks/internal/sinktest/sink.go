@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -103,4 +104,30 @@ func Txn(evs []*event.Event) []*event.Event {
 		e.Txn = &event.Txn{ID: TxnID, Index: i, Last: i == len(evs)-1}
 	}
 	return evs
+}
+
+// Faults is what CheckServerFaults makes a test/aws server do.
+type Faults interface {
+	Throttle(n int)
+	FailStatus(n, status int)
+	Stall(d time.Duration)
+}
+
+// CheckServerFaults checks how an AWS sink classifies its server's
+// faults: send is one Send of a sink of srv whose timeout is short (a few
+// hundred milliseconds). Throttling must be retryable with reason
+// "throttled", HTTP 500 retryable with reason code500 (the service's
+// internal error code), 503 retryable "ServiceUnavailable" and a stalled
+// call retryable "timeout". srv no longer stalls when it returns.
+func CheckServerFaults(t testing.TB, srv Faults, code500 string, send func() error) {
+	t.Helper()
+	srv.Throttle(1)
+	CheckError(t, "throttled", send(), false, "throttled")
+	srv.FailStatus(1, 500)
+	CheckError(t, "500", send(), false, code500)
+	srv.FailStatus(1, 503)
+	CheckError(t, "503", send(), false, "ServiceUnavailable")
+	srv.Stall(time.Minute)
+	defer srv.Stall(0)
+	CheckError(t, "stalled", send(), false, "timeout")
 }
