@@ -3,6 +3,7 @@ package eventbridge
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestAWSTestByteLimit(t *testing.T) {
 	defer srv.Close()
 	b := newAWSTestSink(t, srv, func(c *Config) { c.MaxRequestBytes = 3000 })
 	evs := events(t, 10, 700)
-	evs = append(evs[:4:4], append(events(t, 1, 5000), evs[4:]...)...)
+	evs = slices.Insert(evs, 4, events(t, 1, 5000)...)
 	err := b.Send(context.Background(), evs)
 	var be *sinks.BatchError
 	var de *sinks.Error

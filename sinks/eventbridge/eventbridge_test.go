@@ -334,13 +334,7 @@ func TestCallErrors(t *testing.T) {
 			f := &fakeBus{answer: func(int, []putEntry) (int, string, []string) { return tt.status, tt.code, nil }}
 			b := newTestSink(t, f, nil)
 			err := b.Send(context.Background(), events(t, 3, 0))
-			var de *sinks.Error
-			if !errors.As(err, &de) {
-				t.Fatalf("err = %#v, want *sinks.Error", err)
-			}
-			if de.Permanent != tt.perm || de.Reason != tt.reason {
-				t.Errorf("permanent=%v reason=%q, want %v %q (%v)", de.Permanent, de.Reason, tt.perm, tt.reason, err)
-			}
+			sinktest.CheckError(t, "call", err, tt.perm, tt.reason)
 			if n := len(f.snapshot()); n != 1 {
 				t.Errorf("%d requests: the SDK must not retry answers", n)
 			}

@@ -2,6 +2,7 @@ package kinesis
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,7 +135,7 @@ func TestSendSizes(t *testing.T) {
 	srv := newServer(t, awstest.Options{MaxRequestSize: 4000})
 	k := newSink(t, srv, func(c *Config) { c.MaxRequestBytes = 4000 })
 	evs := sinktest.Changes(t, 10, 900)
-	evs = append(evs[:3:3], append([]*event.Event{sinktest.Change(t, 99, 99, 5000)}, evs[3:]...)...)
+	evs = slices.Insert(evs, 3, sinktest.Change(t, 99, 99, 5000))
 	err := k.Send(context.Background(), evs)
 	be := sinktest.BatchFailures(t, err, 1)
 	sinktest.CheckError(t, "oversize", be.Failed[3], true, "oversize")

@@ -2,6 +2,7 @@ package sns
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -139,7 +140,7 @@ func TestSendSizes(t *testing.T) {
 	srv := newServer(t, 4000)
 	s := newSink(t, srv, "changes", func(c *Config) { c.MaxRequestBytes = 4000 })
 	evs := sinktest.Changes(t, 10, 900)
-	evs = append(evs[:3:3], append([]*event.Event{sinktest.Change(t, 99, 99, 5000)}, evs[3:]...)...)
+	evs = slices.Insert(evs, 3, sinktest.Change(t, 99, 99, 5000))
 	err := s.Send(context.Background(), evs)
 	be := sinktest.BatchFailures(t, err, 1)
 	sinktest.CheckError(t, "oversize", be.Failed[3], true, "oversize")

@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func TestAWSTestFaults(t *testing.T) {
 
 	// Byte limit (enforced by the server too) and oversize.
 	evs := events(t, 10, 900)
-	evs = append(evs[:3:3], append(events(t, 1, 5000), evs[3:]...)...)
+	evs = slices.Insert(evs, 3, events(t, 1, 5000)...)
 	err := s.Send(context.Background(), evs)
 	be := sinktest.BatchFailures(t, err, 1)
 	sinktest.CheckError(t, "oversize", be.Failed[3], true, "oversize")

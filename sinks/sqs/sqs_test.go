@@ -408,10 +408,7 @@ func TestCallErrors(t *testing.T) {
 			f := &fakeQueue{answer: func(int, []message) (int, string, []entryFail) { return tt.status, tt.code, nil }}
 			s, _ := newTestSink(t, f, nil)
 			err := s.Send(context.Background(), events(t, 3, 0))
-			var de *sinks.Error
-			if !errors.As(err, &de) || de.Permanent != tt.perm || de.Reason != tt.reason {
-				t.Errorf("%v: want permanent=%v reason %q", err, tt.perm, tt.reason)
-			}
+			sinktest.CheckError(t, tt.code, err, tt.perm, tt.reason)
 			if n := len(f.snapshot()); n != 1 {
 				t.Errorf("%d requests: the SDK must not retry answers", n)
 			}
