@@ -226,14 +226,11 @@ func (s *SNS) Send(ctx context.Context, batch []*event.Event) error {
 		})
 }
 
-// publishBatch makes one PublishBatch call with the entries at idx and
-// reports the failed ones through fail. It returns the classified error of
-// a call that failed as a whole.
+// publishBatch makes one PublishBatch call with entries, those of the
+// events at idx, and reports the failed ones through fail. It returns the
+// classified error of a call that failed as a whole.
 func (s *SNS) publishBatch(ctx context.Context, batch []*event.Event, entries []types.PublishBatchRequestEntry, idx []int, fail func(int, error)) error {
-	in := &sns.PublishBatchInput{TopicArn: aws.String(s.topicARN), PublishBatchRequestEntries: make([]types.PublishBatchRequestEntry, len(idx))}
-	for j, i := range idx {
-		in.PublishBatchRequestEntries[j] = entries[i]
-	}
+	in := &sns.PublishBatchInput{TopicArn: aws.String(s.topicARN), PublishBatchRequestEntries: entries}
 	prefix := "sns " + s.name
 	out, err := s.client.PublishBatch(ctx, in)
 	if err != nil {

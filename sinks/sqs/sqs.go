@@ -321,14 +321,11 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 		})
 }
 
-// sendBatch makes one SendMessageBatch call with the entries at idx and
-// reports the failed ones through fail. It returns the classified error of
-// a call that failed as a whole.
+// sendBatch makes one SendMessageBatch call with entries, those of the
+// events at idx, and reports the failed ones through fail. It returns the
+// classified error of a call that failed as a whole.
 func (s *SQS) sendBatch(ctx context.Context, url string, batch []*event.Event, entries []types.SendMessageBatchRequestEntry, idx []int, fail func(int, error)) error {
-	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: make([]types.SendMessageBatchRequestEntry, len(idx))}
-	for j, i := range idx {
-		in.Entries[j] = entries[i]
-	}
+	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries}
 	prefix := "sqs " + s.name
 	out, err := s.client.SendMessageBatch(ctx, in)
 	if err != nil {
