@@ -3,7 +3,6 @@ package eventbridge
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -18,10 +17,9 @@ import (
 // held by h.
 func budgetSink(evs []*event.Event, mod func(*Config)) func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
 	return func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
-		srv := httptest.NewServer(h.Handler(&fakeBus{}, nil))
-		t.Cleanup(srv.Close)
+		url := sinktest.Server(t, h, &fakeBus{})
 		b := sinktest.Open(t, New, Config{
-			Name: "bus", EventBus: "orders", Region: "us-east-1", Endpoint: srv.URL,
+			Name: "bus", EventBus: "orders", Region: "us-east-1", Endpoint: url,
 			Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),
 			Timeout:     time.Minute,
 		}, mod)

@@ -3,7 +3,6 @@ package sqs
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -17,10 +16,9 @@ import (
 // budgetSink returns the Send of an SQS sink whose endpoint is held by h.
 func budgetSink(evs []*event.Event, mod func(*Config)) func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
 	return func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
-		srv := httptest.NewServer(h.Handler(&fakeQueue{}, nil))
-		t.Cleanup(srv.Close)
+		url := sinktest.Server(t, h, &fakeQueue{})
 		s := sinktest.Open(t, New, Config{
-			Name: "audit", QueueURL: srv.URL + "/123456789012/audit", Region: "us-east-1", Endpoint: srv.URL,
+			Name: "audit", QueueURL: url + "/123456789012/audit", Region: "us-east-1", Endpoint: url,
 			Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),
 			Timeout:     time.Minute,
 		}, mod)
