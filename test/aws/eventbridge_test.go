@@ -41,6 +41,14 @@ func clientConfig(srv interface{ Config() aws.Config }, attempts int) aws.Config
 	return cfg
 }
 
+// wrongSecretConfig is clientConfig(srv, 1) signing with a wrong secret
+// key.
+func wrongSecretConfig(srv interface{ Config() aws.Config }) aws.Config {
+	cfg := clientConfig(srv, 1)
+	cfg.Credentials = credentials.NewStaticCredentialsProvider(AccessKeyID, "wrong", "")
+	return cfg
+}
+
 func ebClient(t *testing.T, eb *EventBridge, optFns ...func(*eventbridge.Options)) *eventbridge.Client {
 	t.Helper()
 	return eventbridge.NewFromConfig(clientConfig(eb, 3), optFns...)

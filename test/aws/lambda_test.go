@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	ltypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 )
@@ -110,10 +109,7 @@ func TestLambdaInvokeErrors(t *testing.T) {
 		t.Errorf("%d invocations stored, want 0", n)
 	}
 
-	cfg := l.Config()
-	cfg.Credentials = credentials.NewStaticCredentialsProvider(AccessKeyID, "wrong", "")
-	cfg.Retryer = fastRetryer(1)
-	_, err = lambda.NewFromConfig(cfg).Invoke(ctx, in("f"))
+	_, err = lambda.NewFromConfig(wrongSecretConfig(l)).Invoke(ctx, in("f"))
 	if apiCode(err) != "InvalidSignatureException" || l.Rejected() != 1 {
 		t.Errorf("bad signature: %v (rejected %d)", err, l.Rejected())
 	}
