@@ -1,4 +1,7 @@
-// Package sinktest builds change events for the sinks' tests.
+// Package sinktest is what the sinks' tests share: change events (Change,
+// FromDoc, Txn, DocumentForm), opening a sink for a test (Open), checking
+// Send's errors (CheckError, BatchFailures, CheckServerFaults), the byte
+// budget of a Send (CheckBudget) and traced Sends (TracedSend).
 package sinktest
 
 import (
