@@ -240,8 +240,7 @@ func New(spec Spec, client *mongo.Client, cps CheckpointStore, gaps GapRecorder,
 	u := spec.Unit
 	keyed, _ := out.(KeyedDispatcher)
 	return &Source{
-		keyed: keyed,
-		spec:  spec, client: client, cps: cps, gaps: gaps, out: out,
+		spec: spec, client: client, cps: cps, gaps: gaps, out: out, keyed: keyed,
 		log:            log,
 		mRead:          m.EventsRead.WithLabelValues(u),
 		mReconnect:     m.StreamReconnects.WithLabelValues(u),
