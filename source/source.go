@@ -801,9 +801,8 @@ type pending struct {
 // changes (nil: unchanged), whether the change is an invalidate, false
 // when the source is stopping, and an error that reopens the stream.
 func (s *Source) take(ctx context.Context, tr *checkpoint.Tracker, tx *txnState, pend *pending, cur bson.Raw) (bson.Raw, bool, bool, error) {
-	// A copy that the allocator need not clear first (append allocates
-	// without zeroing what it copies over); the budget counts len(raw).
-	raw := bson.Raw(append([]byte(nil), cur...))
+	raw := make(bson.Raw, len(cur))
+	copy(raw, cur)
 	// The byte budget admits the change (its first fragment, for a split
 	// one) before the next is read: while it is spent, the Source stops
 	// reading here. A split change's later fragments are charged to it
