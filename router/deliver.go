@@ -213,7 +213,7 @@ var errTenureEnded = errors.New("tenure ended")
 func tenuresOf(items []*item) []*event.Tenure {
 	var ts []*event.Tenure
 	for _, it := range items {
-		t := it.ev.Tenure
+		t := it.tenure
 		if t != nil && !slices.Contains(ts, t) {
 			ts = append(ts, t)
 		}
@@ -507,9 +507,10 @@ func (d *deliverer) succeeded(items []*item, mode deliveryMode, fin finisher) {
 	if d.failingSince.Swap(0) != 0 {
 		d.log.Info("sink delivering again")
 	}
+	nowNanos := now.UnixNano()
 	for _, it := range items {
-		if !it.ev.WallTime.IsZero() {
-			d.mLag.Observe(now.Sub(it.ev.WallTime).Seconds())
+		if it.wall != noWall {
+			d.mLag.Observe(time.Duration(nowNanos - it.wall).Seconds())
 		}
 	}
 	if mode == modeLive {

@@ -517,7 +517,7 @@ func (e *Engine) deliverNow(ctx context.Context, sink string, evs []*event.Event
 		if skip {
 			continue // skip_empty_updates: nothing to deliver
 		}
-		it := &item{ev: ev}
+		it := newItem(ev)
 		if l.d.tracer != nil {
 			it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "replay")
 			defer it.trace.End()

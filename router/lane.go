@@ -324,7 +324,8 @@ func (l *Lane) waitIdle(ctx context.Context) {
 // by Dispatch for all its sinks).
 func (l *Lane) enqueue(ev *event.Event, key uint64, done func()) {
 	ev.Mem.Retain(1) // the item's reference, released once it is finished (item.release)
-	it := &item{ev: ev, done: done, key: key}
+	it := newItem(ev)
+	it.done, it.key = done, key
 	if ev.Trace != nil {
 		it.trace = ev.Trace.Delivery(l.name, l.spec.Kind)
 	}
@@ -420,7 +421,7 @@ func (l *Lane) waiting() func() { return l.q.wait() }
 func (l *Lane) dropLost(items []*item) []*item {
 	var keep []*item // nil until an item is dropped: no copy in the common case
 	for i, it := range items {
-		if it.ev.Tenure.Held() {
+		if it.tenure.Held() {
 			if keep != nil {
 				keep = append(keep, it)
 			}

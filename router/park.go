@@ -540,7 +540,8 @@ func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool, t
 		return nil, true
 	}
 	ev.Tenure = tenure // on the shaped view too
-	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
+	it := newItem(ev)
+	it.attempts, it.first, it.firstErr, it.retryAt = e.Attempts, e.FirstFailedAt, e.FirstError, e.RetryAt
 	if l.d.tracer != nil {
 		it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "redrive")
 	}
