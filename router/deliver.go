@@ -39,8 +39,9 @@ type Limiter interface {
 
 // finisher takes the items the delivery stage finished in modeLive.
 type finisher interface {
-	// delivered acks items the sink accepted.
-	delivered(items []*item)
+	// delivered acks items the sink accepted at now and releases them,
+	// observing each one's lag (lag), in one pass over them.
+	delivered(items []*item, now time.Time, lag prometheus.Observer)
 	// deadLetter durably records items that failed for good, then acks them.
 	deadLetter(items []*item, reason string)
 	// dropLost returns items without those whose tenure is over (cluster
@@ -507,13 +508,20 @@ func (d *deliverer) succeeded(items []*item, mode deliveryMode, fin finisher) {
 	if d.failingSince.Swap(0) != 0 {
 		d.log.Info("sink delivering again")
 	}
+	if mode == modeLive {
+		fin.delivered(items, now, d.mLag)
+		return
+	}
 	nowNanos := now.UnixNano()
 	for _, it := range items {
-		if it.wall != noWall {
-			d.mLag.Observe(time.Duration(nowNanos - it.wall).Seconds())
-		}
+		observeLag(d.mLag, it, nowNanos)
 	}
-	if mode == modeLive {
-		fin.delivered(items)
+}
+
+// observeLag observes the end-to-end lag of it, delivered at now (unix
+// nanos).
+func observeLag(lag prometheus.Observer, it *item, now int64) {
+	if it.wall != noWall {
+		lag.Observe(time.Duration(now - it.wall).Seconds())
 	}
 }

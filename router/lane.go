@@ -439,12 +439,16 @@ func (l *Lane) dropLost(items []*item) []*item {
 	return keep
 }
 
-// delivered acks items the sink accepted (finisher).
-func (l *Lane) delivered(items []*item) {
+// delivered acks items the sink accepted, and releases them (finisher):
+// one pass over them, each item's cache line read once after the request.
+func (l *Lane) delivered(items []*item, now time.Time, lag prometheus.Observer) {
 	l.mDelivered.Add(float64(len(items))) // one atomic update per batch, not per event
+	nowNanos := now.UnixNano()
 	for _, it := range items {
+		observeLag(lag, it, nowNanos)
 		it.trace.Outcome("delivered", "")
 		it.done()
+		it.release() // serve's releaseItems finds it released
 	}
 }
 

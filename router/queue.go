@@ -31,7 +31,8 @@ type item struct {
 	wall   int64          // ev.WallTime in unix nanos; noWall when zero
 	// trace is the span of the item's delivery (nil: tracing off), ended
 	// by release.
-	trace *tracing.Delivery
+	trace    *tracing.Delivery
+	released bool // release ran (the item's holder is the only one to call it)
 
 	attempts int
 	first    time.Time
@@ -41,7 +42,6 @@ type item struct {
 	firstErr string
 	lastErr  string
 	reason   string
-	released bool // release ran (the item's holder is the only one to call it)
 	// grp is the transaction group the item belongs to (transactions =
 	// "group"): its items are consecutive in one partition and taken as
 	// one batch. bar, set on an item without an event, is a barrier: it
