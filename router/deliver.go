@@ -186,7 +186,10 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 	}
 	start := d.clk.Now()
 	d.mAttempts.Inc()
-	err = d.sink.Send(memory.WithBudget(ctx, d.budget), evs)
+	if memory.FromContext(ctx) != d.budget {
+		ctx = memory.WithBudget(ctx, d.budget) // a lane's workers have it already (Lane.start)
+	}
+	err = d.sink.Send(ctx, evs)
 	observeDuration(d.mDuration, d.clk.Now().Sub(start).Seconds(), att)
 	fenced := err != nil && !allHeld(ts)
 	for _, t := range ts {

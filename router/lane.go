@@ -217,6 +217,9 @@ func (l *Lane) Status() LaneStatus {
 // start starts the lane's goroutines under ctx.
 func (l *Lane) start(ctx context.Context) {
 	ctx, l.cancel = context.WithCancel(ctx)
+	// The byte budget the sinks charge request bodies to: in the context
+	// every attempt derives from, rather than added to each attempt's.
+	ctx = memory.WithBudget(ctx, l.budget)
 	wg := &l.wg
 	l.liveMu.Lock()
 	l.baseCtx = ctx

@@ -32,15 +32,15 @@ type reqBody struct {
 }
 
 // oneBody is the body of a request of one envelope.
-func oneBody(env []byte) *reqBody {
-	return &reqBody{one: env, n: len(env)}
+func oneBody(env []byte) reqBody {
+	return reqBody{one: env, n: len(env)}
 }
 
 // arrayBody is the body of a request of the envelopes parts as one JSON
 // array; parts is not copied, the array is joined once. The joined array
 // is not zeroed first (strings.Builder.Grow), which saves clearing
 // max_request_bytes of memory per request.
-func arrayBody(parts [][]byte) *reqBody {
+func arrayBody(parts [][]byte) reqBody {
 	n := 2 + max(len(parts)-1, 0)
 	for _, p := range parts {
 		n += len(p)
@@ -55,7 +55,7 @@ func arrayBody(parts [][]byte) *reqBody {
 		sb.Write(p)
 	}
 	sb.WriteByte(']')
-	return &reqBody{parts: parts, array: true, n: n, joined: sb.String()}
+	return reqBody{parts: parts, array: true, n: n, joined: sb.String()}
 }
 
 var (

@@ -18,7 +18,7 @@ import (
 // as is.
 func TestReqBodyBytes(t *testing.T) {
 	envs := [][]byte{[]byte(`{"a":1}`), []byte(`{"b":"x,y"}`), {}, []byte(`{"c":[1,2,3]}`), []byte(`{}`)}
-	var cases []*reqBody
+	var cases []reqBody
 	var want [][]byte
 	for n := 0; n <= len(envs); n++ {
 		cases = append(cases, arrayBody(envs[:n]))
@@ -55,7 +55,7 @@ func TestReqBodyBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantSig := independentSig(t, testSecret, "id", "123", want[i])
-		if got := string(s.appendSignatures(nil, "id", "123", b)); got != wantSig {
+		if got := string(s.appendSignatures(nil, "id", "123", &b)); got != wantSig {
 			t.Errorf("case %d: signature %s, want %s", i, got, wantSig)
 		}
 	}

@@ -130,7 +130,11 @@ func Sign(secrets []string, id string, timestamp time.Time, body []byte) (string
 	if s == nil {
 		return "", ErrNoSecrets
 	}
-	return string(s.appendSignatures(nil, id, strconv.FormatInt(timestamp.Unix(), 10), oneBody(body))), nil
+	return string(s.appendSignatures(nil, id, strconv.FormatInt(timestamp.Unix(), 10), ptr(oneBody(body)))), nil
+}
+
+func ptr[T any](v T) *T {
+	return &v
 }
 
 // Verify checks a Standard Webhooks message as a receiver would: the
