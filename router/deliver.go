@@ -447,7 +447,7 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 			// this one (capped as the policy caps it).
 			d.pause(now.Add(min(decision.RetryAfter, policy.MaxInterval)))
 		}
-		wait, again := policy.Next(pending[0].attempts, pending[0].first, now, decision, rand.Float64)
+		wait, again := policy.Next(int(pending[0].attempts), pending[0].first, now, decision, rand.Float64)
 		if !again {
 			if mode != modeLive {
 				return pending, decision
@@ -479,7 +479,6 @@ func (it *item) noteErr(de *sinks.Error) {
 		it.firstErr = msg
 	}
 	it.lastErr = msg
-	it.reason = de.Reason
 }
 
 func (d *deliverer) noteFailure(de *sinks.Error) {

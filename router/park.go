@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,7 @@ func (l *Lane) entry(it *item, kind deadletter.Kind, reason string) (deadletter.
 	if err != nil {
 		return e, err
 	}
-	e.Attempts = it.attempts
+	e.Attempts = int(it.attempts)
 	e.Reason = reason
 	if t := it.ev.Tenure; t != nil {
 		// The write is fenced in the store by the tenure's epoch.
@@ -541,7 +542,7 @@ func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool, t
 	}
 	ev.Tenure = tenure // on the shaped view too
 	it := newItem(ev)
-	it.attempts, it.first, it.firstErr, it.retryAt = e.Attempts, e.FirstFailedAt, e.FirstError, e.RetryAt
+	it.attempts, it.first, it.firstErr, it.retryAt = int32(min(e.Attempts, math.MaxInt32)), e.FirstFailedAt, e.FirstError, e.RetryAt
 	if l.d.tracer != nil {
 		it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "redrive")
 	}

@@ -32,16 +32,14 @@ type item struct {
 	// trace is the span of the item's delivery (nil: tracing off), ended
 	// by release.
 	trace    *tracing.Delivery
-	released bool // release ran (the item's holder is the only one to call it)
-
-	attempts int
+	released bool  // release ran (the item's holder is the only one to call it)
+	attempts int32 // beside released: the item is 160 bytes, a size class
 	first    time.Time
 	// retryAt is the earliest time of the next attempt: the backoff or
 	// Retry-After in force. It survives parking (deadletter.Entry.RetryAt).
 	retryAt  time.Time
 	firstErr string
 	lastErr  string
-	reason   string
 	// grp is the transaction group the item belongs to (transactions =
 	// "group"): its items are consecutive in one partition and taken as
 	// one batch. bar, set on an item without an event, is a barrier: it

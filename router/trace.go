@@ -69,7 +69,7 @@ func (d *deliverer) startAttempt(ctx context.Context, items []*item) (context.Co
 		ds[i] = it.trace
 	}
 	return d.tracer.StartAttempt(ctx, ds, tracing.AttemptInfo{
-		Sink: d.name, Kind: d.kind, Number: items[0].attempts, Propagate: !d.noTraceContext,
+		Sink: d.name, Kind: d.kind, Number: int(items[0].attempts), Propagate: !d.noTraceContext,
 	})
 }
 
