@@ -15,6 +15,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/limit"
 	"github.com/changegate/changegate/tracing"
 )
 
@@ -160,8 +161,19 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 		ctx, att = d.startAttempt(ctx, items)
 		defer func() { endAttempt(att, err) }()
 	}
+	// The limiter's hold on the request: the lane's own limiter stage
+	// (adaptive) is called directly, without the closure its Acquire
+	// allocates per request; another Limiter (tests) through the hook.
+	var tok *limit.Token
 	var release func(error)
-	if d.limit != nil {
+	if a, ok := d.limit.(adaptive); ok {
+		t, err := a.l.Acquire(ctx)
+		att.Admitted()
+		if err != nil {
+			return err
+		}
+		tok = t
+	} else if d.limit != nil {
 		r, err := d.limit.Acquire(ctx)
 		att.Admitted()
 		if err != nil {
@@ -175,9 +187,7 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 			for _, t := range ts[:i] {
 				t.Exit()
 			}
-			if release != nil {
-				release(context.Canceled) // not the receiver's doing
-			}
+			endLimit(tok, release, context.Canceled) // not the receiver's doing
 			return errTenureEnded
 		}
 	}
@@ -195,17 +205,26 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 	for _, t := range ts {
 		t.Exit()
 	}
-	if release != nil {
-		if err != nil && (ctx.Err() != nil || fenced) {
-			release(context.Canceled) // ours, not the receiver's
-		} else {
-			release(err)
-		}
+	if err != nil && (ctx.Err() != nil || fenced) {
+		endLimit(tok, release, context.Canceled) // ours, not the receiver's
+	} else {
+		endLimit(tok, release, err)
 	}
 	if fenced {
 		return fmt.Errorf("%w: %w", errTenureEnded, err)
 	}
 	return err
+}
+
+// endLimit ends a request's hold on the limiter stage (tok or release, or
+// neither without a limiter) with the error Send returned.
+func endLimit(tok *limit.Token, release func(error), err error) {
+	switch {
+	case tok != nil:
+		tok.Release(limit.OutcomeOf(err))
+	case release != nil:
+		release(err)
+	}
 }
 
 // errTenureEnded reports that an attempt was given up because the tenure of

@@ -181,7 +181,7 @@ type Webhook struct {
 
 	reqTemplate *http.Request // Method, URL, Host; shallow-copied per request
 	target      string        // DisplayURL of the URL, for messages
-	static      http.Header   // precomputed headers, copied into each request
+	static      []headerKV    // precomputed headers, copied into each request (a list: no map iteration)
 	signer      *signer       // nil: unsigned
 	aws         *awsSigner    // nil: no SigV4
 
@@ -196,6 +196,12 @@ type Webhook struct {
 }
 
 var _ sinks.Sink = (*Webhook)(nil)
+
+// headerKV is one of the headers every request carries (staticHeaders).
+type headerKV struct {
+	k string
+	v []string
+}
 
 // tsEntry caches the header value of one unix second.
 type tsEntry struct {
@@ -297,13 +303,15 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 		maxBytes:  cmp.Or(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
 		oversize:  cfg.Oversize,
 		target:    DisplayURL(u),
-		static:    static,
 		signer:    sg,
 		aws:       as,
 		transport: tr,
 		timeout:   timeout,
 		log:       logger,
 		now:       time.Now,
+	}
+	for k, v := range static {
+		w.static = append(w.static, headerKV{k, v})
 	}
 	w.reqTemplate = &http.Request{
 		Method:     http.MethodPost,
@@ -809,8 +817,8 @@ func (w *Webhook) post(parent context.Context, id string, b reqBody, e *event.Ev
 	ctx = context.WithValue(ctx, bodyKey{}, body)
 	hr := w.reqTemplate.WithContext(ctx)
 	h := make(http.Header, len(w.static)+3)
-	for k, v := range w.static {
-		h[k] = v // shared read-only slices; prepareRetry clones before changing
+	for _, kv := range w.static {
+		h[kv.k] = kv.v // shared read-only slices; prepareRetry clones before changing
 	}
 	vals := a.vals[:]
 	vals[0] = id
