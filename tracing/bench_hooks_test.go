@@ -6,11 +6,13 @@ import (
 )
 
 // benchOneChange runs the hooks of one change as the router and a webhook
-// sink call them.
+// sink call them: the route and the delivery are made under the source's
+// dispatch lock (held spans), the rest outside.
 func benchOneChange(ctx context.Context, tr *Tracer, info ChangeInfo, rules, sinks []string, h http.Header) {
 	var ch *Change
 	if tr != nil {
 		ch = tr.StartChange(info)
+		ch.HoldSpans()
 	}
 	if ch != nil {
 		ch.Route(rules, sinks)
@@ -18,6 +20,7 @@ func benchOneChange(ctx context.Context, tr *Tracer, info ChangeInfo, rules, sin
 	var d *Delivery
 	if ch != nil {
 		d = ch.Delivery("hook", "webhook")
+		ch.ReleaseSpans()
 	}
 	actx, a := tr.StartAttempt(ctx, []*Delivery{d}, AttemptInfo{Sink: "hook", Kind: "webhook", Number: 1, Propagate: true})
 	a.Admitted()
