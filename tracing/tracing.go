@@ -10,6 +10,12 @@
 // XRayHeader, SetHTTPStatus) find nothing in their context, so the
 // delivery path pays a nil check per hook.
 //
+// On, the sampler decides once per change, when its root span starts: an
+// unsampled change makes no other span and builds no attribute, but its
+// trace context (sampled flag off) is still propagated. The router starts
+// the root before its source's dispatch lock and makes the spans it
+// records under the lock after it (Change.HoldSpans, ReleaseSpans).
+//
 // Attributes are ids, namespaces, sizes and outcomes only, never document
 // data.
 package tracing
