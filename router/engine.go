@@ -414,7 +414,10 @@ func (e *Engine) dispatch(ev *event.Event, key uint64, keyed bool, ack func()) {
 		}
 	}
 	if e.tracer != nil {
-		ack = e.traceChange(ev, ack)
+		var own bool
+		if ack, own = e.traceChange(ev, ack); own {
+			defer e.EndDispatch(ev)
+		}
 	}
 	m := st.rules.route(ev, hit)
 	if e.tracer != nil {
@@ -529,7 +532,7 @@ func (e *Engine) deliverNow(ctx context.Context, sink string, evs []*event.Event
 		if skip {
 			continue // skip_empty_updates: nothing to deliver
 		}
-		it := &item{ev: ev}
+		it := newItem(ev)
 		if l.d.tracer != nil {
 			it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "replay")
 			defer it.trace.End()
@@ -585,7 +588,10 @@ func (e *Engine) DispatchTo(sink string, ev *event.Event, ack func()) bool {
 		return false
 	}
 	if e.tracer != nil {
-		ack = e.traceChange(ev, ack)
+		var own bool
+		if ack, own = e.traceChange(ev, ack); own {
+			defer e.EndDispatch(ev)
+		}
 		e.traceRoute(st, ev, m.Rules, targets)
 	}
 	ev.Rules = m.Rules
