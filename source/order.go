@@ -33,7 +33,7 @@ type dispatchHooks interface {
 // dispatch hands ev to the router, recording it for DispatchIfUnchanged.
 func (s *Source) dispatch(ev *event.Event, ack func()) {
 	key := ev.OrderingKeyHash()
-	h := s.hooks
+	h, _ := s.out.(dispatchHooks)
 	if h != nil {
 		h.BeginDispatch(ev)
 	}

@@ -160,7 +160,6 @@ type Source struct {
 	gaps   GapRecorder
 	out    Dispatcher
 	keyed  KeyedDispatcher // out, when it takes the ordering key's hash
-	hooks  dispatchHooks   // out, when it has work outside the dispatch lock
 	log    *slog.Logger
 
 	mRead, mReconnect, mInvalidate, mHistoryLost, mSaves prometheus.Counter
@@ -240,9 +239,8 @@ func New(spec Spec, client *mongo.Client, cps CheckpointStore, gaps GapRecorder,
 	// is the source's name unless it is partitioned.
 	u := spec.Unit
 	keyed, _ := out.(KeyedDispatcher)
-	hooks, _ := out.(dispatchHooks)
 	return &Source{
-		spec: spec, client: client, cps: cps, gaps: gaps, out: out, keyed: keyed, hooks: hooks,
+		spec: spec, client: client, cps: cps, gaps: gaps, out: out, keyed: keyed,
 		log:            log,
 		mRead:          m.EventsRead.WithLabelValues(u),
 		mReconnect:     m.StreamReconnects.WithLabelValues(u),
