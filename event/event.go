@@ -371,7 +371,7 @@ func (e *Event) Envelope(canonical bool) ([]byte, error) {
 }
 
 func (e *Event) encode(canonical bool) ([]byte, error) {
-	if canonical {
+	if canonical && mayHaveDollarKey(e.Raw) {
 		if path := bsonraw.DollarPath(e.Raw); path != "" {
 			return nil, fmt.Errorf("event %s: field %q: %w", e.ID, path, ErrAmbiguousJSON)
 		}
@@ -386,13 +386,49 @@ func (e *Event) encode(canonical bool) ([]byte, error) {
 	return e.encodeDriver(canonical)
 }
 
+// scratchMaxRaw is the largest change whose envelope is encoded in a
+// pooled scratch buffer and then copied out at its exact size; a larger
+// one is encoded straight into its own buffer (envelopeCap), where a
+// second copy of megabytes would cost more than a spare capacity.
+// scratchKeep is the largest scratch buffer put back into the pool.
+const (
+	scratchMaxRaw = 32 << 10
+	scratchKeep   = 256 << 10
+)
+
+// scratchPool holds the scratch buffers of encodeFast. A buffer is only
+// ever held by one encodeFast call, from Get to Put, and nothing it
+// returns aliases it (the envelope is a copy), so the envelope bytes cached
+// on an event and shared by sinks are never recycled.
+var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
 // encodeFast encodes the envelope with the direct encoder of extjson.go;
 // it fails (and encode falls back to encodeDriver) on malformed BSON.
+// The envelope of a small change is encoded in a pooled scratch buffer and
+// copied into an allocation of its own size (no over-sized buffer to
+// zero, collect and charge to the byte budget while it is cached).
 func (e *Event) encodeFast(canonical bool) ([]byte, error) {
 	if !utf8.ValidString(e.ID) || !utf8.ValidString(e.OperationType) {
 		return nil, ErrInvalidUTF8
 	}
-	b := make([]byte, 0, envelopeCap(len(e.Raw)))
+	if len(e.Raw) > scratchMaxRaw {
+		return e.appendEnvelope(make([]byte, 0, envelopeCap(len(e.Raw))), canonical)
+	}
+	sp := scratchPool.Get().(*[]byte)
+	b, err := e.appendEnvelope((*sp)[:0], canonical)
+	var out []byte
+	if err == nil {
+		out = bytes.Clone(b)
+	}
+	if cap(b) <= scratchKeep {
+		*sp = b[:0]
+	}
+	scratchPool.Put(sp)
+	return out, err
+}
+
+// appendEnvelope appends the envelope to b (encodeFast's encoder).
+func (e *Event) appendEnvelope(b []byte, canonical bool) ([]byte, error) {
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, e.ID)
 	b = append(b, `,"source":`...)
@@ -403,27 +439,30 @@ func (e *Event) encodeFast(canonical bool) ([]byte, error) {
 	// occurrence of each, as LookupErr would).
 	var vals [len(envelopeFields)]bsoncore.Value
 	var found [len(envelopeFields)]bool
-	doc := bsoncore.Document(e.Raw)
+	doc := e.Raw
 	if len(doc) < 5 {
 		return nil, errSlowPath
 	}
 	for rem := doc[4 : len(doc)-1]; len(rem) > 0; {
-		el, rest, ok := bsoncore.ReadElement(rem)
+		el, rest, ok := readElement(rem)
 		if !ok {
 			return nil, errSlowPath
 		}
 		rem = rest
-		if i := envelopeField(el.KeyBytes()); i >= 0 && !found[i] {
-			vals[i], found[i] = el.Value(), true
+		if i := envelopeField(el.key); i >= 0 && !found[i] {
+			// A value Element.Value cannot read is found, of type 0:
+			// appendExtJSONValue fails on it.
+			v, _ := el.coreValue()
+			vals[i], found[i] = v, true
 		}
 	}
 	for i, k := range envelopeFields {
 		if !found[i] {
 			continue
 		}
-		b = append(b, ',')
-		b = appendJSONString(b, k)
-		b = append(b, ':')
+		b = append(b, ',', '"')
+		b = append(b, k...)
+		b = append(b, '"', ':')
 		var err error
 		if b, _, err = appendExtJSONValue(b, bson.Type(vals[i].Type), vals[i].Data, canonical); err != nil {
 			return nil, err
@@ -431,17 +470,13 @@ func (e *Event) encodeFast(canonical bool) ([]byte, error) {
 	}
 	if e.ClusterTime.T != 0 {
 		b = append(b, `,"clusterTime":"`...)
-		b = appendRFC3339UTC(b, time.Unix(int64(e.ClusterTime.T), 0).UTC(), 0)
-		b = append(b, '"')
+		b = appendDateSecs(b, int64(e.ClusterTime.T))
+		b = append(b, 'Z', '"')
 	}
 	if !e.WallTime.IsZero() {
 		// RFC 3339 needs no JSON escaping.
 		b = append(b, `,"wallTime":"`...)
-		if e.WallTime.Location() == time.UTC {
-			b = appendRFC3339UTC(b, e.WallTime, 9)
-		} else {
-			b = e.WallTime.AppendFormat(b, time.RFC3339Nano)
-		}
+		b = appendTimeRFC3339(b, e.WallTime)
 		b = append(b, '"')
 	}
 	if e.Txn != nil {

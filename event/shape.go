@@ -1005,7 +1005,7 @@ func (e *Event) encodeDocument(canonical bool) ([]byte, error) {
 	if err != nil || v.Type != bson.TypeEmbeddedDocument {
 		return []byte("null"), nil
 	}
-	if canonical {
+	if canonical && mayHaveDollarKey(v.Value) {
 		if path := bsonraw.DollarPath(v.Document()); path != "" {
 			return nil, fmt.Errorf("event %s: field %q: %w", e.ID, "fullDocument."+path, ErrAmbiguousJSON)
 		}
