@@ -3,6 +3,7 @@ package event
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
@@ -105,25 +106,45 @@ func (el element) coreValue() (bsoncore.Value, bool) {
 // readElement is bsoncore.ReadElement, returning the element's parts:
 // ok is false exactly when ReadElement's is, and then rest is src.
 func readElement(src []byte) (el element, rest []byte, ok bool) {
-	if len(src) < 1 {
+	keyEnd, end, ok := elementBounds(src)
+	if !ok {
 		return el, src, false
 	}
+	return element{t: src[0], key: src[1:keyEnd], value: src[keyEnd+1 : end], size: end}, src[end:], true
+}
+
+// elementBounds is the arithmetic of readElement: the element at the
+// start of src has its key in src[1:keyEnd] and its value in
+// src[keyEnd+1:end]. The key's NUL is looked for eight bytes at a time.
+func elementBounds(src []byte) (keyEnd, end int, ok bool) {
+	if len(src) < 1 {
+		return 0, 0, false
+	}
 	idx := 1
+	for idx+8 <= len(src) {
+		w := binary.LittleEndian.Uint64(src[idx:])
+		if z := (w - swarOnes) &^ w & swarHigh; z != 0 {
+			idx += bits.TrailingZeros64(z) >> 3 // the lowest flag is exact
+			goto found
+		}
+		idx += 8
+	}
 	for idx < len(src) && src[idx] != 0 {
 		idx++
 	}
 	if idx >= len(src) {
-		return el, src, false
+		return 0, 0, false
 	}
+found:
 	length, ok := valueLength(src[idx+1:], src[0])
 	if !ok {
-		return el, src, false
+		return 0, 0, false
 	}
-	end := idx + 1 + int(length)
+	end = idx + 1 + int(length)
 	if end > len(src) {
-		return el, src, false
+		return 0, 0, false
 	}
-	return element{t: src[0], key: src[1:idx], value: src[idx+1 : end], size: end}, src[end:], true
+	return idx, end, true
 }
 
 // forElements calls fn for each element of doc as Document.LookupErr
@@ -151,17 +172,54 @@ func forElements(doc []byte, fn func(el element) bool) (malformed bool) {
 }
 
 // lookup is bsoncore.Document(doc).LookupErr(key) (a single key): the
-// value of the first element named key, ok false when there is none or an
-// element before it cannot be read.
+// value of the first element named key, ok false when there is none, an
+// element before it cannot be read or its value cannot (ValueErr).
 func lookup(doc []byte, key string) (v bsoncore.Value, ok bool) {
-	forElements(doc, func(el element) bool {
-		if string(el.key) == key {
-			v, ok = el.coreValue()
-			return false
+	length, rem, ok := bsoncore.ReadLength(doc)
+	if !ok {
+		return v, false
+	}
+	length -= 4
+	for length > 1 {
+		keyEnd, end, ok := elementBounds(rem)
+		if !ok {
+			return v, false
 		}
-		return true
-	})
-	return v, ok
+		length -= int32(end)
+		if string(rem[1:keyEnd]) == key {
+			return element{t: rem[0], value: rem[keyEnd+1 : end]}.coreValue()
+		}
+		rem = rem[end:]
+	}
+	return v, false
+}
+
+// lookup2 is lookup of two keys in one pass, as two LookupErr calls would
+// find them (both walks end at the same malformed element).
+func lookup2(doc []byte, key1, key2 string) (v1 bsoncore.Value, ok1 bool, v2 bsoncore.Value, ok2 bool) {
+	length, rem, ok := bsoncore.ReadLength(doc)
+	if !ok {
+		return
+	}
+	length -= 4
+	var seen1, seen2 bool
+	for length > 1 && !(seen1 && seen2) {
+		keyEnd, end, ok := elementBounds(rem)
+		if !ok {
+			return
+		}
+		length -= int32(end)
+		switch key := rem[1:keyEnd]; {
+		case !seen1 && string(key) == key1:
+			seen1 = true
+			v1, ok1 = element{t: rem[0], value: rem[keyEnd+1 : end]}.coreValue()
+		case !seen2 && string(key) == key2:
+			seen2 = true
+			v2, ok2 = element{t: rem[0], value: rem[keyEnd+1 : end]}.coreValue()
+		}
+		rem = rem[end:]
+	}
+	return
 }
 
 // mayHaveDollarKey reports false only when bsonraw.DollarPath(doc) is

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -173,20 +172,18 @@ func scanChange(raw bson.Raw) (vals [chFields]bsoncore.Value, found [chFields]bo
 	}
 	length -= 4
 	for length > 1 {
-		el, rest, ok := bsoncore.ReadElement(rem)
-		length -= int32(len(el))
+		keyEnd, end, ok := elementBounds(rem)
 		if !ok {
 			return vals, found
 		}
-		rem = rest
-		if i := changeField(el.KeyBytes()); i >= 0 && !found[i] {
+		length -= int32(end)
+		if i := changeField(rem[1:keyEnd]); i >= 0 && !found[i] {
 			// A value that cannot be read stays the zero Value (type 0):
 			// found, but of no usable type, as LookupErr's error.
 			found[i] = true
-			if v, err := el.ValueErr(); err == nil {
-				vals[i] = v
-			}
+			vals[i], _ = element{t: rem[0], value: rem[keyEnd+1 : end]}.coreValue()
 		}
+		rem = rem[end:]
 	}
 	return vals, found
 }
@@ -207,8 +204,8 @@ func stringBytes(v bsoncore.Value) ([]byte, bool) {
 // tokenData returns TokenData(token) as bytes when the token has a _data
 // string (without allocating), or nil, false.
 func tokenData(token bson.Raw) ([]byte, bool) {
-	v, err := bsoncore.Document(token).LookupErr("_data")
-	if err != nil {
+	v, ok := lookup(token, "_data")
+	if !ok {
 		return nil, false
 	}
 	return stringBytes(v)
@@ -242,10 +239,10 @@ func FromChange(source string, seq uint64, raw bson.Raw) (*Event, error) {
 	if found[chNS] {
 		// As raw.LookupErr("ns", "db"): ns may be a document or an array.
 		if ns := vals[chNS]; ns.Type == bsoncore.TypeEmbeddedDocument || ns.Type == bsoncore.TypeArray {
-			if v, err := bsoncore.Document(ns.Data).LookupErr("db"); err == nil {
+			if v, ok := lookup(ns.Data, "db"); ok {
 				db, _ = stringBytes(v)
 			}
-			if v, err := bsoncore.Document(ns.Data).LookupErr("coll"); err == nil {
+			if v, ok := lookup(ns.Data, "coll"); ok {
 				coll, _ = stringBytes(v)
 			}
 		}
@@ -408,9 +405,6 @@ var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); retur
 // copied into an allocation of its own size (no over-sized buffer to
 // zero, collect and charge to the byte budget while it is cached).
 func (e *Event) encodeFast(canonical bool) ([]byte, error) {
-	if !utf8.ValidString(e.ID) || !utf8.ValidString(e.OperationType) {
-		return nil, ErrInvalidUTF8
-	}
 	if len(e.Raw) > scratchMaxRaw {
 		return e.appendEnvelope(make([]byte, 0, envelopeCap(len(e.Raw))), canonical)
 	}
@@ -429,12 +423,19 @@ func (e *Event) encodeFast(canonical bool) ([]byte, error) {
 
 // appendEnvelope appends the envelope to b (encodeFast's encoder).
 func (e *Event) appendEnvelope(b []byte, canonical bool) ([]byte, error) {
+	// An id or operation type that is not valid UTF-8 refuses the
+	// envelope before anything of the change is read.
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, e.ID)
+	b, ok := appendValidJSONStringOf(b, e.ID)
+	if !ok {
+		return b, ErrInvalidUTF8
+	}
 	b = append(b, `,"source":`...)
 	b = appendJSONString(b, e.Source)
 	b = append(b, `,"operationType":`...)
-	b = appendJSONString(b, e.OperationType)
+	if b, ok = appendValidJSONStringOf(b, e.OperationType); !ok {
+		return b, ErrInvalidUTF8
+	}
 	// One pass over the change finds the envelope fields (the first
 	// occurrence of each, as LookupErr would).
 	var vals [len(envelopeFields)]bsoncore.Value
@@ -444,17 +445,18 @@ func (e *Event) appendEnvelope(b []byte, canonical bool) ([]byte, error) {
 		return nil, errSlowPath
 	}
 	for rem := doc[4 : len(doc)-1]; len(rem) > 0; {
-		el, rest, ok := readElement(rem)
+		keyEnd, end, ok := elementBounds(rem)
 		if !ok {
 			return nil, errSlowPath
 		}
-		rem = rest
-		if i := envelopeField(el.key); i >= 0 && !found[i] {
+		if i := envelopeField(rem[1:keyEnd]); i >= 0 && !found[i] {
 			// A value Element.Value cannot read is found, of type 0:
 			// appendExtJSONValue fails on it.
-			v, _ := el.coreValue()
-			vals[i], found[i] = v, true
+			el := element{t: rem[0], value: rem[keyEnd+1 : end]}
+			vals[i], _ = el.coreValue()
+			found[i] = true
 		}
+		rem = rem[end:]
 	}
 	for i, k := range envelopeFields {
 		if !found[i] {

@@ -103,6 +103,20 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
+// appendValidJSONStringOf is appendValidJSONString for a string: false
+// (and dst unchanged) when s is not valid UTF-8.
+func appendValidJSONStringOf(dst []byte, s string) ([]byte, bool) {
+	if i := plainPrefixString(s, 0); i == len(s) {
+		dst = append(dst, '"')
+		dst = append(dst, s...)
+		return append(dst, '"'), true
+	}
+	if !utf8.ValidString(s) {
+		return dst, false
+	}
+	return appendJSONString(dst, s), true
+}
+
 // envelopeCap is the capacity an encoding of n bytes of BSON starts with.
 // Small changes get half again (Extended JSON of numbers, dates and
 // object ids is longer than their BSON); a large change is mostly a few
@@ -139,10 +153,6 @@ func nonPlainMask(w uint64) uint64 {
 	back := (bs - swarOnes) &^ bs
 	return (ctl | quote | back | w) & swarHigh
 }
-
-// plainWord reports whether none of the eight bytes of w needs a look of
-// its own (nonPlainMask).
-func plainWord(w uint64) bool { return nonPlainMask(w) == 0 }
 
 // plainPrefix returns the index of the first byte of s at or after i that
 // is not jsonPlain, or len(s): eight bytes at a time while eight remain,
@@ -246,11 +256,8 @@ func appendJSONStringTail(dst, s []byte, i int) ([]byte, bool) {
 	return append(dst, '"'), true
 }
 
-// pow10f and pow10u are the powers of ten appendShortDouble scales by.
-var (
-	pow10f = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18}
-	pow10u = [...]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18}
-)
+// pow10f are the powers of ten appendShortDouble scales by.
+var pow10f = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18}
 
 // appendDouble appends f as the driver's formatDouble does:
 // strconv.FormatFloat(f, 'G', -1, 64), with ".0" added when that has
@@ -295,41 +302,57 @@ func appendShortDouble(dst []byte, f float64) ([]byte, bool) {
 	if !(a < 1e6) { // also NaN
 		return dst, false
 	}
-	if a == math.Trunc(a) {
-		if math.Signbit(f) {
-			dst = append(dst, '-')
+	k := 0 // decimal places
+	m := uint64(a)
+	if float64(m) != a {
+		if a < 1e-4 {
+			return dst, false
 		}
-		dst = strconv.AppendUint(dst, uint64(a), 10)
-		return append(dst, '.', '0'), true
+		for k = 1; ; k++ {
+			if k == len(pow10f) {
+				return dst, false
+			}
+			p := a * pow10f[k]
+			if p >= 1e15 {
+				return dst, false
+			}
+			r := math.Round(p)
+			if math.Abs(p-r) > 0.25 {
+				continue
+			}
+			if m = uint64(r); float64(m)/pow10f[k] == a {
+				break
+			}
+		}
 	}
-	if a < 1e-4 {
-		return dst, false
+	// The digits of m, a point before its last k (or ".0"), right to
+	// left.
+	var buf [24]byte
+	i := len(buf)
+	if k == 0 {
+		i -= 2
+		buf[i], buf[i+1] = '.', '0'
+	} else {
+		for range k {
+			i--
+			buf[i] = byte('0' + m%10)
+			m /= 10
+		}
+		i--
+		buf[i] = '.'
 	}
-	for k := 1; k < len(pow10f); k++ {
-		p := a * pow10f[k]
-		if p >= 1e15 {
+	for {
+		i--
+		buf[i] = byte('0' + m%10)
+		if m /= 10; m == 0 {
 			break
 		}
-		r := math.Round(p)
-		if math.Abs(p-r) > 0.25 {
-			continue
-		}
-		m := uint64(r)
-		if float64(m)/pow10f[k] != a {
-			continue
-		}
-		if f < 0 {
-			dst = append(dst, '-')
-		}
-		dst = strconv.AppendUint(dst, m/pow10u[k], 10)
-		n := len(dst)
-		dst = append(dst, ".000000000000000000"[:k+1]...)
-		for j, fr := n+k, m%pow10u[k]; fr > 0; j, fr = j-1, fr/10 {
-			dst[j] = byte('0' + fr%10)
-		}
-		return dst, true
 	}
-	return dst, false
+	if math.Signbit(f) {
+		i--
+		buf[i] = '-'
+	}
+	return append(dst, buf[i:]...), true
 }
 
 // digits2 holds the two decimal digits of 0..99.
@@ -651,7 +674,13 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 			dst = append(dst, `{"$date":"`...)
 			dst = appendDateSecs(dst, dt/1000)
 			if ms := dt % 1000; ms != 0 {
-				dst = appendFraction(dst, uint64(ms), 3)
+				// ".ddd" without trailing zeros
+				frac := [4]byte{'.', byte('0' + ms/100), byte('0' + ms/10%10), byte('0' + ms%10)}
+				n := 4
+				for frac[n-1] == '0' {
+					n--
+				}
+				dst = append(dst, frac[:n]...)
 			}
 			dst = append(dst, `Z"}`...)
 		}

@@ -29,8 +29,13 @@ import (
 var genStringPieces = []string{
 	"a", "z", "Z", "0", " ", "!", "#", "~", "\x7f", "\"", "\\", "/", "<", ">", "&", "\n", "\r", "\t", "\b", "\f",
 	"\x01", "\x1f", "\x00", "é", "ß", "ÿ", "Ω", "я", "世界", "😀", "\u2028", "\u2029", "\u2027", "\u202a", "\ufffd", "\uffff",
-	"\xff", "\xc3", "\xc0\x80", "\xc1\xbf", "\xe4\xb8", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\x80", "\xe2\x80", "\xe2\x80\xa8x",
 	"abcdefgh", "customer-000042", "0123456789012345678", "$", "$oid", ".", "_id",
+}
+
+// genInvalidPieces are invalid UTF-8; one string in about forty holds one,
+// so that most changes are encoded whole and many are refused.
+var genInvalidPieces = []string{
+	"\xff", "\xc3", "\xc0\x80", "\xc1\xbf", "\xe4\xb8", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\x80", "\xe2\x80", "\xe2\x80\xa8x",
 }
 
 type docGen struct {
@@ -40,6 +45,10 @@ type docGen struct {
 func (g docGen) str(maxPieces int) string {
 	var sb strings.Builder
 	for k := g.r.IntN(maxPieces + 1); k > 0; k-- {
+		sb.WriteString(genStringPieces[g.r.IntN(len(genStringPieces))])
+	}
+	if g.r.IntN(40) == 0 {
+		sb.WriteString(genInvalidPieces[g.r.IntN(len(genInvalidPieces))])
 		sb.WriteString(genStringPieces[g.r.IntN(len(genStringPieces))])
 	}
 	return sb.String()
@@ -65,7 +74,10 @@ func (g docGen) key() string {
 		s := g.str(3)
 		return strings.ReplaceAll(s, "\x00", "") // a key cannot hold NUL
 	case 1:
-		return "$" + g.plainStr(4)
+		if g.r.IntN(20) == 0 {
+			return "$" + g.plainStr(4)
+		}
+		return g.plainStr(30)
 	case 2:
 		return ""
 	default:
@@ -218,8 +230,35 @@ func (g docGen) arr(depth, n int) []byte {
 func (g docGen) change() []byte {
 	r := g.r
 	b := bsoncore.NewDocumentBuilder()
-	b.AppendDocument("_id", bsoncore.NewDocumentBuilder().AppendString("_data", "8266A1B2C3000000012B022C0100296E5A1004").Build())
-	b.AppendString("operationType", []string{"insert", "update", "delete", "replace", "drop", "op\"x\n"}[r.IntN(6)])
+	switch r.IntN(8) {
+	case 0: // a token of another shape, or an odd _data
+		b.AppendDocument("_id", g.doc(0, r.IntN(3)))
+	case 1:
+		b.AppendDocument("_id", bsoncore.NewDocumentBuilder().AppendString("_data", g.str(4)).Build())
+	default:
+		b.AppendDocument("_id", bsoncore.NewDocumentBuilder().AppendString("_data", "8266A1B2C3000000012B022C0100296E5A1004").Build())
+	}
+	if r.IntN(8) == 0 {
+		b.AppendString("operationType", g.str(3))
+	} else {
+		b.AppendString("operationType", []string{"insert", "update", "delete", "replace", "drop", "op\"x\n"}[r.IntN(6)])
+	}
+	if r.IntN(4) == 0 { // a transaction's change
+		uuid := make([]byte, 16)
+		for i := range uuid {
+			uuid[i] = byte(r.Uint32())
+		}
+		lsid := bsoncore.NewDocumentBuilder().AppendBinary("id", 4, uuid)
+		if r.IntN(2) == 0 {
+			lsid.AppendBinary("uid", 0, uuid[:r.IntN(16)])
+		}
+		b.AppendDocument("lsid", lsid.Build())
+		if r.IntN(2) == 0 {
+			b.AppendInt64("txnNumber", r.Int64N(1000))
+		} else {
+			b.AppendInt32("txnNumber", r.Int32N(1000))
+		}
+	}
 	if r.IntN(4) > 0 {
 		b.AppendTimestamp("clusterTime", r.Uint32(), r.Uint32())
 	}
@@ -526,11 +565,20 @@ func checkReadElement(t *testing.T, raw []byte) {
 			t.Fatalf("readElement at %d differs from the driver's\nraw %x", off, raw)
 		}
 	}
-	for _, key := range []string{"_id", "ns", "fullDocument", "lsid", "txnNumber", "other", ""} {
-		v, ok := lookup(raw, key)
+	same := func(v bsoncore.Value, ok bool, key string) {
+		t.Helper()
 		dv, err := bsoncore.Document(raw).LookupErr(key)
 		if ok != (err == nil) || (ok && (v.Type != dv.Type || !bytes.Equal(v.Data, dv.Data))) {
 			t.Fatalf("lookup(%q) = %v, %v; driver %v, %v\nraw %x", key, v, ok, dv, err, raw)
 		}
+	}
+	keys := []string{"_id", "ns", "fullDocument", "lsid", "txnNumber", "other", ""}
+	for i, key := range keys {
+		v, ok := lookup(raw, key)
+		same(v, ok, key)
+		key2 := keys[(i+1)%len(keys)]
+		v1, ok1, v2, ok2 := lookup2(raw, key, key2)
+		same(v1, ok1, key)
+		same(v2, ok2, key2)
 	}
 }
