@@ -363,25 +363,29 @@ const maxDate = 253402300800
 
 // appendDateSecs appends the UTC date and time of Unix time secs, which
 // must be in [0, maxDate), as "YYYY-MM-DDTHH:MM:SS", without going
-// through time.Time: the civil date of a day number by Howard Hinnant's
-// days_from_civil inverse (TestDateSecsMatchesTime checks every day of
-// years 1970 to 9999 against package time).
+// through time.Time: the civil date of a day number by Neri and
+// Schneider's algorithm ("Euclidean affine functions and their
+// application to calendar algorithms", 2022), with no shift needed for
+// days from 1970 on (TestDateSecsMatchesTime checks the first and last day
+// of every month of years 1970 to 9999 against package time).
 func appendDateSecs(dst []byte, secs int64) []byte {
-	days, sod := uint64(secs)/86400, uint64(secs)%86400
-	z := days + 719468
-	era := z / 146097
-	doe := z - era*146097
-	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
-	y := yoe + era*400
-	doy := doe - (365*yoe + yoe/4 - yoe/100)
-	mp := (5*doy + 2) / 153
-	d := doy - (153*mp+2)/5 + 1
-	m := mp + 3
-	if m > 12 {
-		m -= 12
+	days, sod := uint32(uint64(secs)/86400), uint32(uint64(secs)%86400)
+	n1 := 4*(days+719468) + 3
+	c := n1 / 146097
+	n2 := n1%146097 | 3
+	p2 := uint64(2939745) * uint64(n2)
+	ny := uint32(p2) / 2939745 / 4
+	y := 100*c + uint32(p2>>32)
+	n3 := 2141*ny + 197913
+	m, d := n3>>16, (n3&0xFFFF)/2141+1
+	if ny >= 306 {
 		y++
+		m -= 12
 	}
-	h, mi, s := sod/3600, sod/60%60, sod%60
+	h := sod / 3600
+	sod -= h * 3600
+	mi := sod / 60
+	sec := sod - mi*60
 	n := len(dst)
 	dst = append(dst, "0000-00-00T00:00:00"...)
 	b := dst[n : n+19]
@@ -392,7 +396,7 @@ func appendDateSecs(dst []byte, secs int64) []byte {
 	b[8], b[9] = digits2[2*d], digits2[2*d+1]
 	b[11], b[12] = digits2[2*h], digits2[2*h+1]
 	b[14], b[15] = digits2[2*mi], digits2[2*mi+1]
-	b[17], b[18] = digits2[2*s], digits2[2*s+1]
+	b[17], b[18] = digits2[2*sec], digits2[2*sec+1]
 	return dst
 }
 
@@ -483,15 +487,22 @@ func appendExtJSONDoc(dst []byte, doc []byte, canonical bool) ([]byte, error) {
 		}
 		// The key: a plain run up to its NUL is written as is;
 		// anything else goes through the escaper. A plain key of at
-		// most eight bytes (n, its NUL next) is stored as one word.
+		// most sixteen bytes (n, its NUL next) is stored as two words.
 		if len(rem) >= 10 {
 			w := binary.LittleEndian.Uint64(rem[1:])
-			if n := bits.TrailingZeros64(nonPlainMask(w)) >> 3; rem[1+n] == 0 {
-				dst = slices.Grow(dst, 11)
+			n := bits.TrailingZeros64(nonPlainMask(w)) >> 3
+			var w2 uint64
+			if n == 8 && len(rem) >= 18 {
+				w2 = binary.LittleEndian.Uint64(rem[9:])
+				n += bits.TrailingZeros64(nonPlainMask(w2)) >> 3
+			}
+			if rem[1+n] == 0 {
+				dst = slices.Grow(dst, 19)
 				p := len(dst)
-				dst = dst[:p+11]
+				dst = dst[:p+19]
 				dst[p] = '"'
 				binary.LittleEndian.PutUint64(dst[p+1:], w)
+				binary.LittleEndian.PutUint64(dst[p+9:], w2)
 				dst[p+1+n] = '"'
 				dst[p+2+n] = ':'
 				dst = dst[:p+3+n]
@@ -573,18 +584,25 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 		if l <= 0 || l > len(src)-4 || src[3+l] != 0 {
 			return dst, src, errSlowPath
 		}
-		if l <= 9 && len(src) >= 12 {
-			// A string of at most eight bytes is plain when the first
-			// flagged byte of the word it starts is at its end (its NUL,
-			// which is never plain, or no flag for eight bytes), and is
-			// then stored as one word.
+		if l <= 17 && len(src) >= 20 {
+			// A string of at most sixteen bytes is plain when the first
+			// flagged byte of the words it starts is at its end (its
+			// NUL, which is never plain, or no flag for sixteen bytes),
+			// and is then stored as two words.
 			w := binary.LittleEndian.Uint64(src[4:])
-			if n := bits.TrailingZeros64(nonPlainMask(w)) >> 3; n == l-1 {
-				dst = slices.Grow(dst, 10)
+			n := bits.TrailingZeros64(nonPlainMask(w)) >> 3
+			var w2 uint64
+			if n == 8 {
+				w2 = binary.LittleEndian.Uint64(src[12:])
+				n += bits.TrailingZeros64(nonPlainMask(w2)) >> 3
+			}
+			if n == l-1 {
+				dst = slices.Grow(dst, 18)
 				p := len(dst)
-				dst = dst[:p+10]
+				dst = dst[:p+18]
 				dst[p] = '"'
 				binary.LittleEndian.PutUint64(dst[p+1:], w)
+				binary.LittleEndian.PutUint64(dst[p+9:], w2)
 				dst[p+l] = '"'
 				return dst[:p+l+1], src[4+l:], nil
 			}
