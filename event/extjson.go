@@ -142,32 +142,38 @@ const (
 // nonPlainMask flags, in the high bit of each of the eight bytes of w (a
 // little-endian load of a string's bytes), the bytes that need a look of
 // their own: below 0x20, '"', '\\', or part of a multi-byte UTF-8
-// sequence (>= 0x80). The tests are the classic has-less / has-zero bit
-// tricks: they may also flag a byte that is fine above a real hit in the
-// same word (a borrow), never below one, so the lowest flag is exact.
+// sequence (>= 0x80, flagged by w itself). A byte below 0x20 sets its
+// high bit in w - 0x20 per byte, a '"' or '\\' in (w ^ c) - 1 per byte;
+// other ASCII bytes set none. A subtraction borrows into the next byte
+// only from a byte that is a hit, so the flags above the lowest may be
+// wrong but the lowest is exact (TestNonPlainMask).
 func nonPlainMask(w uint64) uint64 {
-	ctl := (w - swarOnes*0x20) &^ w
-	q := w ^ (swarOnes * '"')
-	quote := (q - swarOnes) &^ q
-	bs := w ^ (swarOnes * '\\')
-	back := (bs - swarOnes) &^ bs
-	return (ctl | quote | back | w) & swarHigh
+	return (w | (w - swarOnes*0x20) | ((w ^ (swarOnes * '"')) - swarOnes) | ((w ^ (swarOnes * '\\')) - swarOnes)) & swarHigh
 }
 
 // plainPrefix returns the index of the first byte of s at or after i that
 // is not jsonPlain, or len(s): eight bytes at a time while eight remain,
 // then through the table.
 func plainPrefix(s []byte, i int) int {
-	for i+8 <= len(s) {
-		if m := nonPlainMask(binary.LittleEndian.Uint64(s[i:])); m != 0 {
-			return i + bits.TrailingZeros64(m)>>3
+	t := s[i:]
+	for len(t) >= 16 { // long strings: sixteen bytes a round
+		m1 := nonPlainMask(binary.LittleEndian.Uint64(t))
+		m2 := nonPlainMask(binary.LittleEndian.Uint64(t[8:]))
+		if m1|m2 != 0 {
+			break
 		}
-		i += 8
+		t = t[16:]
 	}
-	for i < len(s) && jsonPlain[s[i]] {
-		i++
+	for len(t) >= 8 {
+		if m := nonPlainMask(binary.LittleEndian.Uint64(t)); m != 0 {
+			return len(s) - len(t) + bits.TrailingZeros64(m)>>3
+		}
+		t = t[8:]
 	}
-	return i
+	for len(t) > 0 && jsonPlain[t[0]] {
+		t = t[1:]
+	}
+	return len(s) - len(t)
 }
 
 // plainPrefixString is plainPrefix for a string.

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -580,5 +581,44 @@ func checkReadElement(t *testing.T, raw []byte) {
 		v1, ok1, v2, ok2 := lookup2(raw, key, key2)
 		same(v1, ok1, key)
 		same(v2, ok2, key2)
+	}
+}
+
+// TestNonPlainMask checks that the lowest byte nonPlainMask flags is the
+// first byte that is not jsonPlain (and none when all are), for every byte
+// value at every position over random neighbours.
+func TestNonPlainMask(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, uint64(time.Now().UnixNano())))
+	var b [8]byte
+	check := func() {
+		want := 8
+		for i, c := range b {
+			if !jsonPlain[c] {
+				want = i
+				break
+			}
+		}
+		if got := bits.TrailingZeros64(nonPlainMask(binary.LittleEndian.Uint64(b[:]))) >> 3; got != want {
+			t.Fatalf("nonPlainMask(%q): first flag at %d, want %d", b[:], got, want)
+		}
+	}
+	for range 2000 {
+		for i := range b {
+			switch r.IntN(3) {
+			case 0:
+				b[i] = byte(r.Uint32())
+			default:
+				b[i] = byte(0x20 + r.IntN(0x60))
+			}
+		}
+		check()
+		for pos := range 8 {
+			saved := b[pos]
+			for c := range 256 {
+				b[pos] = byte(c)
+				check()
+			}
+			b[pos] = saved
+		}
 	}
 }
