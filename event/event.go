@@ -405,11 +405,19 @@ var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); retur
 // copied into an allocation of its own size (no over-sized buffer to
 // zero, collect and charge to the byte budget while it is cached).
 func (e *Event) encodeFast(canonical bool) ([]byte, error) {
-	if len(e.Raw) > scratchMaxRaw {
-		return e.appendEnvelope(make([]byte, 0, envelopeCap(len(e.Raw))), canonical)
+	return encodeSized(len(e.Raw), func(b []byte) ([]byte, error) { return e.appendEnvelope(b, canonical) })
+}
+
+// encodeSized returns what appendTo appends to an empty buffer, for an
+// encoding of n bytes of BSON: up to scratchMaxRaw through a pooled
+// scratch buffer, copied out at its exact size, or else appended straight
+// to a buffer of envelopeCap(n).
+func encodeSized(n int, appendTo func([]byte) ([]byte, error)) ([]byte, error) {
+	if n > scratchMaxRaw {
+		return appendTo(make([]byte, 0, envelopeCap(n)))
 	}
 	sp := scratchPool.Get().(*[]byte)
-	b, err := e.appendEnvelope((*sp)[:0], canonical)
+	b, err := appendTo((*sp)[:0])
 	var out []byte
 	if err == nil {
 		out = bytes.Clone(b)
