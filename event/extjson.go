@@ -133,7 +133,7 @@ func envelopeCap(n int) int {
 }
 
 // swarOnes and swarHigh are the byte-wise constants of the eight-bytes-at-
-// a-time scan of appendValidJSONString.
+// a-time scans (nonPlainMask, elementBounds).
 const (
 	swarOnes = 0x0101010101010101
 	swarHigh = 0x8080808080808080
@@ -206,11 +206,13 @@ var jsonPlain = func() (t [256]bool) {
 
 // appendValidJSONString appends s as a JSON string escaped exactly as
 // appendJSONString does, and checks in the same pass that s is valid
-// UTF-8: it returns false (and dst holding a partial string) if not. It
-// is the encoder's path for BSON strings and keys, where a document's
-// bulk is. A string with nothing to escape (the common case) is scanned
-// once (eight bytes at a time, then byte by byte through a table) and
-// copied in one append; others continue in appendJSONStringTail.
+// UTF-8: it returns false (and dst holding a partial string) if not. A
+// string with nothing to escape is scanned once (sixteen or eight bytes
+// at a time, then through a table) and copied in one append; others
+// continue in appendJSONStringTail. The encoder's keys and strings take
+// it in pieces (plainPrefix, then a word store, appendQuoted or
+// appendJSONStringTail), reading the scan's words past a string's end up
+// to its NUL, which is never plain.
 func appendValidJSONString(dst, s []byte) ([]byte, bool) {
 	i := plainPrefix(s, 0)
 	if i < len(s) {
@@ -523,14 +525,13 @@ func appendExtJSONDoc(dst []byte, doc []byte, canonical bool) ([]byte, error) {
 		if k < len(rem) && rem[k] == 0 {
 			dst = append(appendQuoted(dst, rem, 1, k), ':')
 		} else {
-			plain := k - 1
 			n := bytes.IndexByte(rem[k:], 0)
 			if n < 0 {
 				return dst, errSlowPath
 			}
 			k += n
 			var ok bool
-			if dst, ok = appendJSONStringTail(dst, rem[1:k], plain); !ok {
+			if dst, ok = appendValidJSONString(dst, rem[1:k]); !ok {
 				return dst, ErrInvalidUTF8
 			}
 			dst = append(dst, ':')
