@@ -46,11 +46,18 @@ type txnGroup struct {
 	// the outcome: the barriers let later changes go.
 	finished chan struct{}
 	once     sync.Once
+	// closed is closed when the group leaves the lane's open groups
+	// (queued, dropped or released): it ends the group's tenure watch.
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 func newTxnGroup() *txnGroup {
-	return &txnGroup{arrived: make(chan struct{}), finished: make(chan struct{})}
+	return &txnGroup{arrived: make(chan struct{}), finished: make(chan struct{}), closed: make(chan struct{})}
 }
+
+// leave marks g as no longer open.
+func (g *txnGroup) leave() { g.closeOnce.Do(func() { close(g.closed) }) }
 
 // arrive records that one of g's barriers reached the head of its
 // partition.
@@ -82,9 +89,31 @@ func (l *Lane) collect(it *item) bool {
 		}
 		g = newTxnGroup()
 		l.open[k] = g
+		if t := it.ev.Tenure; t != nil {
+			// Cluster mode: when the tenure the group was read under ends,
+			// its last event never comes here (the unit's next owner reads
+			// the transaction again); return its memory then rather than
+			// when the lane's next transaction starts, which may never be.
+			go l.watchTenure(k, g, t.Done())
+		}
 	}
 	g.items = append(g.items, it)
 	return true
+}
+
+// watchTenure drops g, the open group k, once done is closed, unless g
+// left the open groups before.
+func (l *Lane) watchTenure(k string, g *txnGroup, done <-chan struct{}) {
+	select {
+	case <-g.closed:
+		return
+	case <-done:
+	}
+	l.groupMu.Lock()
+	defer l.groupMu.Unlock()
+	if l.open[k] == g {
+		l.dropAbandonedLocked()
+	}
 }
 
 // dropAbandonedLocked drops the open groups read under a tenure that is
@@ -98,6 +127,7 @@ func (l *Lane) dropAbandonedLocked() {
 		l.mDropped.Add(float64(len(g.items)))
 		releaseItems(g.items)
 		delete(l.open, k)
+		g.leave()
 	}
 }
 
@@ -111,6 +141,7 @@ func (l *Lane) endTxn(ev *event.Event) {
 	delete(l.open, k)
 	l.groupMu.Unlock()
 	if g != nil {
+		g.leave()
 		l.pushGroup(g)
 	}
 }
@@ -133,6 +164,7 @@ func (l *Lane) retire() {
 	l.open = nil
 	l.groupMu.Unlock()
 	for _, g := range open {
+		g.leave()
 		l.pushGroup(g)
 	}
 }
@@ -143,6 +175,7 @@ func (l *Lane) releaseOpen() {
 	l.groupMu.Lock()
 	defer l.groupMu.Unlock()
 	for _, g := range l.open {
+		g.leave()
 		releaseItems(g.items)
 	}
 	l.open = nil

@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
 )
 
@@ -457,5 +458,29 @@ func testTxnGroupParkedRedriven(t *testing.T, gated bool) {
 	}
 	if len(seen) != seq {
 		t.Fatalf("%d events re-driven, want %d", len(seen), seq)
+	}
+}
+
+// In cluster mode, the events a grouped lane collected for a transaction
+// whose tenure ended (lease lost: its last event never comes here) return
+// their bytes when the tenure ends, not when the lane's next transaction
+// starts, which may never come on this replica; they are never sent.
+func TestTxnGroupAbandonedOnTenureEnd(t *testing.T) {
+	b := memory.NewBudget(1<<30, nil, nil)
+	s := &callSink{name: "s", max: 10}
+	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(3), MaxInFlight: 4, BatchSize: 10, Group: true})
+	ten := event.NewTenure("orders", 1, time.Now().Add(time.Hour))
+	for i := range 3 {
+		ev := txnEvent(t, i+1, i+1, "orders", "tx", i, false)
+		ev.Tenure = ten
+		admit(t, b, eng, ev, func() { t.Error("an event of an abandoned transaction was acknowledged") })
+	}
+	if b.InUse() == 0 {
+		t.Fatal("the collected events hold no bytes")
+	}
+	ten.End()
+	waitBudgetEmpty(t, b, "abandoned transaction")
+	if n := len(s.all()); n != 0 {
+		t.Fatalf("%d sends of an abandoned transaction", n)
 	}
 }

@@ -3,6 +3,7 @@ package eventbridge
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/sinktest"
 	awstest "github.com/changegate/changegate/test/aws"
 )
 
@@ -19,20 +21,11 @@ import (
 
 func newAWSTestSink(t *testing.T, srv *awstest.EventBridge, mod func(*Config)) *EventBridge {
 	t.Helper()
-	cfg := Config{
+	return sinktest.Open(t, New, Config{
 		Name: "bus", EventBus: "orders", Region: awstest.DefaultRegion, Endpoint: srv.URL(),
-		Credentials: credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, awstest.SecretAccessKey, ""),
+		Credentials: srv.Config().Credentials,
 		Timeout:     5 * time.Second,
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	b, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	}, mod)
 }
 
 func TestAWSTestDelivery(t *testing.T) {
@@ -62,7 +55,7 @@ func TestAWSTestByteLimit(t *testing.T) {
 	defer srv.Close()
 	b := newAWSTestSink(t, srv, func(c *Config) { c.MaxRequestBytes = 3000 })
 	evs := events(t, 10, 700)
-	evs = append(evs[:4:4], append(events(t, 1, 5000), evs[4:]...)...)
+	evs = slices.Insert(evs, 4, events(t, 1, 5000)...)
 	err := b.Send(context.Background(), evs)
 	var be *sinks.BatchError
 	var de *sinks.Error
@@ -81,23 +74,7 @@ func TestAWSTestFaults(t *testing.T) {
 	srv := awstest.NewEventBridge(awstest.Options{})
 	defer srv.Close()
 	b := newAWSTestSink(t, srv, func(c *Config) { c.Timeout = 300 * time.Millisecond })
-	check := func(name string, err error, perm bool, reason string) {
-		t.Helper()
-		var de *sinks.Error
-		if !errors.As(err, &de) || de.Permanent != perm || de.Reason != reason {
-			t.Errorf("%s: %v, want permanent=%v reason %q", name, err, perm, reason)
-		}
-	}
-
-	srv.Throttle(1)
-	check("throttled", b.Send(context.Background(), events(t, 3, 0)), false, "throttled")
-	srv.FailStatus(1, 500)
-	check("500", b.Send(context.Background(), events(t, 3, 0)), false, "InternalException")
-	srv.FailStatus(1, 503)
-	check("503", b.Send(context.Background(), events(t, 3, 0)), false, "ServiceUnavailable")
-	srv.Stall(time.Minute)
-	check("stalled", b.Send(context.Background(), events(t, 3, 0)), false, "timeout")
-	srv.Stall(0)
+	sinktest.CheckServerFaults(t, srv, "InternalException", func() error { return b.Send(context.Background(), events(t, 3, 0)) })
 	if n := len(srv.Events()); n != 0 {
 		t.Errorf("%d events stored after failures", n)
 	}
@@ -117,12 +94,9 @@ func TestAWSTestFaults(t *testing.T) {
 		return "", ""
 	})
 	err := b.Send(context.Background(), events(t, 5, 0))
-	var be *sinks.BatchError
-	if !errors.As(err, &be) || len(be.Failed) != 2 {
-		t.Fatalf("partial: %v, want entries 1 and 3", err)
-	}
-	check("entry 1", be.Failed[1], false, "throttled")
-	check("entry 3", be.Failed[3], true, "MalformedDetail")
+	be := sinktest.BatchFailures(t, err, 2)
+	sinktest.CheckError(t, "entry 1", be.Failed[1], false, "throttled")
+	sinktest.CheckError(t, "entry 3", be.Failed[3], true, "MalformedDetail")
 	if n := len(srv.Events()); n != 3 {
 		t.Errorf("%d events accepted, want 3", n)
 	}

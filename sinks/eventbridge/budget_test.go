@@ -3,7 +3,6 @@ package eventbridge
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -18,21 +17,12 @@ import (
 // held by h.
 func budgetSink(evs []*event.Event, mod func(*Config)) func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
 	return func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
-		srv := httptest.NewServer(h.Handler(&fakeBus{}, nil))
-		t.Cleanup(srv.Close)
-		cfg := Config{
-			Name: "bus", EventBus: "orders", Region: "us-east-1", Endpoint: srv.URL,
+		url := sinktest.Server(t, h, &fakeBus{})
+		b := sinktest.Open(t, New, Config{
+			Name: "bus", EventBus: "orders", Region: "us-east-1", Endpoint: url,
 			Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),
 			Timeout:     time.Minute,
-		}
-		if mod != nil {
-			mod(&cfg)
-		}
-		b, err := New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
+		}, mod)
 		return func(ctx context.Context) error { return b.Send(ctx, evs) }
 	}
 }
@@ -43,12 +33,7 @@ func budgetSink(evs []*event.Event, mod func(*Config)) func(t *testing.T, h *sin
 // cancellation.
 func TestBudgetChargesRequestBody(t *testing.T) {
 	evs := events(t, 5, 2000)
-	sinktest.CheckBudget(t, budgetSink(evs, nil), func(held, body int64) string {
-		if body < 5*2000 || held != body {
-			return "want the body's bytes, exactly"
-		}
-		return ""
-	})
+	sinktest.CheckBudget(t, budgetSink(evs, nil), sinktest.HeldBody(5*2000))
 }
 
 // TestBudgetChargesStrippedPayload: with oversize = "strip", the stripped

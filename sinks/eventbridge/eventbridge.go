@@ -326,14 +326,11 @@ func (b *EventBridge) entry(ctx context.Context, i int, prefix string, e *event.
 	return ent, p, nil
 }
 
-// put makes one PutEvents call with the entries at idx and reports the
-// failed ones through fail. It returns the classified error of a call that
-// failed as a whole.
+// put makes one PutEvents call with entries, those of the events at idx,
+// and reports the failed ones through fail. It returns the classified error
+// of a call that failed as a whole.
 func (b *EventBridge) put(ctx context.Context, batch []*event.Event, entries []types.PutEventsRequestEntry, idx []int, fail func(int, error)) error {
-	in := &eventbridge.PutEventsInput{Entries: make([]types.PutEventsRequestEntry, len(idx))}
-	for j, i := range idx {
-		in.Entries[j] = entries[i]
-	}
+	in := &eventbridge.PutEventsInput{Entries: entries}
 	prefix := "eventbridge " + b.name
 	out, err := b.client.PutEvents(ctx, in)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/sinktest"
 )
 
 // fakeBus is a minimal EventBridge endpoint (AWS JSON 1.1, PutEvents).
@@ -97,20 +98,11 @@ func newTestSink(t *testing.T, h http.Handler, mod func(*Config)) *EventBridge {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	cfg := Config{
+	return sinktest.Open(t, New, Config{
 		Name: "bus", EventBus: "orders", Region: "us-east-1", Endpoint: srv.URL,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),
 		Timeout:     5 * time.Second,
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	b, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
+	}, mod)
 }
 
 func testEvent(t testing.TB, n int, padding int) *event.Event {
@@ -123,14 +115,7 @@ func testEvent(t testing.TB, n int, padding int) *event.Event {
 		{Key: "fullDocument", Value: bson.D{{Key: "_id", Value: n}, {Key: "pad", Value: strings.Repeat("x", padding)}}},
 		{Key: "wallTime", Value: bson.DateTime(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC).UnixMilli())},
 	}
-	raw, err := bson.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := event.FromChange("orders", uint64(n), raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := sinktest.FromDoc(t, "orders", n, doc)
 	e.Rules = []string{"r"}
 	return e
 }
@@ -349,13 +334,7 @@ func TestCallErrors(t *testing.T) {
 			f := &fakeBus{answer: func(int, []putEntry) (int, string, []string) { return tt.status, tt.code, nil }}
 			b := newTestSink(t, f, nil)
 			err := b.Send(context.Background(), events(t, 3, 0))
-			var de *sinks.Error
-			if !errors.As(err, &de) {
-				t.Fatalf("err = %#v, want *sinks.Error", err)
-			}
-			if de.Permanent != tt.perm || de.Reason != tt.reason {
-				t.Errorf("permanent=%v reason=%q, want %v %q (%v)", de.Permanent, de.Reason, tt.perm, tt.reason, err)
-			}
+			sinktest.CheckError(t, "call", err, tt.perm, tt.reason)
 			if n := len(f.snapshot()); n != 1 {
 				t.Errorf("%d requests: the SDK must not retry answers", n)
 			}
@@ -372,10 +351,7 @@ func TestSplitCallFailureStops(t *testing.T) {
 	}}
 	b := newTestSink(t, f, func(c *Config) { c.MaxRequestBytes = 2000 })
 	err := b.Send(context.Background(), events(t, 6, 500))
-	var be *sinks.BatchError
-	if !errors.As(err, &be) || len(be.Failed) != 6 {
-		t.Fatalf("err = %v, want all 6 failed", err)
-	}
+	be := sinktest.BatchFailures(t, err, 6)
 	var first, last *sinks.Error
 	errors.As(be.Failed[0], &first)
 	errors.As(be.Failed[5], &last)
@@ -564,10 +540,7 @@ func (f incFunc) Inc() { f(1) }
 func TestSendTxnGroup(t *testing.T) {
 	f := &fakeBus{}
 	b := newTestSink(t, f, nil)
-	evs := events(t, 23, 100)
-	for i, e := range evs {
-		e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == 22}
-	}
+	evs := sinktest.Txn(events(t, 23, 100))
 	if err := b.Send(sinks.WithTxnGroup(context.Background()), evs); err != nil {
 		t.Fatal(err)
 	}

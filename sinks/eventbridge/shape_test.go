@@ -6,18 +6,15 @@ import (
 	"testing"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks/internal/sinktest"
 )
 
 // With envelope = "document" the detail is self-contained: the metadata
 // beside fullDocument (event.Event.Record), no updateDescription.
 func TestSendDocumentForm(t *testing.T) {
-	shape, err := event.CompileShape(event.ShapeSpec{Envelope: event.FormDocument})
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fakeBus{}
 	b := newTestSink(t, f, nil)
-	e, _ := testEvent(t, 1, 0).Shaped(shape)
+	e := sinktest.DocumentForm(t, testEvent(t, 1, 0))
 	if err := b.Send(context.Background(), []*event.Event{e}); err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/sinktest"
 )
 
 const topic = "cdc.shop.orders"
@@ -45,16 +46,7 @@ func newCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 
 func newSink(t *testing.T, c *kfake.Cluster, mod func(*Config)) *Kafka {
 	t.Helper()
-	cfg := Config{Name: "k", Brokers: c.ListenAddrs(), Topic: "cdc.{db}.{coll}", Timeout: 5 * time.Second}
-	if mod != nil {
-		mod(&cfg)
-	}
-	k, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { k.Close() })
-	return k
+	return sinktest.Open(t, New, Config{Name: "k", Brokers: c.ListenAddrs(), Topic: "cdc.{db}.{coll}", Timeout: 5 * time.Second}, mod)
 }
 
 // change builds a change event of document id, numbered n.
@@ -74,14 +66,7 @@ func change(t testing.TB, n int, id any, op, coll string, padding int) *event.Ev
 		doc = append(doc, bson.E{Key: "documentKey", Value: bson.D{{Key: "_id", Value: id}}},
 			bson.E{Key: "fullDocument", Value: bson.D{{Key: "_id", Value: id}, {Key: "n", Value: n}, {Key: "pad", Value: strings.Repeat("x", padding)}}})
 	}
-	raw, err := bson.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := event.FromChange("orders", uint64(n), raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := sinktest.FromDoc(t, "orders", n, doc)
 	e.Rules = []string{"r"}
 	return e
 }

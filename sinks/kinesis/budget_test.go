@@ -19,10 +19,5 @@ func TestBudgetChargesRequestBody(t *testing.T) {
 		url := sinktest.Proxy(t, h, srv.URL())
 		k := newSink(t, srv, func(c *Config) { c.Endpoint = url })
 		return func(ctx context.Context) error { return k.Send(ctx, evs) }
-	}, func(held, body int64) string {
-		if body < 5*2000*4/3 || held != body {
-			return "want the body's bytes, exactly"
-		}
-		return ""
-	})
+	}, sinktest.HeldBody(5*2000*4/3))
 }

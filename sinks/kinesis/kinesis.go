@@ -243,14 +243,11 @@ func (k *Kinesis) Send(ctx context.Context, batch []*event.Event) error {
 		})
 }
 
-// putRecords makes one PutRecords call with the records at idx and reports
-// the failed ones through fail. It returns the classified error of a call
-// that failed as a whole.
+// putRecords makes one PutRecords call with records, those of the events
+// at idx, and reports the failed ones through fail. It returns the
+// classified error of a call that failed as a whole.
 func (k *Kinesis) putRecords(ctx context.Context, batch []*event.Event, records []types.PutRecordsRequestEntry, idx []int, fail func(int, error)) error {
-	in := &kinesis.PutRecordsInput{StreamName: k.stream, StreamARN: k.streamARN, Records: make([]types.PutRecordsRequestEntry, len(idx))}
-	for j, i := range idx {
-		in.Records[j] = records[i]
-	}
+	in := &kinesis.PutRecordsInput{StreamName: k.stream, StreamARN: k.streamARN, Records: records}
 	prefix := "kinesis " + k.name
 	out, err := k.client.PutRecords(ctx, in)
 	if err != nil {

@@ -2,7 +2,7 @@ package kinesis
 
 import (
 	"context"
-	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,20 +21,11 @@ import (
 
 func newSink(t *testing.T, srv *awstest.Kinesis, mod func(*Config)) *Kinesis {
 	t.Helper()
-	cfg := Config{
+	return sinktest.Open(t, New, Config{
 		Name: "changes", Stream: "changes", Region: awstest.DefaultRegion, Endpoint: srv.URL(),
-		Credentials: credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, awstest.SecretAccessKey, ""),
+		Credentials: srv.Config().Credentials,
 		Timeout:     5 * time.Second,
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	k, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { k.Close() })
-	return k
+	}, mod)
 }
 
 func newServer(t *testing.T, opts awstest.Options) *awstest.Kinesis {
@@ -42,14 +33,6 @@ func newServer(t *testing.T, opts awstest.Options) *awstest.Kinesis {
 	t.Cleanup(srv.Close)
 	srv.CreateStreamWith("changes", awstest.StreamOptions{Shards: 4})
 	return srv
-}
-
-func checkErr(t *testing.T, name string, err error, perm bool, reason string) {
-	t.Helper()
-	var de *sinks.Error
-	if !errors.As(err, &de) || de.Permanent != perm || de.Reason != reason {
-		t.Errorf("%s: %v, want permanent=%v reason %q", name, err, perm, reason)
-	}
 }
 
 func TestNewValidates(t *testing.T) {
@@ -113,21 +96,13 @@ func TestSendFailures(t *testing.T) {
 	k := newSink(t, srv, func(c *Config) { c.Timeout = 300 * time.Millisecond })
 	ctx := context.Background()
 
-	srv.Throttle(1)
-	checkErr(t, "throttled", k.Send(ctx, sinktest.Changes(t, 3, 0)), false, "throttled")
-	srv.FailStatus(1, 500)
-	checkErr(t, "500", k.Send(ctx, sinktest.Changes(t, 3, 0)), false, "InternalFailure")
-	srv.FailStatus(1, 503)
-	checkErr(t, "503", k.Send(ctx, sinktest.Changes(t, 3, 0)), false, "ServiceUnavailable")
-	srv.Stall(time.Minute)
-	checkErr(t, "stalled", k.Send(ctx, sinktest.Changes(t, 3, 0)), false, "timeout")
-	srv.Stall(0)
+	sinktest.CheckServerFaults(t, srv, "InternalFailure", func() error { return k.Send(ctx, sinktest.Changes(t, 3, 0)) })
 	unknown := newSink(t, srv, func(c *Config) { c.Stream = "nope" })
-	checkErr(t, "unknown stream", unknown.Send(ctx, sinktest.Changes(t, 3, 0)), true, "ResourceNotFoundException")
+	sinktest.CheckError(t, "unknown stream", unknown.Send(ctx, sinktest.Changes(t, 3, 0)), true, "ResourceNotFoundException")
 	bad := newSink(t, srv, func(c *Config) {
 		c.Credentials = credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, "wrong-secret", "")
 	})
-	checkErr(t, "bad signature", bad.Send(ctx, sinktest.Changes(t, 3, 0)), true, "InvalidSignatureException")
+	sinktest.CheckError(t, "bad signature", bad.Send(ctx, sinktest.Changes(t, 3, 0)), true, "InvalidSignatureException")
 	if n := len(srv.Records("changes")); n != 0 {
 		t.Fatalf("%d records stored after failures", n)
 	}
@@ -146,13 +121,10 @@ func TestSendFailures(t *testing.T) {
 		return "", ""
 	})
 	err := k.Send(ctx, sinktest.Changes(t, 5, 0))
-	var be *sinks.BatchError
-	if !errors.As(err, &be) || len(be.Failed) != 3 {
-		t.Fatalf("partial: %v", err)
-	}
-	checkErr(t, "record 1", be.Failed[1], false, "throttled")
-	checkErr(t, "record 2", be.Failed[2], false, "InternalFailure")
-	checkErr(t, "record 3", be.Failed[3], true, "KMSAccessDeniedException")
+	be := sinktest.BatchFailures(t, err, 3)
+	sinktest.CheckError(t, "record 1", be.Failed[1], false, "throttled")
+	sinktest.CheckError(t, "record 2", be.Failed[2], false, "InternalFailure")
+	sinktest.CheckError(t, "record 3", be.Failed[3], true, "KMSAccessDeniedException")
 	if n := len(srv.Records("changes")); n != 2 {
 		t.Fatalf("%d records written, want 2", n)
 	}
@@ -163,13 +135,10 @@ func TestSendSizes(t *testing.T) {
 	srv := newServer(t, awstest.Options{MaxRequestSize: 4000})
 	k := newSink(t, srv, func(c *Config) { c.MaxRequestBytes = 4000 })
 	evs := sinktest.Changes(t, 10, 900)
-	evs = append(evs[:3:3], append([]*event.Event{sinktest.Change(t, 99, 99, 5000)}, evs[3:]...)...)
+	evs = slices.Insert(evs, 3, sinktest.Change(t, 99, 99, 5000))
 	err := k.Send(context.Background(), evs)
-	var be *sinks.BatchError
-	if !errors.As(err, &be) || len(be.Failed) != 1 {
-		t.Fatalf("err = %v, want only the oversize record", err)
-	}
-	checkErr(t, "oversize", be.Failed[3], true, "oversize")
+	be := sinktest.BatchFailures(t, err, 1)
+	sinktest.CheckError(t, "oversize", be.Failed[3], true, "oversize")
 	if !strings.Contains(be.Failed[3].Error(), "record is ") || !strings.Contains(be.Failed[3].Error(), "more than the request limit of 4000 bytes") {
 		t.Errorf("oversize message: %v", be.Failed[3])
 	}
@@ -201,7 +170,7 @@ func BenchmarkSend500(b *testing.B) {
 	srv.CreateStream("changes")
 	k, err := New(Config{
 		Name: "changes", Stream: "changes", Region: awstest.DefaultRegion, Endpoint: srv.URL(),
-		Credentials: credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, awstest.SecretAccessKey, ""),
+		Credentials: srv.Config().Credentials,
 	}, nil)
 	if err != nil {
 		b.Fatal(err)

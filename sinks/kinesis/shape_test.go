@@ -13,13 +13,9 @@ import (
 // With envelope = "document" a record, which has no attributes, carries
 // the metadata beside fullDocument (the event's Record form).
 func TestSendDocumentForm(t *testing.T) {
-	shape, err := event.CompileShape(event.ShapeSpec{Envelope: event.FormDocument})
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := newServer(t, awstest.Options{})
 	k := newSink(t, srv, nil)
-	e, _ := sinktest.Change(t, 1, 7, 0).Shaped(shape)
+	e := sinktest.DocumentForm(t, sinktest.Change(t, 1, 7, 0))
 	if err := k.Send(context.Background(), []*event.Event{e}); err != nil {
 		t.Fatal(err)
 	}

@@ -23,12 +23,7 @@ func TestBudgetChargesPayload(t *testing.T) {
 				url := sinktest.Proxy(t, h, srv.URL())
 				s := newSink(t, srv, func(c *Config) { c.Endpoint, c.BatchSize = url, batch })
 				return func(ctx context.Context) error { return s.Send(ctx, evs) }
-			}, func(held, body int64) string {
-				if body < int64(batch)*2000 || held != body {
-					return "want the payload's bytes, exactly"
-				}
-				return ""
-			})
+			}, sinktest.HeldBody(int64(batch)*2000))
 		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/sinktest"
 	awstest "github.com/changegate/changegate/test/aws"
 )
 
@@ -32,14 +33,7 @@ func changeDoc(t testing.TB, n int, docID any, padding int) *event.Event {
 		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: docID}}},
 		{Key: "fullDocument", Value: bson.D{{Key: "_id", Value: docID}, {Key: "state", Value: "step1"}, {Key: "pad", Value: strings.Repeat("x", padding)}}},
 	}
-	raw, err := bson.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := event.FromChange("jobs", uint64(n), raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := sinktest.FromDoc(t, "jobs", n, doc)
 	return e
 }
 
@@ -53,29 +47,11 @@ func events(t testing.TB, n, padding int) []*event.Event {
 
 func newSink(t *testing.T, srv *awstest.Lambda, mod func(*Config)) *Lambda {
 	t.Helper()
-	cfg := Config{
+	return sinktest.Open(t, New, Config{
 		Name: "step1", Function: "step1", Region: awstest.DefaultRegion, Endpoint: srv.URL(),
-		Credentials: credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, awstest.SecretAccessKey, ""),
+		Credentials: srv.Config().Credentials,
 		Timeout:     5 * time.Second,
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-func check(t *testing.T, name string, err error, perm bool, reason string) *sinks.Error {
-	t.Helper()
-	var de *sinks.Error
-	if !errors.As(err, &de) || de.Permanent != perm || de.Reason != reason {
-		t.Errorf("%s: %v, want permanent=%v reason %q", name, err, perm, reason)
-	}
-	return de
+	}, mod)
 }
 
 func envelope(t *testing.T, e *event.Event) []byte {
@@ -136,7 +112,7 @@ func TestFunctionError(t *testing.T) {
 	}, nil)
 	ctx := context.Background()
 	sync := newSink(t, srv, func(c *Config) { c.InvocationType = InvocationRequestResponse })
-	de := check(t, "function error", sync.Send(ctx, events(t, 1, 0)), false, "function_error")
+	de := sinktest.CheckError(t, "function error", sync.Send(ctx, events(t, 1, 0)), false, "function_error")
 	if de != nil {
 		msg := de.Error()
 		if !strings.Contains(msg, "function error (Unhandled, version $LATEST)") || !strings.Contains(msg, `"errorMessage":"state is not pending`) ||
@@ -158,15 +134,15 @@ func TestThrottlingAndServerErrors(t *testing.T) {
 
 	srv.SetRetryAfter("7")
 	srv.Throttle(1)
-	if de := check(t, "throttled", s.Send(ctx, events(t, 1, 0)), false, "throttled"); de != nil && de.RetryAfter != 7*time.Second {
+	if de := sinktest.CheckError(t, "throttled", s.Send(ctx, events(t, 1, 0)), false, "throttled"); de != nil && de.RetryAfter != 7*time.Second {
 		t.Errorf("RetryAfter = %s, want 7s", de.RetryAfter)
 	}
 	srv.FailStatus(1, 500)
-	check(t, "500", s.Send(ctx, events(t, 1, 0)), false, "ServiceException")
+	sinktest.CheckError(t, "500", s.Send(ctx, events(t, 1, 0)), false, "ServiceException")
 	srv.FailStatus(1, 502)
-	check(t, "502", s.Send(ctx, events(t, 1, 0)), false, "ServiceException")
+	sinktest.CheckError(t, "502", s.Send(ctx, events(t, 1, 0)), false, "ServiceException")
 	srv.Stall(time.Minute)
-	check(t, "stalled", s.Send(ctx, events(t, 1, 0)), false, "timeout")
+	sinktest.CheckError(t, "stalled", s.Send(ctx, events(t, 1, 0)), false, "timeout")
 	srv.Stall(0)
 	// One throttled call is one request: the SDK's retryer does not retry
 	// it behind the engine's back.
@@ -186,17 +162,17 @@ func TestPermanentFailures(t *testing.T) {
 	defer srv.Close()
 	srv.AddFunction("step1", nil, nil)
 	ctx := context.Background()
-	check(t, "not found", newSink(t, srv, func(c *Config) { c.Function = "step9" }).Send(ctx, events(t, 1, 0)), true, "ResourceNotFoundException")
-	check(t, "unknown alias", newSink(t, srv, func(c *Config) { c.Qualifier = "nope" }).Send(ctx, events(t, 1, 0)), true, "ResourceNotFoundException")
+	sinktest.CheckError(t, "not found", newSink(t, srv, func(c *Config) { c.Function = "step9" }).Send(ctx, events(t, 1, 0)), true, "ResourceNotFoundException")
+	sinktest.CheckError(t, "unknown alias", newSink(t, srv, func(c *Config) { c.Qualifier = "nope" }).Send(ctx, events(t, 1, 0)), true, "ResourceNotFoundException")
 	bad := newSink(t, srv, func(c *Config) {
 		c.Credentials = credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, "wrong-secret", "")
 	})
-	check(t, "bad signature", bad.Send(ctx, events(t, 1, 0)), true, "InvalidSignatureException")
+	sinktest.CheckError(t, "bad signature", bad.Send(ctx, events(t, 1, 0)), true, "InvalidSignatureException")
 	// A server limit below the sink's: the 413 is permanent too.
 	small := awstest.NewLambda(awstest.Options{MaxRequestSize: 200})
 	defer small.Close()
 	small.AddFunction("step1", nil, nil)
-	check(t, "413", newSink(t, small, nil).Send(ctx, events(t, 1, 0)), true, "RequestEntityTooLargeException")
+	sinktest.CheckError(t, "413", newSink(t, small, nil).Send(ctx, events(t, 1, 0)), true, "RequestEntityTooLargeException")
 	if n := srv.Calls("Invoke"); n != 2 {
 		t.Errorf("%d Invoke calls, want 2 (one each, no retries)", n)
 	}
@@ -262,13 +238,13 @@ func TestOversize(t *testing.T) {
 		if batch == 1 {
 			// One event per Send, as the engine calls a sink of batch size 1.
 			err = s.Send(ctx, evs[1:2])
-			check(t, "oversize alone", err, true, "oversize")
+			sinktest.CheckError(t, "oversize alone", err, true, "oversize")
 			continue
 		}
 		if !errors.As(err, &be) || len(be.Failed) != 1 {
 			t.Fatalf("batch %d: %v, want only the oversize event failed", batch, err)
 		}
-		check(t, "oversize in batch", be.Failed[1], true, "oversize")
+		sinktest.CheckError(t, "oversize in batch", be.Failed[1], true, "oversize")
 		if invs := srv.Invocations(); len(invs) != 1 || bytes.Contains(invs[0].Payload, []byte(evs[1].ID)) {
 			t.Errorf("batch %d: invocations %d, or the oversize event was sent", batch, len(invs))
 		}
@@ -303,7 +279,7 @@ func TestDefaultLimits(t *testing.T) {
 	srv.AddFunction("step1", nil, nil)
 	ctx := context.Background()
 	big := []*event.Event{changeDoc(t, 0, 0, 2<<20)}
-	check(t, "async 2 MiB", newSink(t, srv, nil).Send(ctx, big), true, "oversize")
+	sinktest.CheckError(t, "async 2 MiB", newSink(t, srv, nil).Send(ctx, big), true, "oversize")
 	if err := newSink(t, srv, func(c *Config) { c.InvocationType = InvocationRequestResponse }).Send(ctx, big); err != nil {
 		t.Errorf("sync 2 MiB: %v", err)
 	}
@@ -378,7 +354,7 @@ func TestInvokeErrorClasses(t *testing.T) {
 		{500, "ServiceException", true, false, "ServiceException"},
 	} {
 		next.Store(&awstest.InvokeError{Status: tc.status, Code: tc.code, Message: "injected", Service: tc.service})
-		check(t, tc.code, s.Send(context.Background(), events(t, 1, 0)), tc.perm, tc.reason)
+		sinktest.CheckError(t, tc.code, s.Send(context.Background(), events(t, 1, 0)), tc.perm, tc.reason)
 	}
 	if n := len(srv.Invocations()); n != 0 {
 		t.Errorf("%d invocations stored", n)
@@ -399,11 +375,7 @@ func TestSendTxnGroup(t *testing.T) {
 	srv.AddFunction("step1", nil, nil)
 	ctx := sinks.WithTxnGroup(context.Background())
 	txn := func(n int) []*event.Event {
-		evs := events(t, n, 300)
-		for i, e := range evs {
-			e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == n-1}
-		}
-		return evs
+		return sinktest.Txn(events(t, n, 300))
 	}
 	type elem struct {
 		Txn struct{ Index, Part, Parts int } `json:"txn"`

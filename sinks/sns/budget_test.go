@@ -18,10 +18,5 @@ func TestBudgetChargesRequestBody(t *testing.T) {
 		url := sinktest.Proxy(t, h, srv.URL())
 		s := newSink(t, srv, "changes", func(c *Config) { c.Endpoint = url })
 		return func(ctx context.Context) error { return s.Send(ctx, evs) }
-	}, func(held, body int64) string {
-		if body < 5*2000 || held != body {
-			return "want the body's bytes, exactly"
-		}
-		return ""
-	})
+	}, sinktest.HeldBody(5*2000))
 }

@@ -11,13 +11,9 @@ import (
 // With envelope = "document" the message is the post-image and the
 // metadata travels in message attributes, as for SQS.
 func TestSendDocumentForm(t *testing.T) {
-	shape, err := event.CompileShape(event.ShapeSpec{Envelope: event.FormDocument})
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := newServer(t, 0)
 	s := newSink(t, srv, "changes.fifo", nil)
-	e, _ := sinktest.Change(t, 1, 7, 0).Shaped(shape)
+	e := sinktest.DocumentForm(t, sinktest.Change(t, 1, 7, 0))
 	if err := s.Send(context.Background(), []*event.Event{e}); err != nil {
 		t.Fatal(err)
 	}

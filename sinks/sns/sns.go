@@ -56,7 +56,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
@@ -187,17 +186,12 @@ func (s *SNS) Close() error {
 // entry builds the message of e with body env and returns it with its
 // size.
 func (s *SNS) entry(ctx context.Context, id int, e *event.Event, env []byte) (types.PublishBatchRequestEntry, int) {
-	list, attrSize := awsutil.Attributes(e)
-	list, attrSize = awsutil.TraceAttributes(ctx, id, list, attrSize)
-	attrs := make(map[string]types.MessageAttributeValue, len(list))
-	for _, a := range list {
-		attrs[a.Name] = types.MessageAttributeValue{DataType: aws.String(awsutil.AttrStringType), StringValue: aws.String(a.Value)}
-	}
+	attrs, attrSize := awsutil.MessageAttributes(ctx, id, e, func(dataType, v *string) types.MessageAttributeValue {
+		return types.MessageAttributeValue{DataType: dataType, StringValue: v}
+	})
 	m := types.PublishBatchRequestEntry{
-		Id: aws.String(strconv.Itoa(id)),
-		// The envelope is cached and never modified (event.Envelope's
-		// contract): share its bytes instead of copying them.
-		Message:           aws.String(unsafe.String(unsafe.SliceData(env), len(env))),
+		Id:                aws.String(strconv.Itoa(id)),
+		Message:           awsutil.SharedBody(env),
 		MessageAttributes: attrs,
 	}
 	if s.fifo {
@@ -232,28 +226,21 @@ func (s *SNS) Send(ctx context.Context, batch []*event.Event) error {
 		})
 }
 
-// publishBatch makes one PublishBatch call with the entries at idx and
-// reports the failed ones through fail. It returns the classified error of
-// a call that failed as a whole.
+// publishBatch makes one PublishBatch call with entries, those of the
+// events at idx, and reports the failed ones through fail. It returns the
+// classified error of a call that failed as a whole.
 func (s *SNS) publishBatch(ctx context.Context, batch []*event.Event, entries []types.PublishBatchRequestEntry, idx []int, fail func(int, error)) error {
-	in := &sns.PublishBatchInput{TopicArn: aws.String(s.topicARN), PublishBatchRequestEntries: make([]types.PublishBatchRequestEntry, len(idx))}
-	for j, i := range idx {
-		in.PublishBatchRequestEntries[j] = entries[i]
-	}
+	in := &sns.PublishBatchInput{TopicArn: aws.String(s.topicARN), PublishBatchRequestEntries: entries}
 	prefix := "sns " + s.name
 	out, err := s.client.PublishBatch(ctx, in)
 	if err != nil {
 		return awsutil.ClassifyCall(ctx, prefix+": PublishBatch", err)
 	}
-	succeeded := make([]string, len(out.Successful))
-	for j, r := range out.Successful {
-		succeeded[j] = aws.ToString(r.Id)
-	}
-	failed := make([]awsutil.EntryFailure, len(out.Failed))
-	for j, f := range out.Failed {
-		failed[j] = awsutil.EntryFailure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
-	}
 	// Entry ids are the events' indexes in batch.
-	awsutil.ReportEntries(prefix, "PublishBatch", batch, idx, succeeded, failed, fail)
+	awsutil.ReportBatch(prefix, "PublishBatch", batch, idx, out.Successful, out.Failed,
+		func(r types.PublishBatchResultEntry) string { return aws.ToString(r.Id) },
+		func(f types.BatchResultErrorEntry) awsutil.EntryFailure {
+			return awsutil.EntryFailure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+		}, fail)
 	return nil
 }

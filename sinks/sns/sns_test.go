@@ -2,7 +2,7 @@ package sns
 
 import (
 	"context"
-	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,20 +23,11 @@ import (
 
 func newSink(t *testing.T, srv *awstest.SNS, topic string, mod func(*Config)) *SNS {
 	t.Helper()
-	cfg := Config{
+	return sinktest.Open(t, New, Config{
 		Name: "fanout", TopicARN: srv.TopicARN(topic), Region: awstest.DefaultRegion, Endpoint: srv.URL(),
-		Credentials: credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, awstest.SecretAccessKey, ""),
+		Credentials: srv.Config().Credentials,
 		Timeout:     5 * time.Second,
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	}, mod)
 }
 
 func newServer(t *testing.T, max int) *awstest.SNS {
@@ -45,14 +36,6 @@ func newServer(t *testing.T, max int) *awstest.SNS {
 	srv.CreateTopicWith("changes", awstest.TopicOptions{MaximumMessageSize: max})
 	srv.CreateTopicWith("changes.fifo", awstest.TopicOptions{MaximumMessageSize: max})
 	return srv
-}
-
-func checkErr(t *testing.T, name string, err error, perm bool, reason string) {
-	t.Helper()
-	var de *sinks.Error
-	if !errors.As(err, &de) || de.Permanent != perm || de.Reason != reason {
-		t.Errorf("%s: %v, want permanent=%v reason %q", name, err, perm, reason)
-	}
 }
 
 func TestNewValidates(t *testing.T) {
@@ -121,20 +104,12 @@ func TestSendFailures(t *testing.T) {
 	srv := newServer(t, 0)
 	s := newSink(t, srv, "changes", func(c *Config) { c.Timeout = 300 * time.Millisecond })
 	ctx := context.Background()
-	srv.Throttle(1)
-	checkErr(t, "throttled", s.Send(ctx, sinktest.Changes(t, 3, 0)), false, "throttled")
-	srv.FailStatus(1, 500)
-	checkErr(t, "500", s.Send(ctx, sinktest.Changes(t, 3, 0)), false, "InternalError")
-	srv.FailStatus(1, 503)
-	checkErr(t, "503", s.Send(ctx, sinktest.Changes(t, 3, 0)), false, "ServiceUnavailable")
-	srv.Stall(time.Minute)
-	checkErr(t, "stalled", s.Send(ctx, sinktest.Changes(t, 3, 0)), false, "timeout")
-	srv.Stall(0)
-	checkErr(t, "unknown topic", newSink(t, srv, "nope", nil).Send(ctx, sinktest.Changes(t, 3, 0)), true, "NotFound")
+	sinktest.CheckServerFaults(t, srv, "InternalError", func() error { return s.Send(ctx, sinktest.Changes(t, 3, 0)) })
+	sinktest.CheckError(t, "unknown topic", newSink(t, srv, "nope", nil).Send(ctx, sinktest.Changes(t, 3, 0)), true, "NotFound")
 	bad := newSink(t, srv, "changes", func(c *Config) {
 		c.Credentials = credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, "wrong-secret", "")
 	})
-	checkErr(t, "bad signature", bad.Send(ctx, sinktest.Changes(t, 3, 0)), true, "SignatureDoesNotMatch")
+	sinktest.CheckError(t, "bad signature", bad.Send(ctx, sinktest.Changes(t, 3, 0)), true, "SignatureDoesNotMatch")
 	if n := len(srv.Messages("changes")); n != 0 {
 		t.Fatalf("%d messages stored after failures", n)
 	}
@@ -151,13 +126,10 @@ func TestSendFailures(t *testing.T) {
 		return "", "", false
 	})
 	err := s.Send(ctx, sinktest.Changes(t, 5, 0))
-	var be *sinks.BatchError
-	if !errors.As(err, &be) || len(be.Failed) != 3 {
-		t.Fatalf("partial: %v", err)
-	}
-	checkErr(t, "entry 1", be.Failed[1], false, "InternalError")
-	checkErr(t, "entry 2", be.Failed[2], false, "throttled")
-	checkErr(t, "entry 3", be.Failed[3], true, "InvalidParameter")
+	be := sinktest.BatchFailures(t, err, 3)
+	sinktest.CheckError(t, "entry 1", be.Failed[1], false, "InternalError")
+	sinktest.CheckError(t, "entry 2", be.Failed[2], false, "throttled")
+	sinktest.CheckError(t, "entry 3", be.Failed[3], true, "InvalidParameter")
 	if n := len(srv.Messages("changes")); n != 2 {
 		t.Fatalf("%d messages, want 2", n)
 	}
@@ -168,13 +140,10 @@ func TestSendSizes(t *testing.T) {
 	srv := newServer(t, 4000)
 	s := newSink(t, srv, "changes", func(c *Config) { c.MaxRequestBytes = 4000 })
 	evs := sinktest.Changes(t, 10, 900)
-	evs = append(evs[:3:3], append([]*event.Event{sinktest.Change(t, 99, 99, 5000)}, evs[3:]...)...)
+	evs = slices.Insert(evs, 3, sinktest.Change(t, 99, 99, 5000))
 	err := s.Send(context.Background(), evs)
-	var be *sinks.BatchError
-	if !errors.As(err, &be) || len(be.Failed) != 1 {
-		t.Fatalf("err = %v, want only the oversize message", err)
-	}
-	checkErr(t, "oversize", be.Failed[3], true, "oversize")
+	be := sinktest.BatchFailures(t, err, 1)
+	sinktest.CheckError(t, "oversize", be.Failed[3], true, "oversize")
 	if n, calls := len(srv.Messages("changes")), srv.Calls("PublishBatch"); n != 10 || calls < 3 {
 		t.Fatalf("%d messages in %d calls, want 10 in at least 3", n, calls)
 	}

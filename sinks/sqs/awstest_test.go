@@ -3,6 +3,7 @@ package sqs
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/internal/sinktest"
 	awstest "github.com/changegate/changegate/test/aws"
 )
 
@@ -19,20 +21,11 @@ import (
 
 func newAWSTestSink(t *testing.T, srv *awstest.SQS, mod func(*Config)) *SQS {
 	t.Helper()
-	cfg := Config{
+	return sinktest.Open(t, New, Config{
 		Name: "audit", Region: awstest.DefaultRegion, Endpoint: srv.URL(),
-		Credentials: credentials.NewStaticCredentialsProvider(awstest.AccessKeyID, awstest.SecretAccessKey, ""),
+		Credentials: srv.Config().Credentials,
 		Timeout:     5 * time.Second,
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	}, mod)
 }
 
 func TestAWSTestFIFODedup(t *testing.T) {
@@ -72,35 +65,17 @@ func TestAWSTestFaults(t *testing.T) {
 	defer srv.Close()
 	url := srv.CreateQueue("plain")
 	s := newAWSTestSink(t, srv, func(c *Config) { c.QueueURL = url; c.MaxRequestBytes = 4000; c.Timeout = 300 * time.Millisecond })
-	check := func(name string, err error, perm bool, reason string) {
-		t.Helper()
-		var de *sinks.Error
-		if !errors.As(err, &de) || de.Permanent != perm || de.Reason != reason {
-			t.Errorf("%s: %v, want permanent=%v reason %q", name, err, perm, reason)
-		}
-	}
-	srv.Throttle(1)
-	check("throttled", s.Send(context.Background(), events(t, 3, 0)), false, "throttled")
-	srv.FailStatus(1, 500)
-	check("500", s.Send(context.Background(), events(t, 3, 0)), false, "InternalFailure")
-	srv.FailStatus(1, 503)
-	check("503", s.Send(context.Background(), events(t, 3, 0)), false, "ServiceUnavailable")
-	srv.Stall(time.Minute)
-	check("stalled", s.Send(context.Background(), events(t, 3, 0)), false, "timeout")
-	srv.Stall(0)
+	sinktest.CheckServerFaults(t, srv, "InternalFailure", func() error { return s.Send(context.Background(), events(t, 3, 0)) })
 	if n := len(srv.Messages("plain")); n != 0 {
 		t.Errorf("%d messages stored after failures", n)
 	}
 
 	// Byte limit (enforced by the server too) and oversize.
 	evs := events(t, 10, 900)
-	evs = append(evs[:3:3], append(events(t, 1, 5000), evs[3:]...)...)
+	evs = slices.Insert(evs, 3, events(t, 1, 5000)...)
 	err := s.Send(context.Background(), evs)
-	var be *sinks.BatchError
-	if !errors.As(err, &be) || len(be.Failed) != 1 {
-		t.Fatalf("err = %v, want only the oversize message", err)
-	}
-	check("oversize", be.Failed[3], true, "oversize")
+	be := sinktest.BatchFailures(t, err, 1)
+	sinktest.CheckError(t, "oversize", be.Failed[3], true, "oversize")
 	if n := len(srv.Messages("plain")); n != 10 {
 		t.Errorf("%d messages, want 10", n)
 	}
@@ -120,8 +95,8 @@ func TestAWSTestFaults(t *testing.T) {
 	if !errors.As(err, &be) || len(be.Failed) != 2 {
 		t.Fatalf("partial: %v", err)
 	}
-	check("entry 1", be.Failed[1], false, "InternalError")
-	check("entry 2", be.Failed[2], true, "InvalidParameterValue")
+	sinktest.CheckError(t, "entry 1", be.Failed[1], false, "InternalError")
+	sinktest.CheckError(t, "entry 2", be.Failed[2], true, "InvalidParameterValue")
 }
 
 func TestAWSTestQueueErrors(t *testing.T) {

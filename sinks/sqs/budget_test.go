@@ -3,7 +3,6 @@ package sqs
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -17,21 +16,12 @@ import (
 // budgetSink returns the Send of an SQS sink whose endpoint is held by h.
 func budgetSink(evs []*event.Event, mod func(*Config)) func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
 	return func(t *testing.T, h *sinktest.Hook) func(context.Context) error {
-		srv := httptest.NewServer(h.Handler(&fakeQueue{}, nil))
-		t.Cleanup(srv.Close)
-		cfg := Config{
-			Name: "audit", QueueURL: srv.URL + "/123456789012/audit", Region: "us-east-1", Endpoint: srv.URL,
+		url := sinktest.Server(t, h, &fakeQueue{})
+		s := sinktest.Open(t, New, Config{
+			Name: "audit", QueueURL: url + "/123456789012/audit", Region: "us-east-1", Endpoint: url,
 			Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),
 			Timeout:     time.Minute,
-		}
-		if mod != nil {
-			mod(&cfg)
-		}
-		s, err := New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
+		}, mod)
 		return func(ctx context.Context) error { return s.Send(ctx, evs) }
 	}
 }
@@ -42,12 +32,7 @@ func budgetSink(evs []*event.Event, mod func(*Config)) func(t *testing.T, h *sin
 // cancellation.
 func TestBudgetChargesRequestBody(t *testing.T) {
 	evs := events(t, 5, 2000)
-	sinktest.CheckBudget(t, budgetSink(evs, nil), func(held, body int64) string {
-		if body < 5*2000 || held != body {
-			return "want the body's bytes, exactly"
-		}
-		return ""
-	})
+	sinktest.CheckBudget(t, budgetSink(evs, nil), sinktest.HeldBody(5*2000))
 }
 
 // TestBudgetChargesStrippedPayload: with oversize = "strip", the stripped

@@ -5,18 +5,15 @@ import (
 	"testing"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks/internal/sinktest"
 )
 
 // With envelope = "document" the body is the post-image and the metadata
 // travels in message attributes.
 func TestSendDocumentForm(t *testing.T) {
-	shape, err := event.CompileShape(event.ShapeSpec{Envelope: event.FormDocument})
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fakeQueue{}
 	s, _ := newTestSink(t, f, nil)
-	e, _ := events(t, 1, 0)[0].Shaped(shape)
+	e := sinktest.DocumentForm(t, events(t, 1, 0)[0])
 	if err := s.Send(context.Background(), []*event.Event{e}); err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -277,18 +276,13 @@ func GroupID(e *event.Event, path []string) string { return awsutil.GroupID(e, p
 
 // entry builds the message of e and returns it with its size.
 func (s *SQS) entry(ctx context.Context, id int, e *event.Event, env []byte) (types.SendMessageBatchRequestEntry, int) {
-	list, attrSize := awsutil.Attributes(e)
-	list, attrSize = awsutil.TraceAttributes(ctx, id, list, attrSize)
-	attrs := make(map[string]types.MessageAttributeValue, len(list))
-	for _, a := range list {
-		attrs[a.Name] = types.MessageAttributeValue{DataType: aws.String(awsutil.AttrStringType), StringValue: aws.String(a.Value)}
-	}
+	attrs, attrSize := awsutil.MessageAttributes(ctx, id, e, func(dataType, v *string) types.MessageAttributeValue {
+		return types.MessageAttributeValue{DataType: dataType, StringValue: v}
+	})
 	size := len(env) + attrSize
 	m := types.SendMessageBatchRequestEntry{
-		Id: aws.String(strconv.Itoa(id)),
-		// The envelope is cached and never modified (event.Envelope's
-		// contract): share its bytes instead of copying them.
-		MessageBody:       aws.String(unsafe.String(unsafe.SliceData(env), len(env))),
+		Id:                aws.String(strconv.Itoa(id)),
+		MessageBody:       awsutil.SharedBody(env),
 		MessageAttributes: attrs,
 	}
 	if s.fifo {
@@ -327,14 +321,11 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 		})
 }
 
-// sendBatch makes one SendMessageBatch call with the entries at idx and
-// reports the failed ones through fail. It returns the classified error of
-// a call that failed as a whole.
+// sendBatch makes one SendMessageBatch call with entries, those of the
+// events at idx, and reports the failed ones through fail. It returns the
+// classified error of a call that failed as a whole.
 func (s *SQS) sendBatch(ctx context.Context, url string, batch []*event.Event, entries []types.SendMessageBatchRequestEntry, idx []int, fail func(int, error)) error {
-	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: make([]types.SendMessageBatchRequestEntry, len(idx))}
-	for j, i := range idx {
-		in.Entries[j] = entries[i]
-	}
+	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries}
 	prefix := "sqs " + s.name
 	out, err := s.client.SendMessageBatch(ctx, in)
 	if err != nil {
@@ -343,15 +334,11 @@ func (s *SQS) sendBatch(ctx context.Context, url string, batch []*event.Event, e
 	if len(out.Failed) == 0 && len(out.Successful) == len(idx) {
 		return nil
 	}
-	succeeded := make([]string, len(out.Successful))
-	for j, r := range out.Successful {
-		succeeded[j] = aws.ToString(r.Id)
-	}
-	failed := make([]awsutil.EntryFailure, len(out.Failed))
-	for j, f := range out.Failed {
-		failed[j] = awsutil.EntryFailure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
-	}
 	// Entry ids are the events' indexes in batch.
-	awsutil.ReportEntries(prefix, "SendMessageBatch", batch, idx, succeeded, failed, fail)
+	awsutil.ReportBatch(prefix, "SendMessageBatch", batch, idx, out.Successful, out.Failed,
+		func(r types.SendMessageBatchResultEntry) string { return aws.ToString(r.Id) },
+		func(f types.BatchResultErrorEntry) awsutil.EntryFailure {
+			return awsutil.EntryFailure{ID: aws.ToString(f.Id), Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
+		}, fail)
 	return nil
 }

@@ -130,19 +130,11 @@ func newTestSink(t *testing.T, f *fakeQueue, mod func(*Config)) (*SQS, string) {
 	t.Helper()
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	cfg := Config{
+	s := sinktest.Open(t, New, Config{
 		Name: "audit", QueueURL: srv.URL + "/123456789012/audit.fifo", Region: "us-east-1", Endpoint: srv.URL,
 		Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),
 		Timeout:     5 * time.Second,
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	}, mod)
 	return s, srv.URL
 }
 
@@ -330,10 +322,7 @@ func TestByteLimitAndOversize(t *testing.T) {
 	batch := append(evs[:5:5], big)
 	batch = append(batch, evs[5:]...)
 	err := s.Send(context.Background(), batch)
-	var be *sinks.BatchError
-	if !errors.As(err, &be) || len(be.Failed) != 1 {
-		t.Fatalf("err = %v, want the oversize message only", err)
-	}
+	be := sinktest.BatchFailures(t, err, 1)
 	var de *sinks.Error
 	if !errors.As(be.Failed[5], &de) || !de.Permanent || de.Reason != "oversize" || !strings.Contains(de.Error(), "more than the request limit of 3000 bytes") {
 		t.Fatalf("entry 5: %v", be.Failed[5])
@@ -372,10 +361,7 @@ func TestPartialFailure(t *testing.T) {
 	}}
 	s, _ := newTestSink(t, f, nil)
 	err := s.Send(context.Background(), events(t, 9, 0))
-	var be *sinks.BatchError
-	if !errors.As(err, &be) || len(be.Failed) != 3 {
-		t.Fatalf("err = %v, want 3 failed entries", err)
-	}
+	be := sinktest.BatchFailures(t, err, 3)
 	want := map[int]struct {
 		perm   bool
 		reason string
@@ -422,10 +408,7 @@ func TestCallErrors(t *testing.T) {
 			f := &fakeQueue{answer: func(int, []message) (int, string, []entryFail) { return tt.status, tt.code, nil }}
 			s, _ := newTestSink(t, f, nil)
 			err := s.Send(context.Background(), events(t, 3, 0))
-			var de *sinks.Error
-			if !errors.As(err, &de) || de.Permanent != tt.perm || de.Reason != tt.reason {
-				t.Errorf("%v: want permanent=%v reason %q", err, tt.perm, tt.reason)
-			}
+			sinktest.CheckError(t, tt.code, err, tt.perm, tt.reason)
 			if n := len(f.snapshot()); n != 1 {
 				t.Errorf("%d requests: the SDK must not retry answers", n)
 			}
@@ -470,10 +453,7 @@ func BenchmarkSend10(b *testing.B) {
 func TestSendTxnGroup(t *testing.T) {
 	f := &fakeQueue{}
 	s, _ := newTestSink(t, f, nil)
-	evs := events(t, 25, 100)
-	for i, e := range evs {
-		e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == 24}
-	}
+	evs := sinktest.Txn(events(t, 25, 100))
 	if err := s.Send(sinks.WithTxnGroup(context.Background()), evs); err != nil {
 		t.Fatal(err)
 	}

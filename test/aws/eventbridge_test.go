@@ -33,11 +33,25 @@ func fastRetryer(attempts int) func() aws.Retryer {
 	}
 }
 
+// clientConfig is the aws.Config of a test client of srv: srv.Config()
+// with fastRetryer(attempts).
+func clientConfig(srv interface{ Config() aws.Config }, attempts int) aws.Config {
+	cfg := srv.Config()
+	cfg.Retryer = fastRetryer(attempts)
+	return cfg
+}
+
+// wrongSecretConfig is clientConfig(srv, 1) signing with a wrong secret
+// key.
+func wrongSecretConfig(srv interface{ Config() aws.Config }) aws.Config {
+	cfg := clientConfig(srv, 1)
+	cfg.Credentials = credentials.NewStaticCredentialsProvider(AccessKeyID, "wrong", "")
+	return cfg
+}
+
 func ebClient(t *testing.T, eb *EventBridge, optFns ...func(*eventbridge.Options)) *eventbridge.Client {
 	t.Helper()
-	cfg := eb.Config()
-	cfg.Retryer = fastRetryer(3)
-	return eventbridge.NewFromConfig(cfg, optFns...)
+	return eventbridge.NewFromConfig(clientConfig(eb, 3), optFns...)
 }
 
 func ebEntry(source, detail string) ebtypes.PutEventsRequestEntry {

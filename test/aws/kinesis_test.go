@@ -7,16 +7,13 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go"
 )
 
 func kinesisClient(k *Kinesis, optFns ...func(*kinesis.Options)) *kinesis.Client {
-	cfg := k.Config()
-	cfg.Retryer = fastRetryer(1)
-	return kinesis.NewFromConfig(cfg, optFns...)
+	return kinesis.NewFromConfig(clientConfig(k, 1), optFns...)
 }
 
 func rec(pk, data string) kintypes.PutRecordsRequestEntry {
@@ -125,10 +122,7 @@ func TestKinesisErrors(t *testing.T) {
 	if err := put("small", many...); code(err) != "ValidationException" {
 		t.Errorf("501 records: %v", err)
 	}
-	bad := kinesis.NewFromConfig(k.Config(), func(o *kinesis.Options) {
-		o.Credentials = credentials.NewStaticCredentialsProvider(AccessKeyID, "wrong", "")
-		o.Retryer = fastRetryer(1)()
-	})
+	bad := kinesis.NewFromConfig(wrongSecretConfig(k))
 	if _, err := bad.PutRecords(ctx, &kinesis.PutRecordsInput{StreamName: aws.String("small"), Records: []kintypes.PutRecordsRequestEntry{rec("a", "x")}}); code(err) != "InvalidSignatureException" || k.Rejected() != 1 {
 		t.Errorf("bad signature: %v (rejected %d)", err, k.Rejected())
 	}

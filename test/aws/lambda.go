@@ -185,17 +185,14 @@ func (lambdaService) handle(string, []byte, http.Header) (any, *apiError) {
 	return nil, &apiError{status: http.StatusNotFound, typ: "UnknownOperationException", message: "Unknown operation"}
 }
 
+// authError answers as the JSON services' front end does (jsonAuthError),
+// except that an expired signature is 403, as any other bad signature.
 func (lambdaService) authError(a *authError) apiError {
-	switch a.kind {
-	case authMissing:
-		return apiError{status: http.StatusForbidden, typ: "MissingAuthenticationTokenException", message: a.msg}
-	case authUnknownKey:
-		return apiError{status: http.StatusForbidden, typ: "UnrecognizedClientException", message: a.msg}
-	case authIncomplete:
-		return apiError{status: http.StatusBadRequest, typ: "IncompleteSignatureException", message: a.msg}
-	default:
-		return apiError{status: http.StatusForbidden, typ: "InvalidSignatureException", message: a.msg}
+	e := jsonAuthError(a)
+	if a.kind == authExpired {
+		e.status = http.StatusForbidden
 	}
+	return e
 }
 
 func (s lambdaService) throttleError() apiError {

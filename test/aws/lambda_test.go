@@ -10,15 +10,12 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/lambda"
 	ltypes "github.com/aws/aws-sdk-go-v2/service/lambda/types"
 )
 
 func lambdaClient(l *Lambda) *lambda.Client {
-	cfg := l.Config()
-	cfg.Retryer = fastRetryer(1)
-	return lambda.NewFromConfig(cfg)
+	return lambda.NewFromConfig(clientConfig(l, 1))
 }
 
 func TestLambdaInvokeRoundTrip(t *testing.T) {
@@ -112,11 +109,30 @@ func TestLambdaInvokeErrors(t *testing.T) {
 		t.Errorf("%d invocations stored, want 0", n)
 	}
 
-	cfg := l.Config()
-	cfg.Credentials = credentials.NewStaticCredentialsProvider(AccessKeyID, "wrong", "")
-	cfg.Retryer = fastRetryer(1)
-	_, err = lambda.NewFromConfig(cfg).Invoke(ctx, in("f"))
+	_, err = lambda.NewFromConfig(wrongSecretConfig(l)).Invoke(ctx, in("f"))
 	if apiCode(err) != "InvalidSignatureException" || l.Rejected() != 1 {
 		t.Errorf("bad signature: %v (rejected %d)", err, l.Rejected())
+	}
+}
+
+// TestLambdaAuthErrors pins the answer to each authentication failure:
+// the JSON services' codes (jsonAuthError), but 403 for an expired
+// signature as for any other bad one.
+func TestLambdaAuthErrors(t *testing.T) {
+	for _, c := range []struct {
+		kind   authKind
+		status int
+		typ    string
+	}{
+		{authMissing, 403, "MissingAuthenticationTokenException"},
+		{authIncomplete, 400, "IncompleteSignatureException"},
+		{authUnknownKey, 403, "UnrecognizedClientException"},
+		{authMismatch, 403, "InvalidSignatureException"},
+		{authExpired, 403, "InvalidSignatureException"},
+	} {
+		e := lambdaService{}.authError(&authError{c.kind, "m"})
+		if e.status != c.status || e.typ != c.typ || e.message != "m" {
+			t.Errorf("kind %d: %+v, want %d %s", c.kind, e, c.status, c.typ)
+		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -55,26 +54,17 @@ type SNSMessage struct {
 	SentAt          time.Time
 }
 
-type topic struct {
-	name string
-	opts TopicOptions
-	messageLog[SNSMessage]
-}
-
 // SNS is a local SNS endpoint serving PublishBatch (AWS query protocol:
 // form-encoded requests, XML answers) for topics created with CreateTopic.
 type SNS struct {
 	*core
-
-	mu     sync.Mutex
-	topics map[string]*topic
-	fail   func(SNSMessage) (code, message string, senderFault bool)
+	topics messageLogs[SNSMessage, TopicOptions]
 }
 
 // NewSNS starts an SNS server on 127.0.0.1. Close it when done.
 func NewSNS(opts Options) *SNS {
 	opts = opts.withDefaults()
-	s := &SNS{topics: map[string]*topic{}}
+	s := &SNS{topics: newMessageLogs[SNSMessage, TopicOptions]()}
 	s.core = newCore(opts, snsService{s})
 	return s
 }
@@ -89,11 +79,7 @@ func (s *SNS) CreateTopicWith(name string, o TopicOptions) string {
 	if o.MaximumMessageSize <= 0 {
 		o.MaximumMessageSize = DefaultSNSMaxMessageSize
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.topics[name]; !ok {
-		s.topics[name] = &topic{name: name, opts: o, messageLog: newMessageLog[SNSMessage](strings.HasSuffix(name, ".fifo"))}
-	}
+	s.topics.create(name, o)
 	return s.TopicARN(name)
 }
 
@@ -104,13 +90,7 @@ func (s *SNS) TopicARN(name string) string {
 
 // Messages returns a copy of the messages topic name accepted, in order.
 func (s *SNS) Messages(name string) []SNSMessage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.topics[name]
-	if t == nil {
-		return nil
-	}
-	return t.copy(func(m SNSMessage) SNSMessage {
+	return s.topics.messages(name, func(m SNSMessage) SNSMessage {
 		m.Attributes = maps.Clone(m.Attributes)
 		return m
 	})
@@ -118,14 +98,7 @@ func (s *SNS) Messages(name string) []SNSMessage {
 
 // Duplicates is how many messages FIFO topic name acknowledged but dropped
 // as duplicates of a deduplication id seen within the 5-minute interval.
-func (s *SNS) Duplicates(name string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if t := s.topics[name]; t != nil {
-		return t.dups
-	}
-	return 0
-}
+func (s *SNS) Duplicates(name string) int { return s.topics.duplicates(name) }
 
 // FailEntries installs f, called for every batch entry that passed
 // validation; a non-empty code puts that entry in the answer's Failed list
@@ -134,21 +107,14 @@ func (s *SNS) Duplicates(name string) int {
 // "InternalError"). nil removes it. f may be called concurrently from
 // several requests and must not call the server's methods.
 func (s *SNS) FailEntries(f func(SNSMessage) (code, message string, senderFault bool)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fail = f
+	s.topics.setFail(f)
 }
 
 // Reset clears stored messages, deduplication state, counters and every
 // fault (Throttle, FailStatus, Stall, StallNext, FailEntries). Topics
 // remain.
 func (s *SNS) Reset() {
-	s.mu.Lock()
-	for _, t := range s.topics {
-		t.reset()
-	}
-	s.fail = nil
-	s.mu.Unlock()
+	s.topics.reset()
 	s.resetCore()
 }
 
@@ -276,16 +242,8 @@ func (s snsService) handle(op string, body []byte, _ http.Header) (any, *apiErro
 		return nil, snsSender(http.StatusBadRequest, "InvalidParameter", "Invalid parameter: TopicArn")
 	}
 	name, ok := strings.CutPrefix(arn, strings.TrimSuffix(s.s.TopicARN("x"), "x"))
-	s.s.mu.Lock()
-	t := s.s.topics[name]
-	fail := s.s.fail
-	var fifo bool
-	var topts TopicOptions
-	if t != nil {
-		fifo, topts = t.fifo, t.opts
-	}
-	s.s.mu.Unlock()
-	if !ok || t == nil {
+	fifo, topts, fail, exists := s.s.topics.lookup(name)
+	if !ok || !exists {
 		return nil, snsSender(http.StatusNotFound, "NotFound", "Topic does not exist")
 	}
 	msgs, aerr := parsePublishBatchEntries(form, name)
@@ -307,11 +265,7 @@ func (s snsService) handle(op string, body []byte, _ http.Header) (any, *apiErro
 		if f == nil && fifo && m.DeduplicationID == "" {
 			m.DeduplicationID = ContentDeduplicationID(m.Message)
 		}
-		if f == nil && fail != nil {
-			if code, msg, sf := fail(m); code != "" {
-				f = &entryFailure{code, msg, sf}
-			}
-		}
+		f = injectedFailure(f, fail, m)
 		if f != nil {
 			res.Failed = append(res.Failed, publishBatchErrorEntry{ID: m.EntryID, Code: f.code, Message: f.msg, SenderFault: f.senderFault})
 			continue
@@ -428,11 +382,7 @@ func validateSNSMessage(m SNSMessage, fifo bool, o TopicOptions) *entryFailure {
 // store appends m to the topic, or, for a FIFO duplicate within the
 // deduplication interval, drops it and returns the original's ids.
 func (s snsService) store(name string, m SNSMessage) (messageID, seq string) {
-	now := s.s.opts.Now()
-	s.s.mu.Lock()
-	defer s.s.mu.Unlock()
-	t := s.s.topics[name]
-	return t.store(now, DefaultDeduplicationWindow, m.DeduplicationID, m, func(m *SNSMessage, id, seq string, at time.Time) {
+	return s.s.topics.store(name, s.s.opts.Now(), DefaultDeduplicationWindow, m.DeduplicationID, m, func(m *SNSMessage, id, seq string, at time.Time) {
 		m.MessageID, m.SequenceNumber, m.SentAt = id, seq, at
 	})
 }

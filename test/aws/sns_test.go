@@ -7,16 +7,13 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
 	"github.com/aws/smithy-go"
 )
 
 func snsClient(s *SNS, optFns ...func(*sns.Options)) *sns.Client {
-	cfg := s.Config()
-	cfg.Retryer = fastRetryer(1)
-	return sns.NewFromConfig(cfg, optFns...)
+	return sns.NewFromConfig(clientConfig(s, 1), optFns...)
 }
 
 func snsEntry(id, msg string, attrs map[string]string) snstypes.PublishBatchRequestEntry {
@@ -141,10 +138,7 @@ func TestSNSErrors(t *testing.T) {
 	if err := pub(arn, snsEntry("0", "x", nil), snsEntry("0", "y", nil)); !errors.As(err, &notDistinct) {
 		t.Errorf("same ids: %v", err)
 	}
-	bad := sns.NewFromConfig(s.Config(), func(o *sns.Options) {
-		o.Credentials = credentials.NewStaticCredentialsProvider(AccessKeyID, "wrong", "")
-		o.Retryer = fastRetryer(1)()
-	})
+	bad := sns.NewFromConfig(wrongSecretConfig(s))
 	if _, err := bad.PublishBatch(ctx, &sns.PublishBatchInput{TopicArn: aws.String(arn), PublishBatchRequestEntries: []snstypes.PublishBatchRequestEntry{snsEntry("0", "x", nil)}}); code(err) != "SignatureDoesNotMatch" || s.Rejected() != 1 {
 		t.Errorf("bad signature: %v (rejected %d)", err, s.Rejected())
 	}

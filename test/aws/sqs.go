@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -62,27 +61,18 @@ type Message struct {
 	SentAt           time.Time
 }
 
-type queue struct {
-	name string
-	opts QueueOptions
-	messageLog[Message]
-}
-
 // SQS is a local SQS endpoint serving AmazonSQS.SendMessageBatch and
 // AmazonSQS.GetQueueUrl for queues created with CreateQueue.
 type SQS struct {
 	*core
 	maxBatch int
-
-	mu     sync.Mutex
-	queues map[string]*queue
-	fail   func(Message) (code, message string, senderFault bool)
+	queues   messageLogs[Message, QueueOptions]
 }
 
 // NewSQS starts an SQS server on 127.0.0.1. Close it when done.
 func NewSQS(opts Options) *SQS {
 	opts = opts.withDefaults()
-	s := &SQS{maxBatch: opts.MaxRequestSize, queues: map[string]*queue{}}
+	s := &SQS{maxBatch: opts.MaxRequestSize, queues: newMessageLogs[Message, QueueOptions]()}
 	if s.maxBatch <= 0 {
 		s.maxBatch = DefaultSQSMaxBatchSize
 	}
@@ -108,11 +98,7 @@ func (s *SQS) CreateQueueWith(name string, o QueueOptions) string {
 	if o.DeduplicationWindow <= 0 {
 		o.DeduplicationWindow = DefaultDeduplicationWindow
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.queues[name]; !ok {
-		s.queues[name] = &queue{name: name, opts: o, messageLog: newMessageLog[Message](strings.HasSuffix(name, ".fifo"))}
-	}
+	s.queues.create(name, o)
 	return s.QueueURL(name)
 }
 
@@ -123,13 +109,7 @@ func (s *SQS) QueueURL(name string) string {
 
 // Messages returns a copy of the messages queue name accepted, in order.
 func (s *SQS) Messages(name string) []Message {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q := s.queues[name]
-	if q == nil {
-		return nil
-	}
-	return q.copy(func(m Message) Message {
+	return s.queues.messages(name, func(m Message) Message {
 		m.Attributes = maps.Clone(m.Attributes)
 		m.SystemAttributes = maps.Clone(m.SystemAttributes)
 		return m
@@ -138,14 +118,7 @@ func (s *SQS) Messages(name string) []Message {
 
 // Duplicates is how many messages FIFO queue name acknowledged but dropped as
 // duplicates of a deduplication id seen within the window.
-func (s *SQS) Duplicates(name string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if q := s.queues[name]; q != nil {
-		return q.dups
-	}
-	return 0
-}
+func (s *SQS) Duplicates(name string) int { return s.queues.duplicates(name) }
 
 // FailEntries installs f, called for every batch entry that passed
 // validation; a non-empty code puts that entry in the response's Failed list
@@ -154,29 +127,26 @@ func (s *SQS) Duplicates(name string) int {
 // or "ServiceUnavailable"). nil removes it. f may be called concurrently
 // from several requests and must not call the server's methods.
 func (s *SQS) FailEntries(f func(Message) (code, message string, senderFault bool)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.fail = f
+	s.queues.setFail(f)
 }
 
 // Reset clears stored messages, deduplication state, counters and every
 // fault (Throttle, FailStatus, Stall, StallNext, FailEntries). Queues remain.
 func (s *SQS) Reset() {
-	s.mu.Lock()
-	for _, q := range s.queues {
-		q.reset()
-	}
-	s.fail = nil
-	s.mu.Unlock()
+	s.queues.reset()
 	s.resetCore()
 }
 
 func validQueueName(name string) bool {
 	base := strings.TrimSuffix(name, ".fifo")
-	if base == "" || len(name) > 80 {
-		return false
-	}
-	for _, c := range base {
+	return base != "" && len(name) <= 80 && alnumDashUnderscore(base)
+}
+
+// alnumDashUnderscore reports whether s has only ASCII letters, digits,
+// hyphens and underscores: what SQS accepts in queue names and batch entry
+// ids (SNS too, in entry ids).
+func alnumDashUnderscore(s string) bool {
+	for _, c := range s {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
 			return false
 		}
@@ -265,10 +235,7 @@ func (s sqsService) getQueueURL(body []byte) (any, *apiError) {
 	if o := deref(req.QueueOwnerAWSAccountId); o != "" && o != s.s.opts.AccountID {
 		return nil, errQueueDoesNotExist()
 	}
-	s.s.mu.Lock()
-	_, ok := s.s.queues[*req.QueueName]
-	s.s.mu.Unlock()
-	if !ok {
+	if !s.s.queues.exists(*req.QueueName) {
 		return nil, errQueueDoesNotExist()
 	}
 	return map[string]string{"QueueUrl": s.s.QueueURL(*req.QueueName)}, nil
@@ -284,10 +251,7 @@ func (s sqsService) queueFromURL(raw string) (string, bool) {
 	if !ok || acct != s.s.opts.AccountID {
 		return "", false
 	}
-	s.s.mu.Lock()
-	defer s.s.mu.Unlock()
-	_, ok = s.s.queues[name]
-	return name, ok
+	return name, s.s.queues.exists(name)
 }
 
 type wireAttribute struct {
@@ -336,6 +300,19 @@ type sendMessageBatchResponse struct {
 type entryFailure struct {
 	code, msg   string
 	senderFault bool
+}
+
+// injectedFailure returns f, or, for an entry that passed validation (f
+// nil), the failure the FailEntries hook fail (nil: none) gives m, nil when
+// it gives none.
+func injectedFailure[M any](f *entryFailure, fail func(M) (code, message string, senderFault bool), m M) *entryFailure {
+	if f != nil || fail == nil {
+		return f
+	}
+	if code, msg, sf := fail(m); code != "" {
+		return &entryFailure{code, msg, sf}
+	}
+	return nil
 }
 
 func invalidValue(msg string) *entryFailure {
@@ -422,10 +399,7 @@ func (s sqsService) sendMessageBatch(body []byte) (any, *apiError) {
 			fmt.Sprintf("Batch requests cannot be longer than %d bytes. You have sent %d bytes.", s.s.maxBatch, total))
 	}
 
-	s.s.mu.Lock()
-	q := s.s.queues[qname]
-	fifo, qopts, fail := q.fifo, q.opts, s.s.fail
-	s.s.mu.Unlock()
+	fifo, qopts, fail, _ := s.s.queues.lookup(qname)
 
 	resp := sendMessageBatchResponse{Successful: []sendMessageBatchResultEntry{}, Failed: []batchResultErrorEntry{}}
 	for i, m := range msgs {
@@ -433,18 +407,14 @@ func (s sqsService) sendMessageBatch(body []byte) (any, *apiError) {
 		if f == nil && fifo && m.DeduplicationID == "" {
 			m.DeduplicationID = ContentDeduplicationID(m.Body)
 		}
-		if f == nil && fail != nil {
-			if code, msg, sf := fail(m); code != "" {
-				f = &entryFailure{code, msg, sf}
-			}
-		}
+		f = injectedFailure(f, fail, m)
 		if f != nil {
 			resp.Failed = append(resp.Failed, batchResultErrorEntry{Id: m.EntryID, SenderFault: f.senderFault, Code: f.code, Message: f.msg})
 			continue
 		}
 		m.MD5OfBody = md5Hex(m.Body)
 		m.MD5OfAttributes = MD5OfMessageAttributes(m.Attributes)
-		m.MessageID, m.SequenceNumber = s.store(qname, m)
+		m.MessageID, m.SequenceNumber = s.store(qname, qopts.DeduplicationWindow, m)
 		resp.Successful = append(resp.Successful, sendMessageBatchResultEntry{
 			Id:                           m.EntryID,
 			MessageId:                    m.MessageID,
@@ -459,26 +429,14 @@ func (s sqsService) sendMessageBatch(body []byte) (any, *apiError) {
 
 // store appends m to the queue, or, for a FIFO duplicate within the
 // deduplication window, drops it and returns the original's ids.
-func (s sqsService) store(qname string, m Message) (messageID, seq string) {
-	now := s.s.opts.Now()
-	s.s.mu.Lock()
-	defer s.s.mu.Unlock()
-	q := s.s.queues[qname]
-	return q.store(now, q.opts.DeduplicationWindow, m.DeduplicationID, m, func(m *Message, id, seq string, at time.Time) {
+func (s sqsService) store(qname string, window time.Duration, m Message) (messageID, seq string) {
+	return s.s.queues.store(qname, s.s.opts.Now(), window, m.DeduplicationID, m, func(m *Message, id, seq string, at time.Time) {
 		m.MessageID, m.SequenceNumber, m.SentAt = id, seq, at
 	})
 }
 
 func validBatchEntryID(id string) bool {
-	if id == "" || len(id) > 80 {
-		return false
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
+	return id != "" && len(id) <= 80 && alnumDashUnderscore(id)
 }
 
 // validateMessage applies SendMessage's per-message checks.

@@ -20,9 +20,7 @@ import (
 
 func sqsClient(t *testing.T, s *SQS, optFns ...func(*sqs.Options)) *sqs.Client {
 	t.Helper()
-	cfg := s.Config()
-	cfg.Retryer = fastRetryer(3)
-	return sqs.NewFromConfig(cfg, optFns...)
+	return sqs.NewFromConfig(clientConfig(s, 3), optFns...)
 }
 
 func strAttr(v string) sqstypes.MessageAttributeValue {

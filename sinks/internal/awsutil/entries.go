@@ -13,9 +13,11 @@ import (
 // entry of event i of batch from its payload (sinks.Oversize.Fit), or
 // returns the error it fails with; the stripped payloads built are held
 // against the byte budget (sinks.Hold) until SendEntries returns; the
-// entries go out through SendInChunks (what names the operation, call makes
-// one request with the entries at idx and reports failed entries through
-// fail); oversize then counts the stripped events that were delivered.
+// entries go out through SendInChunks (what names the operation; call makes
+// one request with entries, those of the events batch[i] for i in idx, in
+// order, a slice of its own that the request may keep, and reports failed
+// entries through fail); oversize then counts the stripped events that were
+// delivered.
 // It returns what SendInChunks returns.
 func SendEntries[T any](ctx context.Context, what string, batch []*event.Event, maxEntries, maxBytes int, oversize sinks.Oversize,
 	build func(i int, e *event.Event) (T, sinks.Payload, error),
@@ -41,7 +43,11 @@ func SendEntries[T any](ctx context.Context, what string, batch []*event.Event, 
 	defer sinks.Hold(ctx, int64(built))()
 	err := SendInChunks(ctx, what, len(batch), sizes, maxEntries, maxBytes, failed,
 		func(ctx context.Context, idx []int, fail func(int, error)) error {
-			return call(ctx, entries, idx, fail)
+			picked := make([]T, len(idx))
+			for j, i := range idx {
+				picked[j] = entries[i]
+			}
+			return call(ctx, picked, idx, fail)
 		})
 	oversize.Delivered(stripped, err)
 	return err

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -104,6 +107,28 @@ func TraceAttributes(ctx context.Context, i int, attrs []Attribute, size int) ([
 		size += len(AttrTracestate) + len(AttrStringType) + len(ts)
 	}
 	return attrs, size
+}
+
+// MessageAttributes returns the message attributes of entry i of the batch
+// sent in ctx for e, as the SQS and SNS sinks send them (Attributes, then
+// TraceAttributes), in the SDK's attribute map: value makes the SDK's
+// value of one attribute from its data type (AttrStringType) and its
+// value. It also returns their size (see Attributes).
+func MessageAttributes[V any](ctx context.Context, i int, e *event.Event, value func(dataType, v *string) V) (map[string]V, int) {
+	list, size := Attributes(e)
+	list, size = TraceAttributes(ctx, i, list, size)
+	attrs := make(map[string]V, len(list))
+	for _, a := range list {
+		attrs[a.Name] = value(aws.String(AttrStringType), aws.String(a.Value))
+	}
+	return attrs, size
+}
+
+// SharedBody returns env as the body of an SQS or SNS entry without
+// copying it: the envelope is cached and never modified (event.Envelope's
+// contract), and the SDK only reads it.
+func SharedBody(env []byte) *string {
+	return aws.String(unsafe.String(unsafe.SliceData(env), len(env)))
 }
 
 // DeduplicationID returns the FIFO MessageDeduplicationId of an event (SQS
@@ -273,4 +298,21 @@ func ReportEntries(prefix, op string, batch []*event.Event, idx []int, succeeded
 			fail(i, sinks.Retryable("missing_result", 0, fmt.Errorf("%s: event %s: %s returned no result for the message", prefix, batch[i].ID, op)))
 		}
 	}
+}
+
+// ReportBatch is ReportEntries for the answer of one call as the SDK gives
+// it (SQS SendMessageBatch, SNS PublishBatch): id returns the Id of an
+// entry of its Successful list, failure the fields of one of its Failed
+// list.
+func ReportBatch[S, F any](prefix, op string, batch []*event.Event, idx []int, successful []S, failed []F,
+	id func(S) string, failure func(F) EntryFailure, fail func(int, error)) {
+	succeeded := make([]string, len(successful))
+	for j, r := range successful {
+		succeeded[j] = id(r)
+	}
+	failures := make([]EntryFailure, len(failed))
+	for j, f := range failed {
+		failures[j] = failure(f)
+	}
+	ReportEntries(prefix, op, batch, idx, succeeded, failures, fail)
 }

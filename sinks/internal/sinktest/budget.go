@@ -145,7 +145,14 @@ func Proxy(t *testing.T, h *Hook, target string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h.Handler(httputil.NewSingleHostReverseProxy(u), nil))
+	return Server(t, h, httputil.NewSingleHostReverseProxy(u))
+}
+
+// Server returns the URL of a test server (closed when the test ends)
+// serving next, every request held by h as Handler holds them.
+func Server(t testing.TB, h *Hook, next http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h.Handler(next, nil))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }

@@ -1,4 +1,7 @@
-// Package sinktest builds change events for the sinks' tests.
+// Package sinktest is what the sinks' tests share: change events (Change,
+// FromDoc, Txn, DocumentForm), opening a sink for a test (Open), checking
+// Send's errors (CheckError, BatchFailures, CheckServerFaults), the byte
+// budget of a Send (CheckBudget) and traced Sends (TracedSend).
 package sinktest
 
 import (
@@ -24,15 +27,7 @@ func Change(t testing.TB, n int, docID any, padding int) *event.Event {
 		{Key: "documentKey", Value: bson.D{{Key: "_id", Value: docID}}},
 		{Key: "fullDocument", Value: bson.D{{Key: "_id", Value: docID}, {Key: "customerId", Value: int32(42)}, {Key: "pad", Value: strings.Repeat("x", padding)}}},
 	}
-	raw, err := bson.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := event.FromChange("orders", uint64(n), raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return FromDoc(t, "orders", n, doc)
 }
 
 // Changes returns n events of Change, event i for document i.
