@@ -363,8 +363,14 @@ func appendShortDouble(dst []byte, f float64) ([]byte, bool) {
 	return append(dst, buf[i:]...), true
 }
 
-// digits2 holds the two decimal digits of 0..99.
-const digits2 = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"
+// digitPairs holds the two decimal digits of 0..99, as a little-endian
+// 16-bit word each (the first digit in the low byte).
+var digitPairs = func() (t [100]uint16) {
+	for i := range t {
+		t[i] = uint16('0'+i/10) | uint16('0'+i%10)<<8
+	}
+	return t
+}()
 
 // maxDate is the first second of year 10000 (Unix time).
 const maxDate = 253402300800
@@ -397,14 +403,14 @@ func appendDateSecs(dst []byte, secs int64) []byte {
 	n := len(dst)
 	dst = append(dst, "0000-00-00T00:00:00"...)
 	b := dst[n : n+19]
-	hi, lo := y/100, y%100
-	b[0], b[1] = digits2[2*hi], digits2[2*hi+1]
-	b[2], b[3] = digits2[2*lo], digits2[2*lo+1]
-	b[5], b[6] = digits2[2*m], digits2[2*m+1]
-	b[8], b[9] = digits2[2*d], digits2[2*d+1]
-	b[11], b[12] = digits2[2*h], digits2[2*h+1]
-	b[14], b[15] = digits2[2*mi], digits2[2*mi+1]
-	b[17], b[18] = digits2[2*sec], digits2[2*sec+1]
+	pair := func(i int, v uint32) { binary.LittleEndian.PutUint16(b[i:], digitPairs[v%100]) }
+	pair(0, y/100)
+	pair(2, y)
+	pair(5, m)
+	pair(8, d)
+	pair(11, h)
+	pair(14, mi)
+	pair(17, sec)
 	return dst
 }
 
