@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -332,4 +333,58 @@ func TestBudgetRedriveShare(t *testing.T) {
 	waitUntil(t, "everything re-driven", func() bool { return len(s.received()) == 12 })
 	checkPerDocOrder(t, s.received())
 	waitBudgetEmpty(t, b, "re-driven")
+}
+
+// A batching lane whose sink accepts part of each batch and fails the rest
+// (retryable, once per event): every event is acked exactly once, the
+// changes of each document reach the sink in order, and the budget is
+// empty at the end. The accepted part of a batch is released by the pass
+// that acks it (Lane.delivered), the rest after its retry: a release
+// missed or made twice (Charge.Release panics then) fails the test.
+func TestBudgetReleasedPartialBatches(t *testing.T) {
+	b := memory.NewBudget(1<<30, nil, nil)
+	s := &fakeSink{name: "batch", max: 10}
+	var failedOnce sync.Map
+	s.setFail(func(e *event.Event) error {
+		if e.Seq%3 == 0 {
+			if _, again := failedOnce.LoadOrStore(e.Seq, true); !again {
+				return sinks.Retryable("http_503", 0, errors.New("503"))
+			}
+		}
+		return nil
+	})
+	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 4, BatchSize: 10})
+	const n, docs = 300, 13
+	var mu sync.Mutex
+	acks := map[uint64]int{}
+	for i := 0; i < n; i++ {
+		ev := posEvent(t, i, i%docs)
+		seq := ev.Seq
+		admit(t, b, eng, ev, func() {
+			mu.Lock()
+			acks[seq]++
+			mu.Unlock()
+		})
+	}
+	waitUntil(t, "acks", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acks) == n
+	})
+	waitBudgetEmpty(t, b, "partial batches")
+	mu.Lock()
+	for seq, c := range acks {
+		if c != 1 {
+			t.Errorf("event %d acked %d times", seq, c)
+		}
+	}
+	mu.Unlock()
+	last := map[string]uint64{}
+	for _, e := range s.received() {
+		k := e.OrderingKey()
+		if prev, ok := last[k]; ok && e.Seq < prev {
+			t.Fatalf("document %q: change %d after %d", k, e.Seq, prev)
+		}
+		last[k] = e.Seq
+	}
 }

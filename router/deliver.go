@@ -15,6 +15,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
+	"github.com/changegate/changegate/sinks/limit"
 	"github.com/changegate/changegate/tracing"
 )
 
@@ -39,8 +40,9 @@ type Limiter interface {
 
 // finisher takes the items the delivery stage finished in modeLive.
 type finisher interface {
-	// delivered acks items the sink accepted.
-	delivered(items []*item)
+	// delivered acks items the sink accepted at now and releases them,
+	// observing each one's lag (lag), in one pass over them.
+	delivered(items []*item, now time.Time, lag prometheus.Observer)
 	// deadLetter durably records items that failed for good, then acks them.
 	deadLetter(items []*item, reason string)
 	// dropLost returns items without those whose tenure is over (cluster
@@ -159,8 +161,19 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 		ctx, att = d.startAttempt(ctx, items)
 		defer func() { endAttempt(att, err) }()
 	}
+	// The limiter's hold on the request: the lane's own limiter stage
+	// (adaptive) is called directly, without the closure its Acquire
+	// allocates per request; another Limiter (tests) through the hook.
+	var tok *limit.Token
 	var release func(error)
-	if d.limit != nil {
+	if a, ok := d.limit.(adaptive); ok {
+		t, err := a.l.Acquire(ctx)
+		att.Admitted()
+		if err != nil {
+			return err
+		}
+		tok = t
+	} else if d.limit != nil {
 		r, err := d.limit.Acquire(ctx)
 		att.Admitted()
 		if err != nil {
@@ -174,9 +187,7 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 			for _, t := range ts[:i] {
 				t.Exit()
 			}
-			if release != nil {
-				release(context.Canceled) // not the receiver's doing
-			}
+			endLimit(tok, release, context.Canceled) // not the receiver's doing
 			return errTenureEnded
 		}
 	}
@@ -185,23 +196,35 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 	}
 	start := d.clk.Now()
 	d.mAttempts.Inc()
-	err = d.sink.Send(memory.WithBudget(ctx, d.budget), evs)
+	if memory.FromContext(ctx) != d.budget {
+		ctx = memory.WithBudget(ctx, d.budget) // a lane's workers have it already (Lane.start)
+	}
+	err = d.sink.Send(ctx, evs)
 	observeDuration(d.mDuration, d.clk.Now().Sub(start).Seconds(), att)
 	fenced := err != nil && !allHeld(ts)
 	for _, t := range ts {
 		t.Exit()
 	}
-	if release != nil {
-		if err != nil && (ctx.Err() != nil || fenced) {
-			release(context.Canceled) // ours, not the receiver's
-		} else {
-			release(err)
-		}
+	if err != nil && (ctx.Err() != nil || fenced) {
+		endLimit(tok, release, context.Canceled) // ours, not the receiver's
+	} else {
+		endLimit(tok, release, err)
 	}
 	if fenced {
 		return fmt.Errorf("%w: %w", errTenureEnded, err)
 	}
 	return err
+}
+
+// endLimit ends a request's hold on the limiter stage (tok or release, or
+// neither without a limiter) with the error Send returned.
+func endLimit(tok *limit.Token, release func(error), err error) {
+	switch {
+	case tok != nil:
+		tok.Release(limit.OutcomeOf(err))
+	case release != nil:
+		release(err)
+	}
 }
 
 // errTenureEnded reports that an attempt was given up because the tenure of
@@ -213,7 +236,7 @@ var errTenureEnded = errors.New("tenure ended")
 func tenuresOf(items []*item) []*event.Tenure {
 	var ts []*event.Tenure
 	for _, it := range items {
-		t := it.ev.Tenure
+		t := it.tenure
 		if t != nil && !slices.Contains(ts, t) {
 			ts = append(ts, t)
 		}
@@ -443,7 +466,7 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 			// this one (capped as the policy caps it).
 			d.pause(now.Add(min(decision.RetryAfter, policy.MaxInterval)))
 		}
-		wait, again := policy.Next(pending[0].attempts, pending[0].first, now, decision, rand.Float64)
+		wait, again := policy.Next(int(pending[0].attempts), pending[0].first, now, decision, rand.Float64)
 		if !again {
 			if mode != modeLive {
 				return pending, decision
@@ -475,7 +498,6 @@ func (it *item) noteErr(de *sinks.Error) {
 		it.firstErr = msg
 	}
 	it.lastErr = msg
-	it.reason = de.Reason
 }
 
 func (d *deliverer) noteFailure(de *sinks.Error) {
@@ -507,12 +529,20 @@ func (d *deliverer) succeeded(items []*item, mode deliveryMode, fin finisher) {
 	if d.failingSince.Swap(0) != 0 {
 		d.log.Info("sink delivering again")
 	}
-	for _, it := range items {
-		if !it.ev.WallTime.IsZero() {
-			d.mLag.Observe(now.Sub(it.ev.WallTime).Seconds())
-		}
-	}
 	if mode == modeLive {
-		fin.delivered(items)
+		fin.delivered(items, now, d.mLag)
+		return
+	}
+	nowNanos := now.UnixNano()
+	for _, it := range items {
+		observeLag(d.mLag, it, nowNanos)
+	}
+}
+
+// observeLag observes the end-to-end lag of it, delivered at now (unix
+// nanos).
+func observeLag(lag prometheus.Observer, it *item, now int64) {
+	if it.wall != noWall {
+		lag.Observe(time.Duration(now - it.wall).Seconds())
 	}
 }

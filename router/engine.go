@@ -404,7 +404,10 @@ func (e *Engine) Dispatch(ev *event.Event, ack func()) {
 		}
 	}
 	if e.tracer != nil {
-		ack = e.traceChange(ev, ack)
+		var own bool
+		if ack, own = e.traceChange(ev, ack); own {
+			defer e.EndDispatch(ev)
+		}
 	}
 	m := st.rules.route(ev, hit)
 	if e.tracer != nil {
@@ -517,7 +520,7 @@ func (e *Engine) deliverNow(ctx context.Context, sink string, evs []*event.Event
 		if skip {
 			continue // skip_empty_updates: nothing to deliver
 		}
-		it := &item{ev: ev}
+		it := newItem(ev)
 		if l.d.tracer != nil {
 			it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "replay")
 			defer it.trace.End()
@@ -573,7 +576,10 @@ func (e *Engine) DispatchTo(sink string, ev *event.Event, ack func()) bool {
 		return false
 	}
 	if e.tracer != nil {
-		ack = e.traceChange(ev, ack)
+		var own bool
+		if ack, own = e.traceChange(ev, ack); own {
+			defer e.EndDispatch(ev)
+		}
 		e.traceRoute(st, ev, m.Rules, targets)
 	}
 	ev.Rules = m.Rules

@@ -20,7 +20,7 @@ func keyItems(t testing.TB, docs []int) []*item {
 	q := make([]*item, len(docs))
 	for i, d := range docs {
 		ev := posEvent(t, i, d)
-		q[i] = &item{ev: ev, key: ev.OrderingKeyHash()}
+		q[i] = func() *item { it := newItem(ev); it.key = ev.OrderingKeyHash(); return it }()
 	}
 	return q
 }
@@ -40,8 +40,10 @@ func TestDistinctKeys(t *testing.T) {
 			if got, want := p.distinctKeys(q), distinctKeysRef(q); got != want {
 				t.Errorf("n=%d dup at %d: got %d, want %d", n, dupAt, got, want)
 			}
-			if len(p.seen) != 0 {
-				t.Fatalf("scratch map not cleared")
+			// The scratch set is empty again: the same keys once more
+			// are cut at the same place.
+			if got, want := p.distinctKeys(q), distinctKeysRef(q); got != want {
+				t.Errorf("n=%d dup at %d, second time: got %d, want %d", n, dupAt, got, want)
 			}
 			// Colliding hashes of different keys must not cut the batch.
 			for _, it := range q {
@@ -49,6 +51,30 @@ func TestDistinctKeys(t *testing.T) {
 			}
 			if got, want := p.distinctKeys(q), distinctKeysRef(q); got != want {
 				t.Errorf("n=%d dup at %d, colliding hashes: got %d, want %d", n, dupAt, got, want)
+			}
+		}
+	}
+}
+
+// TestKeySetGenerations: the set is empty after reset, also when its
+// generation counter wraps around, and finds what was added since.
+func TestKeySetGenerations(t *testing.T) {
+	var s keySet
+	// Forced generations before reset (0: none), each round filling the
+	// set: the wrap from 1<<32-1 must not revive the slots of generation 1.
+	for round, gen := range []uint32{0, 0, 1<<32 - 2, 1<<32 - 1, 0, 0} {
+		if gen != 0 {
+			s.gen = gen
+		}
+		s.reset(20)
+		for i := range 20 {
+			if j := s.add(uint64(i)*1e9, i); j != -1 {
+				t.Fatalf("round %d: key %d found at %d in an empty set", round, i, j)
+			}
+		}
+		for i := range 20 {
+			if j := s.add(uint64(i)*1e9, 99); j != i {
+				t.Fatalf("round %d: key %d: got %d, want %d", round, i, j, i)
 			}
 		}
 	}

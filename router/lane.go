@@ -217,6 +217,9 @@ func (l *Lane) Status() LaneStatus {
 // start starts the lane's goroutines under ctx.
 func (l *Lane) start(ctx context.Context) {
 	ctx, l.cancel = context.WithCancel(ctx)
+	// The byte budget the sinks charge request bodies to: in the context
+	// every attempt derives from, rather than added to each attempt's.
+	ctx = memory.WithBudget(ctx, l.budget)
 	wg := &l.wg
 	l.liveMu.Lock()
 	l.baseCtx = ctx
@@ -324,7 +327,8 @@ func (l *Lane) waitIdle(ctx context.Context) {
 // by Dispatch for all its sinks).
 func (l *Lane) enqueue(ev *event.Event, key uint64, done func()) {
 	ev.Mem.Retain(1) // the item's reference, released once it is finished (item.release)
-	it := &item{ev: ev, done: done, key: key}
+	it := newItem(ev)
+	it.done, it.key = done, key
 	if ev.Trace != nil {
 		it.trace = ev.Trace.Delivery(l.name, l.spec.Kind)
 	}
@@ -420,7 +424,7 @@ func (l *Lane) waiting() func() { return l.q.wait() }
 func (l *Lane) dropLost(items []*item) []*item {
 	var keep []*item // nil until an item is dropped: no copy in the common case
 	for i, it := range items {
-		if it.ev.Tenure.Held() {
+		if it.tenure.Held() {
 			if keep != nil {
 				keep = append(keep, it)
 			}
@@ -438,12 +442,16 @@ func (l *Lane) dropLost(items []*item) []*item {
 	return keep
 }
 
-// delivered acks items the sink accepted (finisher).
-func (l *Lane) delivered(items []*item) {
+// delivered acks items the sink accepted, and releases them (finisher):
+// one pass over them, each item's cache line read once after the request.
+func (l *Lane) delivered(items []*item, now time.Time, lag prometheus.Observer) {
 	l.mDelivered.Add(float64(len(items))) // one atomic update per batch, not per event
+	nowNanos := now.UnixNano()
 	for _, it := range items {
+		observeLag(lag, it, nowNanos)
 		it.trace.Outcome("delivered", "")
 		it.done()
+		it.release() // serve's releaseItems finds it released
 	}
 }
 

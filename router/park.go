@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,7 @@ func (l *Lane) entry(it *item, kind deadletter.Kind, reason string) (deadletter.
 	if err != nil {
 		return e, err
 	}
-	e.Attempts = it.attempts
+	e.Attempts = int(it.attempts)
 	e.Reason = reason
 	if t := it.ev.Tenure; t != nil {
 		// The write is fenced in the store by the tenure's epoch.
@@ -540,7 +541,8 @@ func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool, t
 		return nil, true
 	}
 	ev.Tenure = tenure // on the shaped view too
-	it := &item{ev: ev, attempts: e.Attempts, first: e.FirstFailedAt, firstErr: e.FirstError, retryAt: e.RetryAt}
+	it := newItem(ev)
+	it.attempts, it.first, it.firstErr, it.retryAt = int32(min(e.Attempts, math.MaxInt32)), e.FirstFailedAt, e.FirstError, e.RetryAt
 	if l.d.tracer != nil {
 		it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "redrive")
 	}

@@ -48,7 +48,7 @@ func TestPoolWaitingWorkerDoesNotBlockOthers(t *testing.T) {
 			}
 		}()
 	})
-	push := func(key uint64) { q.push(&item{key: key, ev: posEvent(t, int(key)+1, int(key))}) }
+	push := func(key uint64) { it := newItem(posEvent(t, int(key)+1, int(key))); it.key = key; q.push(it) }
 	push(0)
 	waitUntil(t, "key 0 backing off", func() bool {
 		q.mu.Lock()

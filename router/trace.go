@@ -41,18 +41,48 @@ func changeInfo(ev *event.Event) tracing.ChangeInfo {
 	}
 }
 
-// traceChange starts ev's trace and returns ack, which now also ends it.
-func (e *Engine) traceChange(ev *event.Event, ack func()) func() {
+// BeginDispatch starts ev's trace (its root span, where the sampler
+// decides) before a Source takes the dispatch lock to Dispatch it;
+// EndDispatch, once the lock is released, makes the spans Dispatch only
+// recorded (the route; the root's end when it was acknowledged at once).
+// With them a dispatch does no span work under the lock; without them
+// Dispatch and DispatchTo do it all. Both do nothing with tracing off.
+func (e *Engine) BeginDispatch(ev *event.Event) {
+	if e.tracer == nil || ev.Trace != nil {
+		return
+	}
 	ch := e.tracer.StartChange(changeInfo(ev))
+	ch.HoldSpans()
 	ev.Trace = ch
+}
+
+// EndDispatch makes the spans of ev's dispatch: see BeginDispatch.
+func (e *Engine) EndDispatch(ev *event.Event) {
+	ev.Trace.ReleaseSpans()
+}
+
+// traceChange starts ev's trace unless BeginDispatch did (own: the caller
+// calls EndDispatch when done) and returns ack, which now also ends it.
+func (e *Engine) traceChange(ev *event.Event, ack func()) (_ func(), own bool) {
+	if ev.Trace == nil {
+		e.BeginDispatch(ev)
+		own = true
+	}
+	ch := ev.Trace
+	if !ch.Recording() {
+		return ack, own // nothing to end
+	}
 	return func() {
 		ch.Ack()
 		ack()
-	}
+	}, own
 }
 
 // traceRoute records the rules that matched ev and the sinks it goes to.
 func (e *Engine) traceRoute(st *engineState, ev *event.Event, rules []string, targets []int) {
+	if !ev.Trace.Recording() {
+		return
+	}
 	names := make([]string, len(targets))
 	for i, s := range targets {
 		names[i] = st.lanes[s].name
@@ -69,7 +99,7 @@ func (d *deliverer) startAttempt(ctx context.Context, items []*item) (context.Co
 		ds[i] = it.trace
 	}
 	return d.tracer.StartAttempt(ctx, ds, tracing.AttemptInfo{
-		Sink: d.name, Kind: d.kind, Number: items[0].attempts, Propagate: !d.noTraceContext,
+		Sink: d.name, Kind: d.kind, Number: int(items[0].attempts), Propagate: !d.noTraceContext,
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
@@ -331,5 +334,130 @@ func TestTraceOfRedriveLinksToEvent(t *testing.T) {
 	}
 	if s := otlp.Find(rcv.Trace(redrive[0].TraceID), "send sick"); len(s) != 1 || s[0].ParentID != redrive[0].SpanID {
 		t.Errorf("re-drive's send spans: %+v", s)
+	}
+}
+
+// goid returns the calling goroutine's id (from its stack header).
+func goid() string {
+	var buf [64]byte
+	n := runtime.Stack(buf[:], false)
+	f := strings.Fields(string(buf[:n]))
+	if len(f) < 2 {
+		return ""
+	}
+	return f[1]
+}
+
+// lockWatch is a span processor that counts the spans started or ended
+// by the goroutine named in g (the one holding the "dispatch lock").
+type lockWatch struct {
+	mu         sync.Mutex
+	g          string
+	start, end []string
+}
+
+func (w *lockWatch) hold(on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.g = ""
+	if on {
+		w.g = goid()
+	}
+}
+
+func (w *lockWatch) OnStart(_ context.Context, s sdktrace.ReadWriteSpan) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.g != "" && goid() == w.g {
+		w.start = append(w.start, s.Name())
+	}
+}
+
+func (w *lockWatch) OnEnd(s sdktrace.ReadOnlySpan) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.g != "" && goid() == w.g {
+		w.end = append(w.end, s.Name())
+	}
+}
+func (*lockWatch) Shutdown(context.Context) error   { return nil }
+func (*lockWatch) ForceFlush(context.Context) error { return nil }
+
+// A Source dispatches under its dispatch lock, with the engine's
+// BeginDispatch before and EndDispatch after: no span is started or ended
+// under the lock, for a change routed to a sink or one no rule routes
+// (acknowledged in Dispatch), and the traces are whole: root, route,
+// publish and send, in that tree.
+func TestDispatchSpansOutsideLock(t *testing.T) {
+	watch := &lockWatch{}
+	exp := tracetest.NewInMemoryExporter()
+	tr := tracing.New(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(watch), sdktrace.WithSyncer(exp)))
+	sink := &traceSink{name: "hook"}
+	rules, err := CompileRules([]RuleSpec{{Name: "all", Source: "orders", Sinks: []string{"hook"}}}, []string{"hook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := NewEngine(rules, []SinkSpec{{Sink: sink, Kind: "webhook", Retry: fastRetry(2)}}, newMemDL(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetTracer(tr)
+	ctx, cancel := context.WithCancel(context.Background())
+	eng.Start(ctx)
+	defer func() { cancel(); eng.Stop() }()
+	hooks, ok := any(eng).(dispatchHooks)
+	if !ok {
+		t.Fatal("the engine has no dispatch hooks: its spans are made under the source's lock")
+	}
+	routed := posEvent(t, 1, 1)
+	unrouted := posEvent(t, 2, 2)
+	unrouted.Source = "inventory" // no rule
+	var wg sync.WaitGroup
+	for _, ev := range []*event.Event{routed, unrouted} {
+		wg.Add(1)
+		hooks.BeginDispatch(ev)
+		watch.hold(true)
+		eng.Dispatch(ev, wg.Done)
+		watch.hold(false)
+		hooks.EndDispatch(ev)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("events never acknowledged")
+	}
+	if len(watch.start) > 0 || len(watch.end) > 0 {
+		t.Errorf("under the dispatch lock: spans started %v, ended %v", watch.start, watch.end)
+	}
+	waitUntil(t, "the routed change's trace", func() bool { return len(exp.GetSpans()) == 6 })
+	byName := map[string][]tracetest.SpanStub{}
+	for _, s := range exp.GetSpans() {
+		byName[s.Name] = append(byName[s.Name], s)
+	}
+	roots, routes := byName["receive shop.orders"], byName["route"]
+	pub, send := byName["publish hook"], byName["send hook"]
+	if len(roots) != 2 || len(routes) != 2 || len(pub) != 1 || len(send) != 1 {
+		t.Fatalf("spans: %v", byName)
+	}
+	parent := func(s tracetest.SpanStub) string { return s.Parent.SpanID().String() }
+	rootOf := map[string]bool{}
+	for _, r := range roots {
+		rootOf[r.SpanContext.SpanID().String()] = true
+		if len(r.Events) != 1 || r.Events[0].Name != "ack" {
+			t.Errorf("root %v: events %v", r.SpanContext.TraceID(), r.Events)
+		}
+	}
+	for _, r := range routes {
+		if !rootOf[parent(r)] {
+			t.Errorf("route's parent %s is no root", parent(r))
+		}
+	}
+	if !rootOf[parent(pub[0])] || parent(send[0]) != pub[0].SpanContext.SpanID().String() {
+		t.Errorf("publish's parent %s, send's %s", parent(pub[0]), parent(send[0]))
+	}
+	if calls := sink.calls(); len(calls) != 1 || calls[0] != tracing.Traceparent(send[0].SpanContext) {
+		t.Errorf("request's traceparent %v, want the send span's %s", calls, tracing.Traceparent(send[0].SpanContext))
 	}
 }

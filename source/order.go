@@ -20,14 +20,31 @@ type dispatchOrder struct {
 	buckets [orderBuckets]uint64
 }
 
+// dispatchHooks is implemented by a Dispatcher with work to do for an
+// event outside the dispatch lock (the router's tracing: spans are made
+// there, not under the lock that serialises the read path): BeginDispatch
+// is called before the lock is taken, EndDispatch after it is released,
+// whether Dispatch ran or not.
+type dispatchHooks interface {
+	BeginDispatch(ev *event.Event)
+	EndDispatch(ev *event.Event)
+}
+
 // dispatch hands ev to the router, recording it for DispatchIfUnchanged.
 func (s *Source) dispatch(ev *event.Event, ack func()) {
+	h, _ := s.out.(dispatchHooks)
+	if h != nil {
+		h.BeginDispatch(ev)
+	}
 	o := &s.order
 	o.mu.Lock()
 	o.seq++
 	o.buckets[ev.OrderingKeyHash()&(orderBuckets-1)] = o.seq
 	s.out.Dispatch(ev, ack)
 	o.mu.Unlock()
+	if h != nil {
+		h.EndDispatch(ev)
+	}
 }
 
 // DispatchMark returns the number of the Source's last dispatch: a
@@ -48,6 +65,10 @@ func (s *Source) DispatchMark() uint64 {
 // dispatched already (false: read the document again) or delivered after
 // ev.
 func (s *Source) DispatchIfUnchanged(ev *event.Event, mark uint64, send func()) bool {
+	if h, ok := s.out.(dispatchHooks); ok {
+		h.BeginDispatch(ev)
+		defer h.EndDispatch(ev) // after the lock is released
+	}
 	o := &s.order
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -25,7 +25,7 @@ func BenchmarkSign(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				s.appendSignatures(buf[:0], "orders:8266000000000000000001", "1772600767", body)
+				s.appendSignatures(buf[:0], "orders:8266000000000000000001", "1772600767", ptr(oneBody(body)))
 			}
 		})
 	}

@@ -94,8 +94,9 @@ func newSigner(secrets []string) (*signer, error) {
 
 // appendSignatures appends the webhook-signature header value for the
 // message id, timestamp ts (decimal unix seconds) and body to dst: one
-// "v1,<base64>" per key, separated by spaces.
-func (s *signer) appendSignatures(dst []byte, id, ts string, body []byte) []byte {
+// "v1,<base64>" per key, separated by spaces. The body is hashed in place,
+// piece by piece.
+func (s *signer) appendSignatures(dst []byte, id, ts string, body *reqBody) []byte {
 	m := s.pool.Get().(*macSet)
 	m.prefix = append(m.prefix[:0], id...)
 	m.prefix = append(m.prefix, '.')
@@ -107,7 +108,7 @@ func (s *signer) appendSignatures(dst []byte, id, ts string, body []byte) []byte
 		}
 		h.Reset()
 		h.Write(m.prefix)
-		h.Write(body)
+		body.writeTo(h)
 		dst = append(dst, "v1,"...)
 		dst = base64.StdEncoding.AppendEncode(dst, h.Sum(m.sum[:0]))
 	}
@@ -129,7 +130,11 @@ func Sign(secrets []string, id string, timestamp time.Time, body []byte) (string
 	if s == nil {
 		return "", ErrNoSecrets
 	}
-	return string(s.appendSignatures(nil, id, strconv.FormatInt(timestamp.Unix(), 10), body)), nil
+	return string(s.appendSignatures(nil, id, strconv.FormatInt(timestamp.Unix(), 10), ptr(oneBody(body)))), nil
+}
+
+func ptr[T any](v T) *T {
+	return &v
 }
 
 // Verify checks a Standard Webhooks message as a receiver would: the

@@ -2,8 +2,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -80,12 +78,6 @@ func newAWSSigner(cfg Config) (*awsSigner, error) {
 		return nil, errors.New("sigv4: no credentials provider")
 	}
 	return &awsSigner{signer: v4.NewSigner(), creds: awsCfg.Credentials, service: s.Service, region: s.Region, now: time.Now}, nil
-}
-
-// payloadHash returns the hex SHA-256 of body, SigV4's payload hash.
-func payloadHash(body []byte) string {
-	sum := sha256.Sum256(body)
-	return hex.EncodeToString(sum[:])
 }
 
 // sign sets X-Amz-Content-Sha256, X-Amz-Date, X-Amz-Security-Token (with

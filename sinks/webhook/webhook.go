@@ -172,6 +172,7 @@ type Config struct {
 // concurrent use by several workers.
 type Webhook struct {
 	name      string
+	what      string // "webhook <name>", for Oversize.Fit's messages
 	canonical bool
 	maxBatch  int
 	batching  bool
@@ -180,7 +181,7 @@ type Webhook struct {
 
 	reqTemplate *http.Request // Method, URL, Host; shallow-copied per request
 	target      string        // DisplayURL of the URL, for messages
-	static      http.Header   // precomputed headers, copied into each request
+	static      []headerKV    // precomputed headers, copied into each request (a list: no map iteration)
 	signer      *signer       // nil: unsigned
 	aws         *awsSigner    // nil: no SigV4
 
@@ -195,6 +196,12 @@ type Webhook struct {
 }
 
 var _ sinks.Sink = (*Webhook)(nil)
+
+// headerKV is one of the headers every request carries (staticHeaders).
+type headerKV struct {
+	k string
+	v []string
+}
 
 // tsEntry caches the header value of one unix second.
 type tsEntry struct {
@@ -289,19 +296,22 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 
 	w := &Webhook{
 		name:      cfg.Name,
+		what:      "webhook " + cfg.Name,
 		canonical: cfg.Canonical,
 		maxBatch:  batch,
 		batching:  batch > 1,
 		maxBytes:  cmp.Or(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
 		oversize:  cfg.Oversize,
 		target:    DisplayURL(u),
-		static:    static,
 		signer:    sg,
 		aws:       as,
 		transport: tr,
 		timeout:   timeout,
 		log:       logger,
 		now:       time.Now,
+	}
+	for k, v := range static {
+		w.static = append(w.static, headerKV{k, v})
 	}
 	w.reqTemplate = &http.Request{
 		Method:     http.MethodPost,
@@ -534,12 +544,12 @@ func (w *Webhook) sendOne(ctx context.Context, e *event.Event) error {
 	if err != nil {
 		return sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 	}
-	p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes, bodyLen, "webhook "+w.name, "request body")
+	p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes, bodyLen, w.what, "request body")
 	if err != nil {
 		return err
 	}
 	release := sinks.Hold(ctx, int64(p.Built())) // a stripped body, made for this Send
-	err = w.post(ctx, e.ID, p.Body, e)
+	err = w.post(ctx, e.ID, oneBody(p.Body), e)
 	release()
 	w.oversize.Delivered([]bool{p.Stripped}, err)
 	return err
@@ -591,7 +601,7 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err erro
 			failed[i] = sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 			continue
 		}
-		p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes, arrayBodyLen, "webhook "+w.name, "request body")
+		p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes, arrayBodyLen, w.what, "request body")
 		if err != nil {
 			failed[i] = err
 			continue
@@ -655,7 +665,7 @@ func (w *Webhook) sendGroup(ctx context.Context, batch []*event.Event) (err erro
 			failed[i] = sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 			continue
 		}
-		p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes-event.TxnPartReserve, arrayBodyLen, "webhook "+w.name, "request body")
+		p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes-event.TxnPartReserve, arrayBodyLen, w.what, "request body")
 		if err != nil {
 			failed[i] = err
 			continue
@@ -696,13 +706,12 @@ func (w *Webhook) sendGroup(ctx context.Context, batch []*event.Event) (err erro
 			continue
 		}
 		ps := make([][]byte, len(idx))
-		sz := make([]int, len(idx))
 		ids := make([]string, len(idx))
 		for j, i := range idx {
-			ps[j], sz[j], ids[j] = envs[i], len(envs[i]), batch[i].ID
+			ps[j], ids[j] = envs[i], batch[i].ID
 		}
-		body := sinks.AppendJSONArray(make([]byte, 0, sinks.JSONArraySize(sz...)), ps...)
-		mem := memory.FromContext(ctx).Force(int64(cap(body)))
+		body := arrayBody(ps) // the one copy of the request, see reqBody
+		mem := memory.FromContext(ctx).Force(int64(body.n))
 		perr := w.post(ctx, BatchID(ids), body, nil)
 		mem.Release()
 		if perr != nil {
@@ -731,17 +740,17 @@ func (w *Webhook) sendGroup(ctx context.Context, batch []*event.Event) (err erro
 // error only when ctx ended.
 func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]byte, idx []int, failed map[int]error) error {
 	parts := make([][]byte, len(idx))
-	sizes := make([]int, len(idx))
 	ids := make([]string, len(idx))
 	for j, i := range idx {
-		parts[j], sizes[j], ids[j] = envs[i], len(envs[i]), batch[i].ID
+		parts[j], ids[j] = envs[i], batch[i].ID
 	}
 	// The one copy of a batch request: the envelopes (cached on their
-	// events, charged to them) joined into an array. It is charged to the
-	// byte budget while it is sent; retries of the request, its signature
-	// and the HTTP client's rewinds read this slice, they do not copy it.
-	body := sinks.AppendJSONArray(make([]byte, 0, sinks.JSONArraySize(sizes...)), parts...)
-	mem := memory.FromContext(ctx).Force(int64(cap(body)))
+	// events, charged to them) joined into an array (reqBody). It is
+	// charged to the byte budget while it is sent; retries of the request,
+	// its signature and the HTTP client's rewinds read it, or the
+	// envelopes, in place.
+	body := arrayBody(parts)
+	mem := memory.FromContext(ctx).Force(int64(body.n))
 	err := w.post(ctx, BatchID(ids), body, nil)
 	mem.Release()
 	if err == nil {
@@ -752,7 +761,7 @@ func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]
 	}
 	var se *sinks.Error
 	if len(idx) > 1 && errors.As(err, &se) && se.Reason == "http_413" {
-		w.log.DebugContext(ctx, "webhook batch too large for the receiver, splitting it", "events", len(idx), "bytes", len(body))
+		w.log.DebugContext(ctx, "webhook batch too large for the receiver, splitting it", "events", len(idx), "bytes", body.n)
 		mid := len(idx) / 2
 		if err := w.postParts(ctx, batch, envs, idx[:mid], failed); err != nil {
 			return err
@@ -788,23 +797,30 @@ func BatchID(ids []string) string {
 }
 
 // post makes one delivery attempt of body under message id.
-func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.Event) error {
+func (w *Webhook) post(parent context.Context, id string, b reqBody, e *event.Event) error {
+	// One allocation for what the attempt keeps: its body (prepareRetry
+	// finds it through the request's context) and the values of the id
+	// and signature headers.
+	a := &struct {
+		body reqBody
+		vals [2]string
+	}{body: b}
+	body := &a.body
 	// The timeout is a context rather than http.Client.Timeout: same
 	// coverage (dial to end of body), a third of the allocations. It bounds
 	// the attempt including go-retryablehttp's quick connection retries.
 	ctx, cancel := context.WithTimeout(parent, w.timeout)
 	defer cancel()
-	// body is not copied from here on: go-retryablehttp wraps a []byte in
-	// a new bytes.Reader for each try (its GetBody), and prepareRetry
-	// signs the same slice, found through the request's context.
+	// body is not copied: go-retryablehttp makes a new reader of it for
+	// each try (and GetBody), and prepareRetry signs the same bytes, found
+	// through the request's context.
 	ctx = context.WithValue(ctx, bodyKey{}, body)
 	hr := w.reqTemplate.WithContext(ctx)
 	h := make(http.Header, len(w.static)+3)
-	for k, v := range w.static {
-		h[k] = v // shared read-only slices; prepareRetry clones before changing
+	for _, kv := range w.static {
+		h[kv.k] = kv.v // shared read-only slices; prepareRetry clones before changing
 	}
-	// The id's and the signature's values share one allocation.
-	vals := make([]string, 2)
+	vals := a.vals[:]
 	vals[0] = id
 	h[HeaderID] = vals[0:1:1]
 	tracing.InjectHTTP(parent, h) // traceparent, tracestate: the attempt's span
@@ -814,8 +830,8 @@ func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.
 	w.sign(h, id, body, vals[1:2:2])
 	hr.Header = h
 	if w.aws != nil {
-		hr.ContentLength = int64(len(body))
-		if err := w.aws.sign(ctx, hr, payloadHash(body)); err != nil {
+		hr.ContentLength = int64(body.n)
+		if err := w.aws.sign(ctx, hr, body.sha256Hex()); err != nil {
 			if parent.Err() != nil {
 				return fmt.Errorf("webhook %s: POST %s: %w", w.name, w.target, parent.Err())
 			}
@@ -824,7 +840,11 @@ func (w *Webhook) post(parent context.Context, id string, body []byte, e *event.
 	}
 	req, err := retryablehttp.FromRequest(hr)
 	if err == nil {
-		err = req.SetBody(body)
+		if body.array {
+			err = req.SetBody(retryablehttp.ReaderFunc(body.reader))
+		} else {
+			err = req.SetBody(body.one) // a new bytes.Reader of it per try
+		}
 	}
 	if err != nil {
 		return sinks.Permanent("request", fmt.Errorf("webhook %s: build request: %w", w.name, err))
@@ -847,7 +867,7 @@ type bodyKey struct{}
 
 // sign sets the timestamp and signature headers for one attempt. slot, if
 // not nil, is a one-element slice the signature header's value is stored in.
-func (w *Webhook) sign(h http.Header, id string, body []byte, slot []string) {
+func (w *Webhook) sign(h http.Header, id string, body *reqBody, slot []string) {
 	ts := w.timestamp()
 	h[HeaderTimestamp] = ts.hv
 	if w.signer != nil {
@@ -883,7 +903,7 @@ func (w *Webhook) prepareRetry(r *http.Request) error {
 	h := r.Header.Clone()
 	r.Header = h
 	// The body post sent, not a copy read back through GetBody.
-	body, _ := r.Context().Value(bodyKey{}).([]byte)
+	body, _ := r.Context().Value(bodyKey{}).(*reqBody)
 	w.sign(h, h.Get(HeaderID), body, nil)
 	if w.aws != nil {
 		// A new date and signature over the new webhook-timestamp; the

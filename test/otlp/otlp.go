@@ -45,13 +45,25 @@ type Receiver struct {
 	*httptest.Server
 	mu       sync.Mutex
 	spans    []Span
+	count    int  // spans received
+	discard  bool // count the spans, keep none (NewCounter)
 	requests int
 	errs     []string
 }
 
-// NewReceiver starts a Receiver; Close it when done.
+// NewReceiver starts a Receiver that keeps every span; Close it when done.
 func NewReceiver() *Receiver {
 	r := &Receiver{}
+	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
+	return r
+}
+
+// NewCounter starts a Receiver that decodes every export, as a collector
+// does, but only counts the spans (SpanCount): for benchmarks, where
+// keeping millions of spans would cost the measuring process more memory
+// than the measured one. Spans and Trace return nothing.
+func NewCounter() *Receiver {
+	r := &Receiver{discard: true}
 	r.Server = httptest.NewServer(http.HandlerFunc(r.serve))
 	return r
 }
@@ -92,6 +104,19 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if r.discard {
+		n := 0
+		for _, rs := range msg.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				n += len(ss.GetSpans())
+			}
+		}
+		r.mu.Lock()
+		r.count += n
+		r.mu.Unlock()
+		r.reply(w)
+		return
+	}
 	var got []Span
 	for _, rs := range msg.GetResourceSpans() {
 		service := ""
@@ -123,10 +148,23 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	r.spans = append(r.spans, got...)
+	r.count += len(got)
 	r.mu.Unlock()
+	r.reply(w)
+}
+
+// reply answers an export: every span accepted.
+func (r *Receiver) reply(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
 	_, _ = w.Write(out)
+}
+
+// SpanCount returns how many spans the receiver got so far.
+func (r *Receiver) SpanCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.count
 }
 
 func (r *Receiver) fail(msg string) {

@@ -51,6 +51,13 @@
 // they measure how fast each consumer can go; latency is measured in 7 and
 // 8. With -profile DIR, changegate runs as this binary's "gateway" role
 // (app.Run, as cmd/changegate) writing CPU and allocation profiles there.
+// With -otlp, changegate's tracing is on: it exports its spans over
+// OTLP/HTTP to a receiver in this process (which decodes and counts them,
+// its CPU in the mongowire+receiver column), with the sampler this
+// environment's OTEL_TRACES_SAMPLER(_ARG) name, e.g.
+//
+//	OTEL_TRACES_SAMPLER=parentbased_traceidratio OTEL_TRACES_SAMPLER_ARG=0.01 \
+//		go run ./test/cmd/bench -scenarios 5 -otlp
 package main
 
 import (
@@ -78,6 +85,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/changegate/changegate/test/mongowire"
+	"github.com/changegate/changegate/test/otlp"
 )
 
 func main() {
@@ -120,6 +128,7 @@ type benchOpts struct {
 	partitions  int             // scenario 12: partitions of the source
 	replLatency time.Duration   // scenario 12: receiver latency
 	snapN       int             // scenario 13: pre-existing documents
+	otlp        bool            // trace changegate to an in-process OTLP receiver
 }
 
 type bench struct {
@@ -134,6 +143,9 @@ type bench struct {
 	result []*result
 	limits []*limitRow // scenarios 10 and 11
 	repl   []*replRow  // scenario 12
+	// otlp is the in-process OTLP/HTTP receiver changegate exports its
+	// spans to (-otlp), nil without.
+	otlp *otlp.Receiver
 }
 
 // result is one row of the table.
@@ -189,6 +201,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.partitions, "partitions", 4, "scenario 12: partitions of the source")
 	fs.DurationVar(&o.replLatency, "replica-latency", 20*time.Millisecond, "scenario 12: receiver latency")
 	fs.IntVar(&o.snapN, "snapshot-n", 0, "scenario 13: documents of the initial snapshot (default 1000000; -quick 100000)")
+	fs.BoolVar(&o.otlp, "otlp", false, "turn changegate's tracing on: OTEL_EXPORTER_OTLP_ENDPOINT is an OTLP/HTTP receiver in this process (it decodes and counts the spans); the other OTEL_* variables (OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG, OTEL_BSP_*) are passed on from this environment")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -271,6 +284,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer os.RemoveAll(b.tmp)
+	if o.otlp {
+		b.otlp = otlp.NewCounter()
+		defer b.otlp.Close()
+	}
 	report := b.run(args)
 	fmt.Fprint(stdout, report)
 	if o.out != "" {
@@ -491,11 +508,11 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
-func (b *bench) start(name string, args []string, role string) (*child, error) {
+func (b *bench) start(name string, args []string, role string, env ...string) (*child, error) {
 	c := &child{cmd: exec.Command(name, args...), exited: make(chan struct{})}
 	c.cmd.Stdout = &c.stdout
 	c.cmd.Stderr = &c.stderr
-	c.cmd.Env = os.Environ()
+	c.cmd.Env = append(os.Environ(), env...)
 	if role != "" {
 		c.cmd.Env = append(c.cmd.Env, roleEnv+"="+role)
 	}
@@ -692,10 +709,16 @@ func (b *bench) startGateway(tag string, c gwConf, self bool, extra ...string) (
 		extra = append(extra, "-cpuprofile", filepath.Join(b.o.profile, tag+".cpu.pprof"),
 			"-memprofile", filepath.Join(b.o.profile, tag+".allocs.pprof"))
 	}
-	if self || b.cgBin == "" {
-		return b.start(b.self, append([]string{"-config", path}, extra...), "gateway")
+	var env []string
+	if b.otlp != nil {
+		// Only changegate is traced: the baselines have no spans to make.
+		env = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + b.otlp.URL, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=", "OTEL_TRACES_EXPORTER=otlp", "OTEL_SDK_DISABLED="}
 	}
-	return b.start(b.cgBin, []string{"run", "-config", path, "-log-level", "warn", "-log-format", "text"}, "")
+	if self || b.cgBin == "" {
+		return b.start(b.self, append([]string{"-config", path}, extra...), "gateway", env...)
+	}
+	return b.start(b.cgBin, []string{"run", "-config", path, "-log-level", "warn", "-log-format", "text"}, "", env...)
 }
 
 // rssSampler records a process's RSS every 50 ms.

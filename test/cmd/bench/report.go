@@ -15,6 +15,15 @@ func (b *bench) report(args []string, started time.Time, loadBefore, loadAfter s
 	fmt.Fprintf(&s, "Date: %s (%s in all)  \n", started.UTC().Format("2006-01-02 15:04 MST"), time.Since(started).Round(time.Second))
 	fmt.Fprintf(&s, "Machine: %s, nproc %d, %s; %s %s/%s  \n", host, runtime.NumCPU(), machine(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(&s, "Load average (1/5/15 min): %s before, %s after\n\n", loadBefore, loadAfter)
+	if b.otlp != nil {
+		sampler := os.Getenv("OTEL_TRACES_SAMPLER")
+		if sampler == "" {
+			sampler = "the default (parentbased_always_on)"
+		} else if arg := os.Getenv("OTEL_TRACES_SAMPLER_ARG"); arg != "" {
+			sampler += " " + arg
+		}
+		fmt.Fprintf(&s, "Tracing on (-otlp): OTLP/HTTP to a receiver in the bench process, sampler %s; %d spans received in all\n\n", sampler, b.otlp.SpanCount())
+	}
 	if len(b.result) == 0 {
 		b.limitReport(&s)
 		b.replReport(&s)

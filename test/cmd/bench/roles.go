@@ -28,6 +28,7 @@ import (
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/sinks/webhook"
+	"github.com/changegate/changegate/tracing"
 )
 
 // roleEnv names the child-process role when the bench binary re-executes
@@ -345,5 +346,15 @@ func roleGateway(args []string) error {
 		}()
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	return app.Run(ctx, cfg, app.Options{Logger: log, NoPushdown: *noPushdown})
+	// Tracing from OTEL_* as cmd/changegate sets it up (-otlp).
+	tracer, err := tracing.FromEnv(ctx, "bench", os.Stdout)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tracer.Shutdown(sctx)
+	}()
+	return app.Run(ctx, cfg, app.Options{Logger: log, NoPushdown: *noPushdown, Tracer: tracer})
 }
