@@ -396,7 +396,9 @@ const (
 // scratchPool holds the scratch buffers of encodeFast. A buffer is only
 // ever held by one encodeFast call, from Get to Put, and nothing it
 // returns aliases it (the envelope is a copy), so the envelope bytes cached
-// on an event and shared by sinks are never recycled.
+// on an event and shared by sinks are never recycled. It is the one
+// package-level variable of the package: a cache of spare capacity (as
+// encoding/json's encoder pool), nothing observable depends on what it holds.
 var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // encodeFast encodes the envelope with the direct encoder of extjson.go;
