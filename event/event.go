@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -183,20 +182,18 @@ func scanChange(raw bson.Raw) (vals [chFields]bsoncore.Value, found [chFields]bo
 	}
 	length -= 4
 	for length > 1 {
-		el, rest, ok := bsoncore.ReadElement(rem)
-		length -= int32(len(el))
+		keyEnd, end, ok := elementBounds(rem)
 		if !ok {
 			return vals, found
 		}
-		rem = rest
-		if i := changeField(el.KeyBytes()); i >= 0 && !found[i] {
+		length -= int32(end)
+		if i := changeField(rem[1:keyEnd]); i >= 0 && !found[i] {
 			// A value that cannot be read stays the zero Value (type 0):
 			// found, but of no usable type, as LookupErr's error.
 			found[i] = true
-			if v, err := el.ValueErr(); err == nil {
-				vals[i] = v
-			}
+			vals[i], _ = element{t: rem[0], value: rem[keyEnd+1 : end]}.coreValue()
 		}
+		rem = rem[end:]
 	}
 	return vals, found
 }
@@ -217,8 +214,8 @@ func stringBytes(v bsoncore.Value) ([]byte, bool) {
 // tokenData returns TokenData(token) as bytes when the token has a _data
 // string (without allocating), or nil, false.
 func tokenData(token bson.Raw) ([]byte, bool) {
-	v, err := bsoncore.Document(token).LookupErr("_data")
-	if err != nil {
+	v, ok := lookup(token, "_data")
+	if !ok {
 		return nil, false
 	}
 	return stringBytes(v)
@@ -252,10 +249,10 @@ func FromChange(source string, seq uint64, raw bson.Raw) (*Event, error) {
 	if found[chNS] {
 		// As raw.LookupErr("ns", "db"): ns may be a document or an array.
 		if ns := vals[chNS]; ns.Type == bsoncore.TypeEmbeddedDocument || ns.Type == bsoncore.TypeArray {
-			if v, err := bsoncore.Document(ns.Data).LookupErr("db"); err == nil {
+			if v, ok := lookup(ns.Data, "db"); ok {
 				db, _ = stringBytes(v)
 			}
-			if v, err := bsoncore.Document(ns.Data).LookupErr("coll"); err == nil {
+			if v, ok := lookup(ns.Data, "coll"); ok {
 				coll, _ = stringBytes(v)
 			}
 		}
@@ -387,7 +384,7 @@ func (e *Event) Envelope(canonical bool) ([]byte, error) {
 }
 
 func (e *Event) encode(canonical bool) ([]byte, error) {
-	if canonical {
+	if canonical && mayHaveDollarKey(e.Raw) {
 		if path := bsonraw.DollarPath(e.Raw); path != "" {
 			return nil, fmt.Errorf("event %s: field %q: %w", e.ID, path, ErrAmbiguousJSON)
 		}
@@ -402,44 +399,98 @@ func (e *Event) encode(canonical bool) ([]byte, error) {
 	return e.encodeDriver(canonical)
 }
 
+// scratchMaxRaw is the largest change whose envelope is encoded in a
+// pooled scratch buffer and then copied out at its exact size; a larger
+// one is encoded straight into its own buffer (envelopeCap), where a
+// second copy of megabytes would cost more than a spare capacity.
+// scratchKeep is the largest scratch buffer put back into the pool.
+const (
+	scratchMaxRaw = 32 << 10
+	scratchKeep   = 256 << 10
+)
+
+// scratchPool holds the scratch buffers of encodeFast. A buffer is only
+// ever held by one encodeFast call, from Get to Put, and nothing it
+// returns aliases it (the envelope is a copy), so the envelope bytes cached
+// on an event and shared by sinks are never recycled. It is the one
+// package-level variable of the package: a cache of spare capacity (as
+// encoding/json's encoder pool), nothing observable depends on what it holds.
+var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
 // encodeFast encodes the envelope with the direct encoder of extjson.go;
 // it fails (and encode falls back to encodeDriver) on malformed BSON.
+// The envelope of a small change is encoded in a pooled scratch buffer and
+// copied into an allocation of its own size (no over-sized buffer to
+// zero, collect and charge to the byte budget while it is cached).
 func (e *Event) encodeFast(canonical bool) ([]byte, error) {
-	if !utf8.ValidString(e.ID) || !utf8.ValidString(e.OperationType) {
-		return nil, ErrInvalidUTF8
+	return encodeSized(len(e.Raw), func(b []byte) ([]byte, error) { return e.appendEnvelope(b, canonical) })
+}
+
+// encodeSized returns what appendTo appends to an empty buffer, for an
+// encoding of n bytes of BSON: up to scratchMaxRaw through a pooled
+// scratch buffer, copied out at its exact size, or else appended straight
+// to a buffer of envelopeCap(n).
+func encodeSized(n int, appendTo func([]byte) ([]byte, error)) ([]byte, error) {
+	if n > scratchMaxRaw {
+		return appendTo(make([]byte, 0, envelopeCap(n)))
 	}
-	b := make([]byte, 0, envelopeCap(len(e.Raw)))
+	sp := scratchPool.Get().(*[]byte)
+	b, err := appendTo((*sp)[:0])
+	var out []byte
+	if err == nil {
+		out = bytes.Clone(b)
+	}
+	if cap(b) <= scratchKeep {
+		*sp = b[:0]
+	}
+	scratchPool.Put(sp)
+	return out, err
+}
+
+// appendEnvelope appends the envelope to b (encodeFast's encoder).
+func (e *Event) appendEnvelope(b []byte, canonical bool) ([]byte, error) {
+	// An id or operation type that is not valid UTF-8 refuses the
+	// envelope before anything of the change is read.
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, e.ID)
+	b, ok := appendValidJSONStringOf(b, e.ID)
+	if !ok {
+		return b, ErrInvalidUTF8
+	}
 	b = append(b, `,"source":`...)
 	b = appendJSONString(b, e.Source)
 	b = append(b, `,"operationType":`...)
-	b = appendJSONString(b, e.OperationType)
+	if b, ok = appendValidJSONStringOf(b, e.OperationType); !ok {
+		return b, ErrInvalidUTF8
+	}
 	// One pass over the change finds the envelope fields (the first
 	// occurrence of each, as LookupErr would).
 	var vals [len(envelopeFields)]bsoncore.Value
 	var found [len(envelopeFields)]bool
-	doc := bsoncore.Document(e.Raw)
+	doc := e.Raw
 	if len(doc) < 5 {
 		return nil, errSlowPath
 	}
 	for rem := doc[4 : len(doc)-1]; len(rem) > 0; {
-		el, rest, ok := bsoncore.ReadElement(rem)
+		keyEnd, end, ok := elementBounds(rem)
 		if !ok {
 			return nil, errSlowPath
 		}
-		rem = rest
-		if i := envelopeField(el.KeyBytes()); i >= 0 && !found[i] {
-			vals[i], found[i] = el.Value(), true
+		if i := envelopeField(rem[1:keyEnd]); i >= 0 && !found[i] {
+			// A value Element.Value cannot read is found, of type 0:
+			// appendExtJSONValue fails on it.
+			el := element{t: rem[0], value: rem[keyEnd+1 : end]}
+			vals[i], _ = el.coreValue()
+			found[i] = true
 		}
+		rem = rem[end:]
 	}
 	for i, k := range envelopeFields {
 		if !found[i] {
 			continue
 		}
-		b = append(b, ',')
-		b = appendJSONString(b, k)
-		b = append(b, ':')
+		b = append(b, ',', '"')
+		b = append(b, k...)
+		b = append(b, '"', ':')
 		var err error
 		if b, _, err = appendExtJSONValue(b, bson.Type(vals[i].Type), vals[i].Data, canonical); err != nil {
 			return nil, err
@@ -447,17 +498,13 @@ func (e *Event) encodeFast(canonical bool) ([]byte, error) {
 	}
 	if e.ClusterTime.T != 0 {
 		b = append(b, `,"clusterTime":"`...)
-		b = appendRFC3339UTC(b, time.Unix(int64(e.ClusterTime.T), 0).UTC(), 0)
-		b = append(b, '"')
+		b = appendDateSecs(b, int64(e.ClusterTime.T))
+		b = append(b, 'Z', '"')
 	}
 	if !e.WallTime.IsZero() {
 		// RFC 3339 needs no JSON escaping.
 		b = append(b, `,"wallTime":"`...)
-		if e.WallTime.Location() == time.UTC {
-			b = appendRFC3339UTC(b, e.WallTime, 9)
-		} else {
-			b = e.WallTime.AppendFormat(b, time.RFC3339Nano)
-		}
+		b = appendTimeRFC3339(b, e.WallTime)
 		b = append(b, '"')
 	}
 	if e.Txn != nil {

@@ -1005,12 +1005,15 @@ func (e *Event) encodeDocument(canonical bool) ([]byte, error) {
 	if err != nil || v.Type != bson.TypeEmbeddedDocument {
 		return []byte("null"), nil
 	}
-	if canonical {
+	if canonical && mayHaveDollarKey(v.Value) {
 		if path := bsonraw.DollarPath(v.Document()); path != "" {
 			return nil, fmt.Errorf("event %s: field %q: %w", e.ID, "fullDocument."+path, ErrAmbiguousJSON)
 		}
 	}
-	b, _, err := appendExtJSONValue(make([]byte, 0, envelopeCap(len(v.Value))), v.Type, v.Value, canonical)
+	b, err := encodeSized(len(v.Value), func(b []byte) ([]byte, error) {
+		b, _, err := appendExtJSONValue(b, v.Type, v.Value, canonical)
+		return b, err
+	})
 	if err != nil {
 		if errors.Is(err, ErrInvalidUTF8) {
 			return nil, fmt.Errorf("event %s: encode envelope: %w", e.ID, err)

@@ -43,12 +43,9 @@ type Txn struct {
 // restarts and replays of a stored change. ok is false for a change
 // without lsid and txnNumber (a single write, or a retryable write).
 func TxnID(raw []byte) (id string, ok bool) {
-	lv, err := bsoncore.Document(raw).LookupErr("lsid")
-	if err != nil || lv.Type != bsoncore.TypeEmbeddedDocument {
-		return "", false
-	}
-	nv, err := bsoncore.Document(raw).LookupErr("txnNumber")
-	if err != nil {
+	// One pass over the change (most have neither field).
+	lv, lok, nv, nok := lookup2(raw, "lsid", "txnNumber")
+	if !lok || lv.Type != bsoncore.TypeEmbeddedDocument || !nok {
 		return "", false
 	}
 	var number int64
@@ -62,9 +59,9 @@ func TxnID(raw []byte) (id string, ok bool) {
 	}
 	lsid := bsoncore.Document(lv.Data)
 	var sidBytes, uidBytes []byte
-	if v, err := lsid.LookupErr("id"); err == nil && v.Type == bsoncore.TypeBinary {
+	if v, ok := lookup(lsid, "id"); ok && v.Type == bsoncore.TypeBinary {
 		_, sidBytes, _ = v.BinaryOK()
-		if u, err := lsid.LookupErr("uid"); err == nil && u.Type == bsoncore.TypeBinary {
+		if u, ok := lookup(lsid, "uid"); ok && u.Type == bsoncore.TypeBinary {
 			_, uidBytes, _ = u.BinaryOK()
 		}
 	} else {
