@@ -489,6 +489,22 @@ func TestFenceParkWriteRetriesEndWithTenure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The lane stays parked: another unit's entry waits for its source
+	// (which never reads here). Without it the re-drive loop could find
+	// nothing parked or queued between parkLane and enqueue and turn the
+	// lane live again, and the event would go to the sink instead of the
+	// parked write this test waits for (it failed so 1–2 runs in 40).
+	other := posEvent(t, 9, 9)
+	oe, err := deadletter.EntryFor(other, "parking", deadletter.KindParked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oe.Unit = "orders#1/2"
+	if err := dl.Put(context.Background(), oe); err != nil {
+		t.Fatal(err)
+	}
+	never := AckedFunc(func(string) (bson.Timestamp, bool) { return bson.Timestamp{}, false })
+	l.own.acked.Store(&never)
 	ctx, cancel := context.WithCancel(context.Background())
 	l.start(ctx)
 	t.Cleanup(func() { cancel(); l.stop() })
