@@ -1,6 +1,10 @@
 package sinks
 
-import "context"
+import (
+	"context"
+
+	"github.com/changegate/changegate/event"
+)
 
 type txnGroupKey struct{}
 
@@ -44,4 +48,31 @@ func TxnParts(sizes []int, ok []bool, maxBytes int) [][]int {
 		parts = append(parts, cur)
 	}
 	return parts
+}
+
+// SplitTxn splits the envelopes of a transaction's batch (envs[i] of
+// sizes[i] bytes, those with ok[i] false left out) into the parts of
+// TxnParts for maxBytes. When more than one part is needed, the split is
+// made with room for the part marks (event.TxnPartReserve) and each
+// element of the transaction is replaced by a copy that says which part it
+// is in (event.MarkTxnPart); built is the bytes of those copies.
+func SplitTxn(batch []*event.Event, envs [][]byte, sizes []int, ok []bool, maxBytes int) (parts [][]int, built int) {
+	parts = TxnParts(sizes, ok, maxBytes)
+	if len(parts) <= 1 {
+		return parts, 0
+	}
+	reserved := make([]int, len(sizes))
+	for i, n := range sizes {
+		reserved[i] = n + event.TxnPartReserve
+	}
+	parts = TxnParts(reserved, ok, maxBytes)
+	for p, idx := range parts {
+		for _, i := range idx {
+			if t := batch[i].Txn; t != nil {
+				envs[i] = event.MarkTxnPart(envs[i], t, p+1, len(parts))
+				built += len(envs[i])
+			}
+		}
+	}
+	return parts, built
 }

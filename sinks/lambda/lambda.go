@@ -391,22 +391,9 @@ func (l *Lambda) sendGroup(ctx context.Context, batch []*event.Event) error {
 		built += p.Built()
 	}
 	pre := len(failed)
-	parts := sinks.TxnParts(sizes, ok, l.maxBytes)
-	if len(parts) > 1 {
-		reserved := make([]int, len(sizes))
-		for i, n := range sizes {
-			reserved[i] = n + event.TxnPartReserve
-		}
-		parts = sinks.TxnParts(reserved, ok, l.maxBytes)
-		for p, idx := range parts {
-			for _, i := range idx {
-				if t := batch[i].Txn; t != nil {
-					envs[i] = event.MarkTxnPart(envs[i], t, p+1, len(parts))
-					built += len(envs[i])
-				}
-			}
-		}
-	}
+	// Split when too large: every element then says which part it is in.
+	parts, marked := sinks.SplitTxn(batch, envs, sizes, ok, l.maxBytes)
+	built += marked
 	defer sinks.Hold(ctx, int64(built))()
 	ctx, cancel := awsutil.WithTimeout(ctx, l.timeout)
 	defer cancel()

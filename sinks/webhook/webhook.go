@@ -674,24 +674,9 @@ func (w *Webhook) sendGroup(ctx context.Context, batch []*event.Event) (err erro
 		built += p.Built()
 	}
 	pre := len(failed) // left out before any request
-	parts := sinks.TxnParts(sizes, ok, w.maxBytes)
-	if len(parts) > 1 {
-		// Split: every element says which part it is in (a few more
-		// bytes each, hence the split with room for them).
-		reserved := make([]int, len(sizes))
-		for i, n := range sizes {
-			reserved[i] = n + event.TxnPartReserve
-		}
-		parts = sinks.TxnParts(reserved, ok, w.maxBytes)
-		for p, idx := range parts {
-			for _, i := range idx {
-				if t := batch[i].Txn; t != nil {
-					envs[i] = event.MarkTxnPart(envs[i], t, p+1, len(parts))
-					built += len(envs[i])
-				}
-			}
-		}
-	}
+	// Split when too large: every element then says which part it is in.
+	parts, marked := sinks.SplitTxn(batch, envs, sizes, ok, w.maxBytes)
+	built += marked
 	defer sinks.Hold(ctx, int64(built))()
 	var callErr error
 	for _, idx := range parts {
