@@ -314,8 +314,14 @@ func (e *Event) OrderingKey() string {
 	return e.DB + "." + e.Coll + "\x00" + string(e.DocumentKey)
 }
 
-// OrderingKeyHash returns the 64-bit FNV-1a hash of OrderingKey(), without
-// building the key.
+// OrderingKeyHash returns a 64-bit hash of OrderingKey(), without building
+// the key: FNV-1a, finished with MurmurHash3's 64-bit finaliser (fmix64).
+// Its users reduce it modulo a partition count or mask it to a bucket, and
+// FNV-1a's low bits and residues follow its last bytes too closely for
+// that: 8,500 sequential int32 _ids fell into 1,641 of 10,000 partitions
+// (5,732 with the finaliser, as random keys would), so a lane with 2,048
+// requests allowed kept about 1,000 in flight. The finaliser is a
+// bijection: equal hashes still mean equal FNV-1a hashes.
 func (e *Event) OrderingKeyHash() uint64 {
 	const (
 		offset64 = 14695981039346656037
@@ -333,6 +339,17 @@ func (e *Event) OrderingKeyHash() uint64 {
 	for _, c := range e.DocumentKey {
 		h = (h ^ uint64(c)) * prime64
 	}
+	return fmix64(h)
+}
+
+// fmix64 is MurmurHash3's 64-bit finaliser: every input bit affects every
+// output bit.
+func fmix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
 	return h
 }
 
