@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -134,6 +135,15 @@ func (t *Tracker) Ack(seq uint64) {
 		panic(fmt.Sprintf("checkpoint: sequence %d acked twice", seq))
 	}
 	s.acked = true
+	if seq != t.base {
+		// Acked out of order: the slot outlives the event until the
+		// watermark passes it. Its token is a slice of the change the
+		// source read (the whole document, perhaps megabytes), whose
+		// bytes the byte budget stops counting now: keep a copy of the
+		// token alone, or every event acked behind a slow one stays in
+		// memory, up to max_in_flight_events of them.
+		s.token = bytes.Clone(s.token)
+	}
 	moved := false
 	for t.base < t.next {
 		s := &t.ring[t.base&t.mask]

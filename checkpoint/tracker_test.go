@@ -3,9 +3,11 @@ package checkpoint
 import (
 	"context"
 	"math/rand"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -240,5 +242,43 @@ func TestTrackerDrainedEachTime(t *testing.T) {
 		if p, _ := tr.Position(); tokNum(t, p.Token) != round*5+4 {
 			t.Fatalf("round %d: watermark %d, want %d", round, tokNum(t, p.Token), round*5+4)
 		}
+	}
+}
+
+// TestTrackerAckedOutOfOrderFreesTheChange checks that an event acked while
+// an earlier one is still in flight does not keep its change in memory: the
+// token the tracker holds until the watermark passes it is a slice of the
+// whole change the source read, which the byte budget no longer counts once
+// the event is acked. Behind one slow event, every acked change stayed in
+// memory (up to max_in_flight_events of them: with 1 MiB documents, 10 GiB
+// at the default), and the token still reaches the checkpoint intact.
+func TestTrackerAckedOutOfOrderFreesTheChange(t *testing.T) {
+	tr := NewTracker(10, Position{})
+	ctx := context.Background()
+	if _, err := tr.Add(ctx, tok(0), bson.Timestamp{T: 1}, time.Time{}); err != nil {
+		t.Fatal(err) // the slow event
+	}
+	const n = 4
+	freed := make([]weak.Pointer[[1 << 20]byte], n)
+	for i := range n {
+		change := new([1 << 20]byte) // a 1 MiB change; its token is the first bytes
+		copy(change[:], tok(i+1))
+		freed[i] = weak.Make(change)
+		seq, err := tr.Add(ctx, bson.Raw(change[:len(tok(i+1))]), bson.Timestamp{T: uint32(i + 2)}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Ack(seq)
+	}
+	runtime.GC()
+	runtime.GC()
+	for i, w := range freed {
+		if w.Value() != nil {
+			t.Errorf("change %d, acked behind a slow event, is still in memory", i+1)
+		}
+	}
+	tr.Ack(0)
+	if p, _ := tr.Position(); tokNum(t, p.Token) != n {
+		t.Fatalf("watermark %d, want %d", tokNum(t, p.Token), n)
 	}
 }
