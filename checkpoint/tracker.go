@@ -65,8 +65,9 @@ type Tracker struct {
 // window's keys held the whole source, and a lane allowed 8,192 requests kept
 // about 2,000 in flight (a simulation of the queue gave 2,500 events/s with
 // the count of the span, 5,000 with this). An acknowledged event behind the
-// watermark holds a copy of its resume token (see Ack), about 100-200 bytes:
-// at 10,000 events, at most 30,000 of them, a few MiB.
+// watermark holds a slot (64 bytes) and a copy of its resume token (see
+// Ack), about 100-200 bytes: at 10,000 events, at most 30,000 of them, about
+// 10 MiB per source with the ring.
 const spanFactor = 4
 
 type pendingResume struct {
