@@ -401,7 +401,7 @@ sinks = ["hook"]
 	start := time.Now()
 	p = cg.start(t, bin, cfgPath)
 	var hwm int64
-	waitFor(t, 3*time.Minute, "every change of the backlog at the webhook", func() bool {
+	waitFor(t, 5*time.Minute, "every change of the backlog at the webhook", func() bool {
 		p.checkAlive(t, len(rcv.deliveries()))
 		hwm = max(hwm, vmHWM(p.cmd.Process.Pid))
 		seen := map[string]bool{}
