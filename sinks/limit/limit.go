@@ -1,7 +1,9 @@
 // Package limit paces a sink's requests. Its concurrency limit is AIMD on latency, after Vector's ARC:
 // once per window (one smoothed RTT), a window that filled the limit with a mean RTT within 2× the
-// baseline (the minimum seen) + min(baseline, 2 ms) adds max(1, limit/32), or doubles it in slow start; back-pressure (429,
-// 503, timeout, transport error) or a higher RTT multiplies it by 0.9 (0.5 on back-pressure in slow start), within
+// baseline (the minimum seen) + min(baseline, 2 ms) adds max(1, limit/32), or in slow start doubles it (quadruples it
+// while the latency stays within an eighth of the baseline); back-pressure (429,
+// 503, timeout, transport error) or a higher RTT multiplies it by 0.9 (in slow start, back-pressure returns to the
+// limit before the last step and a latency rise cuts to at most twice it), within
 // [min, max] and the source's cap. Retry-After pauses the sink; 5 failures in a row open a circuit. The
 // limit that drew back-pressure is not tried again for 10× what that cost (the pause, or one window).
 package limit
@@ -193,6 +195,7 @@ type Limiter struct {
 	notable  int
 
 	slowStart    bool
+	good         int // in slow start: the limit before the last step up, the last one known to be good
 	windowEnd    time.Time
 	lastDecrease time.Time
 	sum          time.Duration
@@ -607,15 +610,21 @@ func (l *Limiter) decrease(now time.Time, reason string) {
 		l.holdUntil = now.Add(holdFactor * max(l.pausedUntil.Sub(now), l.window()))
 	}
 	n := int(float64(l.limit) * decrease)
-	if l.slowStart && reason == "backpressure" {
-		// The doubling overshot: the previous limit was the last good one.
-		n = l.limit / 2
+	if l.slowStart && l.good > 0 {
+		if reason == "backpressure" {
+			// The step up overshot: the previous limit was the last
+			// good one.
+			n = l.good
+		} else {
+			// A latency rise ends slow start with the usual 0.9: one
+			// slow window (a GC pause, a busy CPU) halving a limit of
+			// 1024 took minutes to win back at +1 per 200 ms window; if
+			// latency stays high, the next windows cut again. After a
+			// ×4 step no higher than a doubling would have gone.
+			n = min(n, 2*l.good)
+		}
 	}
-	// A latency rise ends slow start with the usual 0.9: one slow window
-	// (a GC pause, a busy CPU) halving a limit of 1024 took minutes to win
-	// back at +1 per 200 ms window; if latency stays high, the next
-	// windows cut again.
-	l.slowStart = false
+	l.slowStart, l.good = false, 0
 	l.setLimit(max(n, l.lower()), reason)
 	l.lastDecrease = now
 }
@@ -656,7 +665,20 @@ func (l *Limiter) adjust(now time.Time) {
 			l.decrease(now, reason)
 		case have && l.haveBase && l.reached && l.limit < l.upper():
 			if l.slowStart {
-				l.setLimit(l.grow(now, min(l.limit*2, l.upper())), "slow-start")
+				// Slow start doubles the limit per window, or quadruples
+				// it while the latency is flat (within an eighth of the
+				// baseline, plus the slack): each step costs a round
+				// trip, and from 1 a receiver that takes 1 s spent 13 s
+				// of a 36 s run doubling its way to 8,192 (bench scenario
+				// 10). Latency that rises, but stays within the
+				// tolerance, slows the steps to doubling before it stops
+				// them.
+				f := 2
+				if float64(mean) <= float64(l.base)*(1+1.0/8)+float64(min(l.base, rttSlack)) {
+					f = 4
+				}
+				l.good = l.limit
+				l.setLimit(l.grow(now, min(l.limit*f, l.upper())), "slow-start")
 			} else {
 				// +1 per window, or 1/32 of the limit when that is more:
 				// at hundreds in flight a noise-driven ×0.9 would

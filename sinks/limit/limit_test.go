@@ -241,7 +241,9 @@ func TestHoldsBelowTheLimitThatDrewBackpressure(t *testing.T) {
 	}
 }
 
-// A latency rise ends slow start with ×0.9; back-pressure there halves.
+// A latency rise ends slow start with ×0.9, no higher than twice the last
+// good limit after a ×4 step; back-pressure there returns to the last good
+// limit.
 func TestLeavingSlowStart(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -249,7 +251,7 @@ func TestLeavingSlowStart(t *testing.T) {
 		rtt  time.Duration
 		want int
 	}{
-		{"latency", Outcome{Class: Success}, 300 * time.Millisecond, 360}, // 400 when judged
+		{"latency", Outcome{Class: Success}, 300 * time.Millisecond, 800}, // 1600 when judged: 2× the last good 400, not 1440
 		{"backpressure", Outcome{Class: Backpressure}, 50 * time.Millisecond, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -262,14 +264,14 @@ func TestLeavingSlowStart(t *testing.T) {
 					tok.Release(o)
 				}
 			}
-			round(50*time.Millisecond, Outcome{Class: Success}) // baseline 50ms, x2
-			round(50*time.Millisecond, Outcome{Class: Success})
-			if got := l.Current(); got != 200 {
-				t.Fatalf("limit = %d in slow start, want 200", got)
+			round(50*time.Millisecond, Outcome{Class: Success}) // baseline 50ms
+			round(50*time.Millisecond, Outcome{Class: Success}) // flat: x4
+			if got := l.Current(); got != 400 {
+				t.Fatalf("limit = %d in slow start, want 400", got)
 			}
 			round(tc.rtt, tc.last)
 			if tc.last.Class == Success {
-				// The slow round is judged two rounds later (x2 first).
+				// The slow round is judged two rounds later (x4 first).
 				round(50*time.Millisecond, Outcome{Class: Success})
 				round(50*time.Millisecond, Outcome{Class: Success})
 			}
@@ -371,8 +373,8 @@ func TestOnChangeNotable(t *testing.T) {
 			notable = append(notable, fmt.Sprintf("%d->%d", c.From, c.To))
 		}
 	}
-	// Slow start doubles: a notable change every second doubling.
-	want := "[2->4 8->16 32->64 128->256 512->1024]"
+	// Slow start quadruples against a flat latency: every step is notable.
+	want := "[1->4 4->16 16->64 64->256 256->1024]"
 	if got := fmt.Sprint(notable); got != want {
 		t.Fatalf("notable changes %s, want %s", got, want)
 	}

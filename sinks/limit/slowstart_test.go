@@ -6,15 +6,16 @@ import (
 	"time"
 )
 
-// TestSlowStartDoublesEveryRoundTrip: in slow start the limit doubles once
-// per round trip of the receiver, also when the round trips jitter. All of
+// TestSlowStartStepsEveryRoundTrip: in slow start the limit steps up once
+// per round trip of the receiver (×4: the latency is flat), also when the
+// round trips jitter. All of
 // a window's requests complete together, one round trip after they were
 // sent; with the window exactly one smoothed RTT long, half of those bursts
 // landed just before the window's end and the doubling waited for the next
 // burst: against a receiver answering in 1 s ±2%, 2048 took about 17 s
 // instead of 11 (bench scenario 10 at 1 s, the limit sampled every second:
 // 1 1 2 2 4 4 8 16 …).
-func TestSlowStartDoublesEveryRoundTrip(t *testing.T) {
+func TestSlowStartStepsEveryRoundTrip(t *testing.T) {
 	for _, latency := range []time.Duration{200 * time.Millisecond, time.Second} {
 		t.Run(latency.String(), func(t *testing.T) {
 			clk := newFakeClock()
@@ -23,7 +24,7 @@ func TestSlowStartDoublesEveryRoundTrip(t *testing.T) {
 			start := clk.Now()
 			// Bursts: take every slot the limiter grants, then all of them
 			// complete after one jittered round trip.
-			for l.Current() < 2048 && clk.Now().Sub(start) < 40*latency {
+			for l.Current() < 8192 && clk.Now().Sub(start) < 40*latency {
 				var toks []*Token
 				for {
 					tok, ok := l.TryAcquire()
@@ -39,9 +40,10 @@ func TestSlowStartDoublesEveryRoundTrip(t *testing.T) {
 				}
 			}
 			took := clk.Now().Sub(start)
-			// From 1, 2048 is 11 doublings: allow 13 round trips.
-			if l.Current() < 2048 || took > 13*latency {
-				t.Fatalf("limit %d after %s (%.1f round trips), want >= 2048 within 13", l.Current(), took.Round(time.Millisecond), took.Seconds()/latency.Seconds())
+			// From 1, 8,192 is 7 steps of ×4 after the round trip that
+			// sets the baseline: allow 9 round trips (doubling took 14).
+			if l.Current() < 8192 || took > 9*latency {
+				t.Fatalf("limit %d after %s (%.1f round trips), want >= 8192 within 9", l.Current(), took.Round(time.Millisecond), took.Seconds()/latency.Seconds())
 			}
 			t.Logf("limit %d after %s", l.Current(), took.Round(time.Millisecond))
 		})
