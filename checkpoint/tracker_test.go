@@ -84,20 +84,54 @@ func TestTrackerBackpressure(t *testing.T) {
 		s, _ := tr.Add(ctx, tok(2), bson.Timestamp{}, time.Time{})
 		done <- s
 	}()
-	tr.Ack(1) // not contiguous: no room yet
-	select {
-	case <-done:
-		t.Fatal("Add proceeded while the oldest event was still in flight")
-	case <-time.After(20 * time.Millisecond):
-	}
-	tr.Ack(0)
+	tr.Ack(1) // out of order: one event fewer in flight
 	select {
 	case s := <-done:
 		if s != 2 {
 			t.Fatalf("seq %d, want 2", s)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("Add still blocked after acks")
+		t.Fatal("Add still blocked after an ack")
+	}
+	if n := tr.InFlight(); n != 2 {
+		t.Fatalf("InFlight %d, want 2 (events 0 and 2)", n)
+	}
+}
+
+// TestTrackerSpanBehindSlowEvent: behind one slow event, Add goes on while
+// the later events are acknowledged, up to spanFactor times the cap of
+// events the watermark has not passed; then it waits for the slow one.
+func TestTrackerSpanBehindSlowEvent(t *testing.T) {
+	const max = 3
+	tr := NewTracker(max, Position{})
+	ctx := context.Background()
+	slow, _ := tr.Add(ctx, tok(0), bson.Timestamp{}, time.Time{})
+	for i := 1; i < spanFactor*max; i++ {
+		short, cancel := context.WithTimeout(ctx, 5*time.Second)
+		seq, err := tr.Add(short, tok(i), bson.Timestamp{}, time.Time{})
+		cancel()
+		if err != nil {
+			t.Fatalf("event %d behind the slow one: Add blocked with %d in flight", i, tr.InFlight())
+		}
+		tr.Ack(seq)
+	}
+	if n := tr.InFlight(); n != 1 {
+		t.Fatalf("InFlight %d, want 1", n)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := tr.Add(short, tok(99), bson.Timestamp{}, time.Time{}); err == nil {
+		t.Fatalf("Add went past %d events behind the watermark", spanFactor*max)
+	}
+	if p, _ := tr.Position(); p.Token != nil {
+		t.Fatalf("watermark moved past the slow event: %d", tokNum(t, p.Token))
+	}
+	tr.Ack(slow)
+	if p, _ := tr.Position(); tokNum(t, p.Token) != spanFactor*max-1 {
+		t.Fatalf("watermark %d, want %d", tokNum(t, p.Token), spanFactor*max-1)
+	}
+	if _, err := tr.Add(ctx, tok(100), bson.Timestamp{}, time.Time{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
