@@ -36,17 +36,21 @@ type slot struct {
 //
 // A Tracker is safe for concurrent use.
 type Tracker struct {
-	mu      sync.Mutex
-	space   chan struct{} // signalled when an in-flight slot frees up
-	ring    []slot
-	max     uint64 // the cap of Add on events not acknowledged
-	span    uint64 // the cap of Add on events the watermark has not passed; the ring grows past it only for AddOver
-	ahead   uint64 // events acknowledged that the watermark has not passed
-	base    uint64 // lowest sequence number not yet covered by the watermark
-	next    uint64 // next sequence number to assign
-	pos     Position
-	version uint64 // bumps whenever pos changes
-	idle    *pendingResume
+	mu    sync.Mutex
+	space chan struct{} // signalled when an in-flight slot frees up
+	ring  []slot
+	max   uint64 // the cap of Add on events not acknowledged
+	span  uint64 // the cap of Add on events the watermark has not passed; the ring grows past it only for AddOver
+	ahead uint64 // events acknowledged that the watermark has not passed
+	base  uint64 // lowest sequence number not yet covered by the watermark
+	next  uint64 // next sequence number to assign
+	pos   Position
+	// posShared: pos.Token is the token an event was added with, a slice
+	// of its change, which the byte budget no longer counts: Position
+	// copies it (once) before handing it out.
+	posShared bool
+	version   uint64 // bumps whenever pos changes
+	idle      *pendingResume
 	// drained is closed when everything is acked, and then forgotten: it
 	// is made only when Drained is asked while events are in flight (not
 	// once per ack that empties the tracker).
@@ -166,13 +170,15 @@ func (t *Tracker) Ack(seq uint64) {
 		panic(fmt.Sprintf("checkpoint: sequence %d acked twice", seq))
 	}
 	s.acked = true
-	if seq != t.base {
+	cloned := seq != t.base
+	if cloned {
 		// Acked out of order: the slot outlives the event until the
 		// watermark passes it. Its token is a slice of the change the
 		// source read (the whole document, perhaps megabytes), whose
 		// bytes the byte budget stops counting now: keep a copy of the
 		// token alone, or every event acked behind a slow one stays in
-		// memory, up to max_in_flight_events of them.
+		// memory, up to the span (spanFactor × max_in_flight_events)
+		// of them.
 		s.token = bytes.Clone(s.token)
 	}
 	t.ahead++
@@ -189,6 +195,9 @@ func (t *Tracker) Ack(seq uint64) {
 		moved = true
 	}
 	if moved {
+		// pos holds the slice of seq's change when the watermark stopped
+		// at seq acked in order; else a copy (out of order: above).
+		t.posShared = t.base == seq+1 && !cloned
 		t.applyIdleLocked()
 		t.version++
 		if t.base == t.next && t.drained != nil {
@@ -208,10 +217,14 @@ func (t *Tracker) Ack(seq uint64) {
 // far, typically the change stream's post-batch resume token after a batch
 // was consumed. It becomes the watermark once every event added before it is
 // acknowledged, which keeps quiet or filtered streams' checkpoints fresh.
+// The tracker keeps a copy of token: a post-batch resume token is a slice
+// of the driver's whole reply (the batch of changes, up to 16 MiB), which
+// would stay in memory for as long as the watermark or the saver holds it.
 func (t *Tracker) SetResumePoint(token bson.Raw) {
 	if len(token) == 0 {
 		return
 	}
+	token = bytes.Clone(token)
 	t.mu.Lock()
 	t.idle = &pendingResume{after: t.next, token: token}
 	if t.applyIdleLocked() {
@@ -225,7 +238,7 @@ func (t *Tracker) applyIdleLocked() bool {
 		return false
 	}
 	changed := !bytesEqual(t.pos.Token, t.idle.token)
-	t.pos.Token = t.idle.token
+	t.pos.Token, t.posShared = t.idle.token, false
 	// A post-batch token is newer than the last event: take its time too,
 	// so a quiet stream's checkpoint does not look older than it is.
 	if ct, ok := event.TokenClusterTime(t.idle.token); ok && ct.After(t.pos.ClusterTime) {
@@ -239,10 +252,18 @@ func (t *Tracker) applyIdleLocked() bool {
 func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
 
 // Position returns the current watermark and a version number that changes
-// whenever the watermark moves.
+// whenever the watermark moves. The watermark's token is the tracker's own
+// copy, never a slice of an event's change: the saver keeps what it saved,
+// and behind a slow event the watermark stays where it is. (An event acked
+// in order leaves the slice of its change as the watermark until the next
+// call, at most a checkpoint interval: copying it here, not at every ack,
+// keeps the copy off the path of each event.)
 func (t *Tracker) Position() (Position, uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.posShared {
+		t.pos.Token, t.posShared = bytes.Clone(t.pos.Token), false
+	}
 	return t.pos, t.version
 }
 

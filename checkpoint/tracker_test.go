@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
 	"runtime"
 	"sync"
@@ -314,5 +315,70 @@ func TestTrackerAckedOutOfOrderFreesTheChange(t *testing.T) {
 	tr.Ack(0)
 	if p, _ := tr.Position(); tokNum(t, p.Token) != n {
 		t.Fatalf("watermark %d, want %d", tokNum(t, p.Token), n)
+	}
+}
+
+// TestTrackerWatermarkFreesTheChange: an event acked in order becomes the
+// watermark, which the saver reads and keeps (and, behind a slow event, the
+// tracker keeps too); what they keep is a copy of its token, not the slice
+// of its change.
+func TestTrackerWatermarkFreesTheChange(t *testing.T) {
+	tr := NewTracker(10, Position{})
+	change := new([1 << 20]byte) // a 1 MiB change; its token is the first bytes
+	copy(change[:], tok(1))
+	freed := weak.Make(change)
+	seq, err := tr.Add(context.Background(), bson.Raw(change[:len(tok(1))]), bson.Timestamp{T: 1}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Ack(seq)
+	change = nil
+	saved, _ := tr.Position() // as the saver does
+	runtime.GC()
+	runtime.GC()
+	if freed.Value() != nil {
+		t.Error("the change of the watermark's event is still in memory")
+	}
+	if tokNum(t, saved.Token) != 1 {
+		t.Fatalf("watermark %d, want 1", tokNum(t, saved.Token))
+	}
+	if p, _ := tr.Position(); tokNum(t, p.Token) != 1 {
+		t.Fatalf("watermark %d, want 1", tokNum(t, p.Token))
+	}
+}
+
+// TestTrackerResumePointFreesTheReply: a post-batch resume token is a slice
+// of the driver's reply, the whole batch of changes; the tracker keeps a
+// copy of it, so the reply goes once the driver drops it.
+func TestTrackerResumePointFreesTheReply(t *testing.T) {
+	for _, inFlight := range []bool{false, true} {
+		t.Run(fmt.Sprintf("in flight %v", inFlight), func(t *testing.T) {
+			tr := NewTracker(10, Position{})
+			var seq uint64
+			if inFlight {
+				var err error
+				if seq, err = tr.Add(context.Background(), tok(1), bson.Timestamp{T: 1}, time.Time{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reply := new([1 << 20]byte) // the batch, then the token
+			at := len(reply) - len(tok(2)) - 64
+			copy(reply[at:], tok(2))
+			freed := weak.Make(reply)
+			tr.SetResumePoint(bson.Raw(reply[at : at+len(tok(2))]))
+			reply = nil
+			runtime.GC()
+			runtime.GC()
+			if freed.Value() != nil {
+				t.Error("the reply of the resume point is still in memory")
+			}
+			if inFlight {
+				tr.Ack(seq)
+			}
+			saved, _ := tr.Position()
+			if tokNum(t, saved.Token) != 2 {
+				t.Fatalf("watermark %d, want 2", tokNum(t, saved.Token))
+			}
+		})
 	}
 }

@@ -119,6 +119,73 @@ func (c *memCgroup) command(name string, args ...string) *exec.Cmd {
 	return exec.Command("/bin/sh", append([]string{"-c", script, c.dir, name}, args...)...)
 }
 
+// cgProcess is changegate running as a child process in a memory cgroup.
+type cgProcess struct {
+	cg   *memCgroup
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{} // closed when the process has exited; err is then its Wait error
+	err  error
+}
+
+// start runs "changegate run" with cfgPath inside the cgroup, with
+// GOMEMLIMIT unset as in a container, and stops it (kill) at the end of the
+// test if it still runs.
+func (c *memCgroup) start(t *testing.T, bin, cfgPath string) *cgProcess {
+	t.Helper()
+	p := &cgProcess{cg: c, out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = c.command(bin, "run", "-config", cfgPath, "-log-format", "text", "-log-level", "info")
+	p.cmd.Env = append(os.Environ(), "GOMEMLIMIT=") // as a container's, unset
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// checkAlive fails the test at once when the process has exited or the
+// kernel OOM-killed a process of the cgroup; delivered says how far it got.
+func (p *cgProcess) checkAlive(t *testing.T, delivered int) {
+	t.Helper()
+	select {
+	case <-p.done:
+		t.Fatalf("changegate exited (%v; OOM kills in the cgroup: %d; cgroup peak %.0f MiB) after %d deliveries\n%s",
+			p.err, p.cg.oomKills(), float64(p.cg.peak())/(1<<20), delivered, p.out)
+	default:
+	}
+	if n := p.cg.oomKills(); n > 0 {
+		t.Fatalf("%d OOM kills in the cgroup (peak %.0f MiB) after %d deliveries\n%s", n, float64(p.cg.peak())/(1<<20), delivered, p.out)
+	}
+}
+
+// stop sends SIGTERM and waits up to 60s for a clean exit.
+func (p *cgProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v (OOM kills in the cgroup: %d)\n%s", err, p.cg.oomKills(), p.out)
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			t.Fatalf("exit: %v (OOM kills in the cgroup: %d)\n%s", p.err, p.cg.oomKills(), p.out)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no exit within 60s of SIGTERM\n%s", p.out)
+	}
+}
+
 // read returns a cgroup file's value as a number (-1 when absent).
 func (c *memCgroup) read(file string) int64 {
 	b, err := os.ReadFile(filepath.Join(c.dir, file))
@@ -178,6 +245,11 @@ func (c *memCgroup) remove() {
 type slowReceiver struct {
 	srv   *httptest.Server
 	delay time.Duration
+	// hold, when set, is asked about each request before it is answered: a
+	// channel it returns holds the answer (and the delivery's record)
+	// until it is closed, or until the request ends (the delivery is then
+	// not recorded).
+	hold  func(memDelivery) <-chan struct{}
 	mu    sync.Mutex
 	got   []memDelivery
 	bytes int64
@@ -192,8 +264,8 @@ type memDelivery struct {
 	ID, Op, Key string
 }
 
-func newSlowReceiver(delay time.Duration) *slowReceiver {
-	r := &slowReceiver{delay: delay}
+func newSlowReceiver(delay time.Duration, hold func(memDelivery) <-chan struct{}) *slowReceiver {
+	r := &slowReceiver{delay: delay, hold: hold}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, err := io.ReadAll(req.Body)
 		if err != nil {
@@ -210,9 +282,19 @@ func newSlowReceiver(delay time.Duration) *slowReceiver {
 			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
+		d := memDelivery{ID: string(m[1]), Op: string(m[2]), Key: string(k[1])}
+		if r.hold != nil {
+			if ch := r.hold(d); ch != nil {
+				select {
+				case <-ch:
+				case <-req.Context().Done():
+					return
+				}
+			}
+		}
 		time.Sleep(r.delay)
 		r.mu.Lock()
-		r.got = append(r.got, memDelivery{ID: string(m[1]), Op: string(m[2]), Key: string(k[1])})
+		r.got = append(r.got, d)
 		r.bytes += int64(len(body))
 		r.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
@@ -268,7 +350,7 @@ func TestProcessMemoryLimitLargeBacklog(t *testing.T) {
 	t.Cleanup(cg.remove)
 	bin := changegateBinary(t)
 	e := newEnv(t)
-	rcv := newSlowReceiver(200 * time.Millisecond)
+	rcv := newSlowReceiver(200*time.Millisecond, nil)
 	t.Cleanup(rcv.srv.Close)
 	tmpl := itemsHead + `full_document = "updateLookup"
 ` + fmt.Sprintf(`
@@ -289,50 +371,17 @@ sinks = ["hook"]
 	if err := os.WriteFile(cfgPath, []byte(e.expand(tmpl)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run := func() (*exec.Cmd, *syncBuffer) {
-		out := &syncBuffer{}
-		cmd := cg.command(bin, "run", "-config", cfgPath, "-log-format", "text", "-log-level", "info")
-		cmd.Env = append(os.Environ(), "GOMEMLIMIT=") // as a container's, unset
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			}
-		})
-		return cmd, out
-	}
-	stop := func(cmd *exec.Cmd, out *syncBuffer) {
-		t.Helper()
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatalf("SIGTERM: %v (OOM kills in the cgroup: %d)\n%s", err, cg.oomKills(), out)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("exit: %v (OOM kills in the cgroup: %d)\n%s", err, cg.oomKills(), out)
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatalf("no exit within 60s of SIGTERM\n%s", out)
-		}
-	}
-
 	// The first start opens the stream and saves a checkpoint "now".
-	cmd, out := run()
+	p := cg.start(t, bin, cfgPath)
 	cps, _ := e.stores(e.config(tmpl))
 	waitFor(t, 30*time.Second, "the process to open its stream", func() bool {
 		_, ok, _ := cps.Load(t.Context(), "items")
 		return ok
 	})
-	if !strings.Contains(out.String(), "budget_from=\"25% of the container memory limit 512 MiB") {
-		t.Fatalf("the start-up log does not name the container's limit as the budget's source:\n%s", out)
+	if !strings.Contains(p.out.String(), "budget_from=\"25% of the container memory limit 512 MiB") {
+		t.Fatalf("the start-up log does not name the container's limit as the budget's source:\n%s", p.out)
 	}
-	stop(cmd, out)
+	p.stop(t)
 
 	// The backlog, written while changegate is down.
 	ctx := context.Background()
@@ -350,13 +399,11 @@ sinks = ["hook"]
 	}
 
 	start := time.Now()
-	cmd, out = run()
+	p = cg.start(t, bin, cfgPath)
 	var hwm int64
 	waitFor(t, 3*time.Minute, "every change of the backlog at the webhook", func() bool {
-		if cmd.ProcessState != nil || cg.oomKills() > 0 {
-			t.Fatalf("changegate exited (%v; OOM kills in the cgroup: %d) after %d deliveries\n%s", cmd.ProcessState, cg.oomKills(), len(rcv.deliveries()), out)
-		}
-		hwm = max(hwm, vmHWM(cmd.Process.Pid))
+		p.checkAlive(t, len(rcv.deliveries()))
+		hwm = max(hwm, vmHWM(p.cmd.Process.Pid))
 		seen := map[string]bool{}
 		for _, d := range rcv.deliveries() {
 			seen[d.Key+d.Op] = true
@@ -364,8 +411,8 @@ sinks = ["hook"]
 		return len(seen) == 2*docs
 	})
 	took := time.Since(start)
-	hwm = max(hwm, vmHWM(cmd.Process.Pid))
-	stop(cmd, out)
+	hwm = max(hwm, vmHWM(p.cmd.Process.Pid))
+	p.stop(t)
 	if n := cg.oomKills(); n != 0 {
 		t.Fatalf("%d OOM kills in the cgroup", n)
 	}
