@@ -79,6 +79,11 @@ type Event struct {
 	// Trace is the change's trace (nil: tracing off), set by the router's
 	// Dispatch before the event is handed to sinks.
 	Trace *tracing.Change
+	// Exclusive is set by the router's Dispatch when it hands the event to
+	// one sink only: that sink may encode the payload straight into its
+	// request (AppendRecord) rather than cache it on the event for other
+	// sinks to share. False (the default) always caches.
+	Exclusive bool
 
 	// noTxn: FromChange found no lsid document and integer txnNumber in
 	// Raw, so TxnID(Raw) is not ok (false for an event made otherwise).
@@ -536,6 +541,32 @@ func (e *Event) appendEnvelope(b []byte, canonical bool) ([]byte, error) {
 		b = appendJSONString(b, r)
 	}
 	return append(b, "]}"...), nil
+}
+
+// appendEncoded appends what encode(canonical) returns to dst, encoded
+// straight into dst (no scratch buffer, no copy, nothing cached): the same
+// checks, the same encoder (appendEnvelope) and the same fallback to
+// encodeDriver, so the same bytes and errors. On an error dst is returned
+// as it was given (its length; bytes past it may have been written).
+func (e *Event) appendEncoded(dst []byte, canonical bool) ([]byte, error) {
+	if canonical && mayHaveDollarKey(e.Raw) {
+		if path := bsonraw.DollarPath(e.Raw); path != "" {
+			return dst, fmt.Errorf("event %s: field %q: %w", e.ID, path, ErrAmbiguousJSON)
+		}
+	}
+	n := len(dst)
+	b, err := e.appendEnvelope(dst, canonical)
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.Is(err, ErrInvalidUTF8):
+		return dst[:n], fmt.Errorf("event %s: encode envelope: %w", e.ID, err)
+	}
+	d, err := e.encodeDriver(canonical)
+	if err != nil {
+		return dst[:n], err
+	}
+	return append(dst[:n], d...), nil
 }
 
 // encodeDriver encodes the envelope with bson.MarshalExtJSON: the reference

@@ -368,6 +368,14 @@ func checkSameAsReference(t *testing.T, raw []byte) {
 		if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) || !bytes.Equal(got, want) {
 			t.Fatalf("encode (canonical %v):\n got %s (%v)\nwant %s (%v)\nraw %x", canonical, got, gerr, want, werr, raw)
 		}
+		// Encoded straight into a request (an event of one sink): the
+		// same bytes after what dst held, the same error, dst kept on one.
+		e.Exclusive = true
+		got, gerr = e.AppendRecord([]byte("x"), canonical)
+		e.Exclusive = false
+		if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) || !bytes.Equal(got, append([]byte("x"), want...)) {
+			t.Fatalf("AppendRecord (canonical %v):\n got %s (%v)\nwant x%s (%v)\nraw %x", canonical, got, gerr, want, werr, raw)
+		}
 	}
 	// Each top-level value on its own, as the shaped forms encode them.
 	for rem := raw; len(rem) > 5; {

@@ -1103,6 +1103,24 @@ func (e *Event) Record(canonical bool) ([]byte, error) {
 	return l.b, l.err
 }
 
+// AppendRecord appends Record(canonical) to dst and returns the extended
+// buffer (on an error, dst as given). An Exclusive event that is not a
+// shaped view is encoded straight into dst and its encoding is not cached
+// (nor charged to Mem): its one sink writes it into its request and nothing
+// else reads it, which saves a copy and an allocation per event; a later
+// Record or Envelope encodes it again. Any other event appends its cached
+// Record, encoding and caching it first.
+func (e *Event) AppendRecord(dst []byte, canonical bool) ([]byte, error) {
+	if e.Exclusive && e.view == nil {
+		return e.appendEncoded(dst, canonical)
+	}
+	b, err := e.Record(canonical)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, b...), nil
+}
+
 // MetaField is one item of a document-form payload's metadata.
 type MetaField struct {
 	// Name is the item's name, e.g. "operationType".

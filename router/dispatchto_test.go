@@ -73,3 +73,25 @@ func TestDispatchToShapes(t *testing.T) {
 		t.Fatal("the other sink got the event")
 	}
 }
+
+// Dispatch marks an event Exclusive when it hands it to one sink only
+// (that sink may encode it into its request without caching it), never
+// when several sinks share it.
+func TestDispatchExclusive(t *testing.T) {
+	one := &fakeSink{name: "one"}
+	e := newTestEngine(t, newMemDL(), SinkSpec{Sink: one, Retry: fastRetry(1), MaxInFlight: 2})
+	var acks atomic.Int32
+	e.Dispatch(posEvent(t, 1, 1), func() { acks.Add(1) })
+	a, b := &fakeSink{name: "a"}, &fakeSink{name: "b"}
+	e2 := newTestEngine(t, newMemDL(), SinkSpec{Sink: a, Retry: fastRetry(1), MaxInFlight: 2}, SinkSpec{Sink: b, Retry: fastRetry(1), MaxInFlight: 2})
+	e2.Dispatch(posEvent(t, 2, 2), func() { acks.Add(1) })
+	waitUntil(t, "the acks", func() bool { return acks.Load() == 2 })
+	if got := one.received(); len(got) != 1 || !got[0].Exclusive {
+		t.Fatalf("the one sink got %d events, want 1 marked Exclusive", len(got))
+	}
+	for _, s := range []*fakeSink{a, b} {
+		if got := s.received(); len(got) != 1 || got[0].Exclusive {
+			t.Fatalf("sink %s got %d events, want 1 not marked Exclusive", s.name, len(got))
+		}
+	}
+}

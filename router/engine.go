@@ -434,6 +434,9 @@ func (e *Engine) dispatch(ev *event.Event, key uint64, keyed bool, ack func()) {
 		return
 	}
 	ev.Rules = m.Rules
+	// One sink alone reads the payload: it may encode it into its request
+	// rather than cache it on the event (event.Event.AppendRecord).
+	ev.Exclusive = len(m.Sinks) == 1
 	var done func()
 	if len(m.Sinks) == 1 {
 		done = ack

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/changegate/changegate/event"
 )
 
@@ -144,4 +146,44 @@ func BenchmarkBareHTTP(b *testing.B) {
 		})
 		reportEventsPerSec(b, 1)
 	})
+}
+
+// BenchmarkSendBatchEncode measures a batch of 100 changes per request
+// as a lane sends them: events freshly read (nothing encoded yet), so
+// each op encodes 100 envelopes and posts them. "exclusive" events are
+// routed to this sink alone (encoded straight into the request body),
+// "shared" ones to several sinks (encoded into the event's cache, then
+// copied into the body).
+func BenchmarkSendBatchEncode(b *testing.B) {
+	srv := benchServer(b)
+	w := newSink(b, Config{URL: srv.URL, Secrets: []string{testSecret}, BatchSize: 100, AllowPrivateNetworks: true})
+	raws := make([]bson.Raw, 100)
+	for i, e := range benchEvents(b, 100) {
+		raws[i] = e.Raw
+	}
+	for _, exclusive := range []bool{false, true} {
+		name := "shared"
+		if exclusive {
+			name = "exclusive"
+		}
+		b.Run(name, func(b *testing.B) {
+			evs := make([]*event.Event, len(raws))
+			b.ReportAllocs()
+			for b.Loop() {
+				for i, raw := range raws {
+					e, err := event.FromChange("orders", uint64(i), raw)
+					if err != nil {
+						b.Fatal(err)
+					}
+					e.Rules = []string{"paid"}
+					e.Exclusive = exclusive
+					evs[i] = e
+				}
+				if err := w.Send(context.Background(), evs); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportEventsPerSec(b, len(raws))
+		})
+	}
 }

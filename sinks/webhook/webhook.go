@@ -584,42 +584,78 @@ func (w *Webhook) sendEach(ctx context.Context, batch []*event.Event) error {
 // (an event whose envelope alone makes a larger array follows the oversize
 // policy); a request answered 413 is split and its parts sent again
 // (postParts).
+//
+// The bodies are built as the envelopes are encoded: each envelope is
+// appended to its request's array (event.Event.AppendRecord: the envelope
+// of an event routed to this sink alone is encoded straight into the
+// array, any other is copied from its event's cache), so a request is the
+// one copy of its envelopes. The bodies are charged to the byte budget
+// until Send returns.
 func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err error) {
 	failed := map[int]error{}
-	envs := make([][]byte, len(batch))
 	stripped := make([]bool, len(batch))
 	defer func() { w.oversize.Delivered(stripped, err) }()
 	built := 0 // stripped envelopes made for this Send, held until it returns
-	var chunks [][]int
-	cur := make([]int, 0, len(batch))
+	var chunks []batchChunk
+	spans := make([][2]int, len(batch)) // envelope i in its chunk's body
+	cur := w.newChunk(batch)
 	size := 2 // []
 	for i, e := range batch {
+		mark := len(cur.body)
+		if len(cur.idx) > 0 {
+			cur.body = append(cur.body, ',')
+		}
+		start := len(cur.body)
 		// An array element has no headers of its own: a document-form
 		// payload goes as its record (the metadata beside fullDocument).
-		env, err := sinks.EncodeRecord(e, w.canonical)
+		out, err := e.AppendRecord(cur.body, w.canonical)
 		if err != nil {
+			cur.body = cur.body[:mark]
 			failed[i] = sinks.Permanent("encode", fmt.Errorf("webhook %s: %w", w.name, err))
 			continue
 		}
-		p, err := w.oversize.Fit(e, w.canonical, env, w.maxBytes, arrayBodyLen, w.what, "request body")
+		p, err := w.oversize.Fit(e, w.canonical, out[start:], w.maxBytes, arrayBodyLen, w.what, "request body")
 		if err != nil {
+			cur.body = out[:mark]
 			failed[i] = err
 			continue
 		}
-		env, envs[i], stripped[i] = p.Body, p.Body, p.Stripped
+		env := p.Body // out[start:], or a stripped envelope
+		stripped[i] = p.Stripped
 		built += p.Built()
-		if len(cur) > 0 && size+len(env)+1 > w.maxBytes {
-			chunks, cur, size = append(chunks, cur), make([]int, 0, len(batch)-i), 2
+		switch {
+		case len(cur.idx) > 0 && size+len(env)+1 > w.maxBytes:
+			// The envelope starts the next request (it is copied there;
+			// ']' at mark, closing this one, does not overwrite it).
+			cur.body = out[:mark]
+			chunks = append(chunks, cur)
+			cur, size = w.newChunk(batch[i:]), 2
+			start = len(cur.body)
+			cur.body = append(cur.body, env...)
+		case p.Stripped:
+			cur.body = append(out[:start], env...)
+		default:
+			cur.body = out
 		}
-		cur = append(cur, i)
+		spans[i] = [2]int{start, len(cur.body)}
+		cur.idx = append(cur.idx, i)
 		size += len(env) + 1
 	}
-	if len(cur) > 0 {
+	if len(cur.idx) > 0 {
 		chunks = append(chunks, cur)
 	}
+	envs := make([][]byte, len(batch))
+	for k := range chunks {
+		c := &chunks[k]
+		c.body = append(c.body, ']')
+		built += cap(c.body)
+		for _, i := range c.idx {
+			envs[i] = c.body[spans[i][0]:spans[i][1]:spans[i][1]]
+		}
+	}
 	defer sinks.Hold(ctx, int64(built))()
-	for _, idx := range chunks {
-		if err := w.postParts(ctx, batch, envs, idx, failed); err != nil {
+	for _, c := range chunks {
+		if err := w.postParts(ctx, batch, envs, c.idx, c.body, failed); err != nil {
 			return err
 		}
 	}
@@ -641,6 +677,37 @@ func (w *Webhook) sendBatch(ctx context.Context, batch []*event.Event) (err erro
 		return only
 	}
 	return &sinks.BatchError{Failed: failed}
+}
+
+// batchChunk is one request of a batch being built by sendBatch: the
+// indexes of its events and its body, '[' and their envelopes separated by
+// ',' (sendBatch appends the ']').
+type batchChunk struct {
+	idx  []int
+	body []byte
+}
+
+// newChunk starts a request for (at most) the events of batch, its body
+// sized for their envelopes (appends grow it when that is not enough).
+func (w *Webhook) newChunk(batch []*event.Event) batchChunk {
+	n := 2
+	for _, e := range batch {
+		// Relaxed Extended JSON of a typical change is about its BSON's
+		// size, canonical a third more (typed numbers and dates).
+		r := len(e.Raw)
+		if w.canonical {
+			r += r / 2
+		} else {
+			r += r / 8
+		}
+		n += r + 32
+		if n >= w.maxBytes {
+			n = w.maxBytes
+			break
+		}
+	}
+	b := make([]byte, 0, n)
+	return batchChunk{idx: make([]int, 0, len(batch)), body: append(b, '[')}
 }
 
 // sendGroup sends the events of one transaction (sinks.WithTxnGroup) as
@@ -723,21 +790,31 @@ func (w *Webhook) sendGroup(ctx context.Context, batch []*event.Event) (err erro
 // envelope splits them in halves, sent one after the other the same way,
 // so only an event that is refused on its own is given up. It returns an
 // error only when ctx ended.
-func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]byte, idx []int, failed map[int]error) error {
-	parts := make([][]byte, len(idx))
+//
+// joined, if not nil, is the array of the envelopes at idx, built by
+// sendBatch (and charged by it): it is sent as is. Otherwise the envelopes
+// are joined into one (a part of a split request), charged to the byte
+// budget while it is sent. Retries of the request, its signature and the
+// HTTP client's rewinds read the body in place.
+func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]byte, idx []int, joined []byte, failed map[int]error) error {
 	ids := make([]string, len(idx))
 	for j, i := range idx {
-		parts[j], ids[j] = envs[i], batch[i].ID
+		ids[j] = batch[i].ID
 	}
-	// The one copy of a batch request: the envelopes (cached on their
-	// events, charged to them) joined into an array (reqBody). It is
-	// charged to the byte budget while it is sent; retries of the request,
-	// its signature and the HTTP client's rewinds read it, or the
-	// envelopes, in place.
-	body := arrayBody(parts)
-	mem := memory.FromContext(ctx).Force(int64(body.n))
+	var body reqBody
+	release := func() {}
+	if joined != nil {
+		body = oneBody(joined) // a prebuilt array is one slice of bytes
+	} else {
+		parts := make([][]byte, len(idx))
+		for j, i := range idx {
+			parts[j] = envs[i]
+		}
+		body = arrayBody(parts)
+		release = memory.FromContext(ctx).Force(int64(body.n)).Release
+	}
 	err := w.post(ctx, BatchID(ids), body, nil)
-	mem.Release()
+	release()
 	if err == nil {
 		return nil
 	}
@@ -748,10 +825,10 @@ func (w *Webhook) postParts(ctx context.Context, batch []*event.Event, envs [][]
 	if len(idx) > 1 && errors.As(err, &se) && se.Reason == "http_413" {
 		w.log.DebugContext(ctx, "webhook batch too large for the receiver, splitting it", "events", len(idx), "bytes", body.n)
 		mid := len(idx) / 2
-		if err := w.postParts(ctx, batch, envs, idx[:mid], failed); err != nil {
+		if err := w.postParts(ctx, batch, envs, idx[:mid], nil, failed); err != nil {
 			return err
 		}
-		return w.postParts(ctx, batch, envs, idx[mid:], failed)
+		return w.postParts(ctx, batch, envs, idx[mid:], nil, failed)
 	}
 	for _, i := range idx {
 		failed[i] = err
