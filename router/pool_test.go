@@ -190,3 +190,75 @@ func TestPermanentFailureIsLastError(t *testing.T) {
 		t.Fatalf("status: last error %q, failing %v; want the 400 and not failing", st.LastError, st.Failing)
 	}
 }
+
+// When the target goes down (the limiter's limit fell) while workers are
+// busy and partitions are ready, the workers of a lane that does not batch
+// (follow) beyond the new target go idle as they finish instead of taking
+// the ready partitions: they would only queue in the limiter. A batching
+// lane's keep going (their partitions fill batches while they queue).
+func TestPoolWorkersBeyondTargetGoIdle(t *testing.T) {
+	t.Run("one event per request", func(t *testing.T) { testPoolBeyondTarget(t, true) })
+	t.Run("batching", func(t *testing.T) { testPoolBeyondTarget(t, false) })
+}
+
+func testPoolBeyondTarget(t *testing.T, follow bool) {
+	q := newKeyQueue(OrderKey, 8, realClock{}, metrics.New(nil).QueueDepth.WithLabelValues("s"))
+	q.follow = follow
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var target atomic.Int64
+	target.Store(4)
+	pre, post := make(chan struct{}), make(chan struct{})
+	var inPre, inPost, maxPost, served atomic.Int64
+	var wg sync.WaitGroup
+	defer func() { cancel(); q.close(); wg.Wait() }()
+	q.run(func() int { return int(target.Load()) }, func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := q.next(ctx); p != nil; p = q.next(ctx) {
+				for _, it := range q.take(ctx, p, 1, 0) {
+					if it.key < 4 {
+						inPre.Add(1)
+						<-pre
+						inPre.Add(-1)
+					} else {
+						n := inPost.Add(1)
+						for m := maxPost.Load(); n > m && !maxPost.CompareAndSwap(m, n); m = maxPost.Load() {
+						}
+						select {
+						case <-post:
+						case <-ctx.Done():
+						}
+						inPost.Add(-1)
+					}
+					served.Add(1)
+					q.release(1)
+				}
+				q.done(p)
+			}
+		}()
+	})
+	for k := uint64(0); k < 8; k++ {
+		q.push(&item{key: k, ev: posEvent(t, int(k)+1, int(k))})
+	}
+	waitUntil(t, "4 workers busy", func() bool { return inPre.Load() == 4 })
+	target.Store(1)
+	close(pre)
+	if !follow {
+		waitUntil(t, "the 4 workers serving the ready partitions", func() bool { return inPost.Load() == 4 })
+		close(post)
+		waitUntil(t, "all served", func() bool { return served.Load() == 8 })
+		return
+	}
+	waitUntil(t, "3 workers idle, 1 serving the ready partitions", func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.idle == 3 && inPost.Load() == 1
+	})
+	if m := maxPost.Load(); m != 1 {
+		t.Fatalf("%d workers served the ready partitions at once after the target fell to 1", m)
+	}
+	close(post)
+	waitUntil(t, "all served", func() bool { return served.Load() == 8 })
+}

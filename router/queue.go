@@ -128,6 +128,13 @@ type keyQueue struct {
 	closed  bool
 	target  func() int // workers wanted active; nil or <= 0: one per partition
 	spawn   func()     // starts a worker; called with mu held
+	// follow: a worker beyond the target goes idle rather than take a
+	// ready partition (see next). Set for a lane that sends one event per
+	// request; a batching lane keeps such workers going, because a
+	// partition held busy while its worker queues in the limiter fills
+	// its next batch meanwhile (scenario 5's ~60 events per request fall
+	// to ~25 without it).
+	follow bool
 
 	queued atomic.Int64 // in partitions
 	held   atomic.Int64 // taken by a worker, not released
@@ -268,13 +275,7 @@ func (q *keyQueue) schedule() {
 	if len(q.ready) == q.readyAt || q.closed || q.spawn == nil {
 		return
 	}
-	target := len(q.parts)
-	if q.target != nil {
-		if t := q.target(); t > 0 {
-			target = min(target, t)
-		}
-	}
-	if q.workers-q.idle-q.waiting >= target {
+	if q.workers-q.idle-q.waiting >= q.targetLocked() {
 		return // an active worker takes it when it is done
 	}
 	if q.idle > 0 {
@@ -285,6 +286,18 @@ func (q *keyQueue) schedule() {
 		q.workers++
 		q.spawn()
 	}
+}
+
+// targetLocked returns the number of workers wanted active: the target,
+// at most one per partition. Must be called with mu held.
+func (q *keyQueue) targetLocked() int {
+	target := len(q.parts)
+	if q.target != nil {
+		if t := q.target(); t > 0 {
+			target = min(target, t)
+		}
+	}
+	return target
 }
 
 // wakeAll wakes every idle worker, and starts workers for the ready
@@ -307,7 +320,12 @@ func (q *keyQueue) next(ctx context.Context) *partition {
 			q.workers--
 			return nil
 		}
-		if q.readyAt < len(q.ready) {
+		// A worker beyond the target (the limiter's limit went down since
+		// it was started) of a lane that does not batch goes idle rather
+		// than take a partition: it would only queue in the limiter, a
+		// park and a wake-up per request. The caller is active, so at
+		// least one other worker stays active when it does.
+		if q.readyAt < len(q.ready) && (!q.follow || q.workers-q.idle-q.waiting <= q.targetLocked()) {
 			p := q.ready[q.readyAt]
 			q.ready[q.readyAt] = nil
 			q.readyAt++
