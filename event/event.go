@@ -405,20 +405,13 @@ func (e *Event) Envelope(canonical bool) ([]byte, error) {
 	return l.b, l.err
 }
 
+// encode returns the envelope (appendEncoded) in a buffer of its own.
 func (e *Event) encode(canonical bool) ([]byte, error) {
-	if canonical && mayHaveDollarKey(e.Raw) {
-		if path := bsonraw.DollarPath(e.Raw); path != "" {
-			return nil, fmt.Errorf("event %s: field %q: %w", e.ID, path, ErrAmbiguousJSON)
-		}
+	b, err := encodeSized(len(e.Raw), func(b []byte) ([]byte, error) { return e.appendEncoded(b, canonical) })
+	if err != nil {
+		return nil, err
 	}
-	b, err := e.encodeFast(canonical)
-	switch {
-	case err == nil:
-		return b, nil
-	case errors.Is(err, ErrInvalidUTF8):
-		return nil, fmt.Errorf("event %s: encode envelope: %w", e.ID, err)
-	}
-	return e.encodeDriver(canonical)
+	return b, nil
 }
 
 // scratchMaxRaw is the largest change whose envelope is encoded in a
@@ -543,11 +536,12 @@ func (e *Event) appendEnvelope(b []byte, canonical bool) ([]byte, error) {
 	return append(b, "]}"...), nil
 }
 
-// appendEncoded appends what encode(canonical) returns to dst, encoded
-// straight into dst (no scratch buffer, no copy, nothing cached): the same
-// checks, the same encoder (appendEnvelope) and the same fallback to
-// encodeDriver, so the same bytes and errors. On an error dst is returned
-// as it was given (its length; bytes past it may have been written).
+// appendEncoded appends the envelope to dst, encoded straight into it (no
+// scratch buffer, no copy, nothing cached; encode runs it in a scratch
+// buffer): the $-key check of canonical mode, the direct encoder
+// (appendEnvelope) and, where it cannot handle the change, encodeDriver.
+// On an error dst is returned as it was given (its length; bytes past it
+// may have been written).
 func (e *Event) appendEncoded(dst []byte, canonical bool) ([]byte, error) {
 	if canonical && mayHaveDollarKey(e.Raw) {
 		if path := bsonraw.DollarPath(e.Raw); path != "" {
