@@ -155,7 +155,9 @@ func (d *deliverer) waitReady(ctx context.Context, items []*item, fin finisher) 
 // one has ended, nothing is sent and errTenureEnded is returned. The sink
 // gets a context with the fence, which it checks once more immediately
 // before it writes the request (sinks.CheckFence).
-func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event) (err error) {
+//
+// fill is the request's Outcome.Fill for the limiter (0: not measured).
+func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event, fill float64) (err error) {
 	var att *tracing.Attempt
 	if d.tracer != nil {
 		ctx, att = d.startAttempt(ctx, items)
@@ -187,7 +189,7 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 			for _, t := range ts[:i] {
 				t.Exit()
 			}
-			endLimit(tok, release, context.Canceled) // not the receiver's doing
+			endLimit(tok, release, context.Canceled, 0) // not the receiver's doing
 			return errTenureEnded
 		}
 	}
@@ -206,9 +208,9 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 		t.Exit()
 	}
 	if err != nil && (ctx.Err() != nil || fenced) {
-		endLimit(tok, release, context.Canceled) // ours, not the receiver's
+		endLimit(tok, release, context.Canceled, 0) // ours, not the receiver's
 	} else {
-		endLimit(tok, release, err)
+		endLimit(tok, release, err, fill)
 	}
 	if fenced {
 		return fmt.Errorf("%w: %w", errTenureEnded, err)
@@ -217,11 +219,14 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event)
 }
 
 // endLimit ends a request's hold on the limiter stage (tok or release, or
-// neither without a limiter) with the error Send returned.
-func endLimit(tok *limit.Token, release func(error), err error) {
+// neither without a limiter) with the error Send returned and the
+// request's fill (see limit.Outcome.Fill).
+func endLimit(tok *limit.Token, release func(error), err error, fill float64) {
 	switch {
 	case tok != nil:
-		tok.Release(limit.OutcomeOf(err))
+		o := limit.OutcomeOf(err)
+		o.Fill = fill
+		tok.Release(o)
 	case release != nil:
 		release(err)
 	}
@@ -298,7 +303,10 @@ func tenuresCtx(parent context.Context, ts []*event.Tenure) (context.Context, co
 // a backoff was in force). In the other modes fin is unused and it returns
 // nil on delivery or the error that ended the attempts, with the items it
 // concerns.
-func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMode, fin finisher) ([]*item, error) {
+//
+// fill is Outcome.Fill of the first attempt (how full the lane's batch
+// was; 0: not measured), for the limiter.
+func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMode, fin finisher, fill float64) ([]*item, error) {
 	policy := d.policy
 	if mode == modeRedrive {
 		policy.MaxAttempts = 1 << 30
@@ -335,7 +343,8 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 			it.retryAt = time.Time{}
 			evs = append(evs, it.ev)
 		}
-		err := d.send(actx, pending, evs)
+		err := d.send(actx, pending, evs, fill)
+		fill = 0 // a retry's batch is what failed, not what the lane had
 		stop()
 		if err == nil {
 			d.succeeded(pending, mode, fin)

@@ -548,7 +548,7 @@ func (e *Engine) deliverNow(ctx context.Context, sink string, evs []*event.Event
 	if group {
 		ctx = sinks.WithTxnGroup(ctx)
 	}
-	_, err := l.d.deliver(ctx, items, modeReplay, nil)
+	_, err := l.d.deliver(ctx, items, modeReplay, nil, 0)
 	for _, it := range items {
 		if err == nil {
 			it.trace.Outcome("delivered", "")

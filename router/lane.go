@@ -138,6 +138,9 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 	// A lane that sends one event per request keeps no more workers
 	// active than the limiter admits (keyQueue.follow).
 	l.q.follow = sp.BatchSize == 1
+	// A batching lane fills a batch from the ready partitions
+	// (keyQueue.gather).
+	l.q.gather = sp.BatchSize > 1
 	if sp.Limiter == nil && sp.UseLimit {
 		cfg := sp.Limit
 		if !auto {
@@ -362,26 +365,33 @@ func (l *Lane) engineCtx() context.Context {
 // the lane is parked (or once it became parked during the delivery), and
 // give the partition back.
 func (l *Lane) work(ctx context.Context) {
+	var extra []*partition
 	for {
 		p := l.q.next(ctx)
 		if p == nil {
 			return
 		}
-		l.serve(ctx, p)
+		extra = l.serve(ctx, p, extra[:0])
 		l.q.done(p)
+		for i, o := range extra {
+			l.q.done(o)
+			extra[i] = nil
+		}
 	}
 }
 
-// serve delivers (or parks) one batch of p, which the caller has busy.
-func (l *Lane) serve(ctx context.Context, p *partition) {
-	batch := l.q.take(ctx, p, l.spec.BatchSize, l.spec.BatchWait)
+// serve delivers (or parks) one batch of p, which the caller has busy, and
+// of the partitions the batch also took from (keyQueue.take), which it
+// appends to extra and returns: the caller gives them back too.
+func (l *Lane) serve(ctx context.Context, p *partition, extra []*partition) []*partition {
+	batch, more := l.q.take(ctx, p, l.spec.BatchSize, l.spec.BatchWait, &extra)
 	if batch == nil {
-		return
+		return extra
 	}
 	taken := len(batch)
 	if batch[0].bar != nil {
 		l.holdBarrier(ctx, batch[0])
-		return
+		return extra
 	}
 	if g := batch[0].grp; g != nil {
 		// The group's barriers hold the later changes of its
@@ -390,7 +400,7 @@ func (l *Lane) serve(ctx context.Context, p *partition) {
 		if !l.waitArrived(ctx, g) {
 			releaseItems(batch)
 			l.q.release(taken)
-			return // stopping: unacknowledged
+			return extra // stopping: unacknowledged
 		}
 	}
 	// Whatever happens to them below — delivered, dead-lettered, parked,
@@ -400,14 +410,18 @@ func (l *Lane) serve(ctx context.Context, p *partition) {
 	defer releaseItems(batch)
 	if batch = l.dropLost(batch); len(batch) == 0 {
 		l.q.release(taken)
-		return
+		return extra
 	}
 	l.q.release(taken - len(batch))
 	if !l.parked.Load() {
-		pending, err := l.d.deliver(groupCtx(l.live(), batch), batch, modeLive, l)
+		fill := 0.0 // a transaction group is a batch of its own, whatever its size
+		if batch[0].grp == nil {
+			fill = batchFill(l.spec.BatchSize, taken, more)
+		}
+		pending, err := l.d.deliver(groupCtx(l.live(), batch), batch, modeLive, l, fill)
 		if err == nil || ctx.Err() != nil {
 			l.q.release(len(batch))
-			return // delivered/dead-lettered, or shutting down unacked
+			return extra // delivered/dead-lettered, or shutting down unacked
 		}
 		// The lane was parked mid-delivery: park what is still pending.
 		l.q.release(len(batch) - len(pending))
@@ -415,6 +429,21 @@ func (l *Lane) serve(ctx context.Context, p *partition) {
 	}
 	l.park(ctx, batch)
 	l.q.release(len(batch))
+	return extra
+}
+
+// batchFill returns how full a batch of taken events is for a lane of
+// batchSize (limit.Outcome.Fill): 1 when its partition had more than the
+// batch took, 0 (not measured) for a lane that sends one event per
+// request.
+func batchFill(batchSize, taken int, more bool) float64 {
+	switch {
+	case batchSize <= 1:
+		return 0
+	case more || taken >= batchSize:
+		return 1
+	}
+	return float64(taken) / float64(batchSize)
 }
 
 // waiting brackets a timed wait of the delivery stage (finisher): the

@@ -16,14 +16,16 @@ import (
 // event of the same document overtake the failed one: the retry of the failed
 // entry would then arrive after its successor.
 func TestEnginePartialBatchFailureKeepsPerKeyOrder(t *testing.T) {
-	for _, tc := range []struct{ docs, batch int }{{4, 10}, {30, 50}} {
-		t.Run(fmt.Sprintf("docs=%d,batch=%d", tc.docs, tc.batch), func(t *testing.T) {
-			testPartialBatchOrder(t, tc.docs, tc.batch)
+	// With more than one request in flight a batch gathers events of
+	// several partitions (keyQueue.gather).
+	for _, tc := range []struct{ docs, batch, inFlight int }{{4, 10, 1}, {30, 50, 1}, {30, 50, 8}, {200, 20, 16}} {
+		t.Run(fmt.Sprintf("docs=%d,batch=%d,in_flight=%d", tc.docs, tc.batch, tc.inFlight), func(t *testing.T) {
+			testPartialBatchOrder(t, tc.docs, tc.batch, tc.inFlight)
 		})
 	}
 }
 
-func testPartialBatchOrder(t *testing.T, docs, batch int) {
+func testPartialBatchOrder(t *testing.T, docs, batch, inFlight int) {
 	s := &fakeSink{name: "s", max: batch}
 	var failedOnce sync.Map
 	s.setFail(func(e *event.Event) error {
@@ -34,7 +36,7 @@ func testPartialBatchOrder(t *testing.T, docs, batch int) {
 		}
 		return nil
 	})
-	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 1, BatchSize: batch, BatchWait: 20 * time.Millisecond})
+	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: inFlight, BatchSize: batch, BatchWait: 20 * time.Millisecond})
 	const n = 300
 	var acked atomic.Int64
 	for i := 0; i < n; i++ {

@@ -395,7 +395,7 @@ func (l *Lane) redriveTxn(laneCtx context.Context, run []deadletter.Entry, tenur
 		}
 		return true
 	}
-	failed, err := l.d.deliver(sinks.WithTxnGroup(ctx), items, modeRedrive, nil)
+	failed, err := l.d.deliver(sinks.WithTxnGroup(ctx), items, modeRedrive, nil, 0)
 	if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
 		return false
 	}
@@ -434,7 +434,7 @@ func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *e
 	defer p.release()
 	var err error
 	if !p.skip { // skip_empty_updates: nothing to send, done
-		_, err = l.d.deliver(ctx, []*item{p.it}, modeRedrive, nil)
+		_, err = l.d.deliver(ctx, []*item{p.it}, modeRedrive, nil, 0)
 	}
 	if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
 		return false // stopping, or handed over: the entry stays parked

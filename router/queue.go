@@ -100,9 +100,10 @@ const (
 // partitions onto a pool of workers, mailbox-style: a partition with items
 // waits in a FIFO ready list until a worker takes it, and is busy (not
 // ready) while that worker delivers one batch from it, in which no key
-// appears twice. So a partition has at most one batch in flight, which
-// keeps per-key order, and a busy worker takes the next ready partition
-// instead of sleeping.
+// appears twice (a batching lane's batch also takes from the next ready
+// partitions, which are then busy too: gather). So a partition has at most
+// one batch in flight, which keeps per-key order, and a busy worker takes
+// the next ready partition instead of sleeping.
 //
 // The pool grows on demand up to one worker per partition, but keeps the
 // workers that are not waiting (for a backoff, a Retry-After or to fill a
@@ -135,6 +136,12 @@ type keyQueue struct {
 	// its next batch meanwhile (scenario 5's ~60 events per request fall
 	// to ~25 without it).
 	follow bool
+	// gather: a batch that one partition does not fill takes more from
+	// the next ready ones (see take). Set for a batching lane: batches
+	// then fill from the whole lane's backlog, not from the share of it
+	// one partition holds (1/100 of it for batch_size 100 and the
+	// default max_in_flight_events).
+	gather bool
 
 	queued atomic.Int64 // in partitions
 	held   atomic.Int64 // taken by a worker, not released
@@ -326,16 +333,7 @@ func (q *keyQueue) next(ctx context.Context) *partition {
 		// park and a wake-up per request. The caller is active, so at
 		// least one other worker stays active when it does.
 		if q.readyAt < len(q.ready) && (!q.follow || q.workers-q.idle-q.waiting <= q.targetLocked()) {
-			p := q.ready[q.readyAt]
-			q.ready[q.readyAt] = nil
-			q.readyAt++
-			if q.readyAt == len(q.ready) {
-				q.ready, q.readyAt = q.ready[:0], 0
-			} else if q.readyAt >= 1024 && q.readyAt*2 >= len(q.ready) {
-				n := copy(q.ready, q.ready[q.readyAt:])
-				clear(q.ready[n:])
-				q.ready, q.readyAt = q.ready[:n], 0
-			}
+			p := q.popReady()
 			p.state = partBusy
 			// More ready than this worker: maybe another one should run.
 			q.schedule()
@@ -345,6 +343,22 @@ func (q *keyQueue) next(ctx context.Context) *partition {
 		q.cond.Wait()
 		q.idle--
 	}
+}
+
+// popReady removes the first partition of the ready list and returns it.
+// Must be called with mu held and the list not empty.
+func (q *keyQueue) popReady() *partition {
+	p := q.ready[q.readyAt]
+	q.ready[q.readyAt] = nil
+	q.readyAt++
+	if q.readyAt == len(q.ready) {
+		q.ready, q.readyAt = q.ready[:0], 0
+	} else if q.readyAt >= 1024 && q.readyAt*2 >= len(q.ready) {
+		n := copy(q.ready, q.ready[q.readyAt:])
+		clear(q.ready[n:])
+		q.ready, q.readyAt = q.ready[:n], 0
+	}
+	return p
 }
 
 // done returns p, whose batch the caller finished, to the schedule.
@@ -385,15 +399,24 @@ func (q *keyQueue) empty() bool { return q.queued.Load() == 0 && q.held.Load() =
 
 // take removes up to max items from p, which the caller has busy, waiting
 // up to wait to fill a batch. It returns nil when ctx is done first. The
-// items are held until released.
-func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Duration) []*item {
+// items are held until released. more reports that a partition the batch
+// was taken from still has items (the batch did not take all it had).
+//
+// With gather set, a batch that p alone does not fill takes more from the
+// next ready partitions (whose head is a single event), which become busy
+// for the caller too: they are appended to *extra, and the caller gives
+// them back with done as it does p. Every partition still has at most one
+// batch in flight, and a document's events are in one partition, so
+// per-document order holds and a document appears at most once per batch.
+func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Duration, extra *[]*partition) (batch []*item, more bool) {
 	q.mu.Lock()
+	plain := true
 	if len(p.q) > 0 {
 		// A barrier, or a transaction group, is a batch of its own.
 		if head := p.q[0]; head.bar != nil {
-			max, wait = 1, 0
+			max, wait, plain = 1, 0, false
 		} else if head.grp != nil {
-			max, wait = len(head.grp.items), 0
+			max, wait, plain = len(head.grp.items), 0, false
 		}
 	}
 	if n := len(p.q); n < max && wait > 0 {
@@ -402,12 +425,40 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 		ok := sleep(ctx, q.clk, wait)
 		end()
 		if !ok {
-			return nil
+			return nil, false
 		}
 		q.mu.Lock()
 	}
-	n := min(len(p.q), max)
-	if n > 0 && p.q[0].grp == nil && p.q[0].bar == nil {
+	gather := q.gather && plain && extra != nil
+	if gather {
+		batch = make([]*item, 0, max)
+	}
+	batch, more = q.takeFrom(p, batch, max, !plain)
+	for gather && len(batch) < max && q.readyAt < len(q.ready) {
+		o := q.ready[q.readyAt]
+		if head := o.q[0]; head.bar != nil || head.grp != nil {
+			break // a batch of its own: the next worker takes it
+		}
+		q.popReady()
+		o.state = partBusy
+		*extra = append(*extra, o)
+		var m bool
+		batch, m = q.takeFrom(o, batch, max, false)
+		more = more || m
+	}
+	q.mu.Unlock()
+	q.mQueue.Sub(float64(len(batch)))
+	return batch, more
+}
+
+// takeFrom moves up to max-len(batch) items from the head of p to batch
+// (group: p's head is a transaction group, taken whole; otherwise single
+// events, stopping before a barrier or a group) and reports whether p
+// still has items. batch nil: a new slice of the items. Must be called with
+// mu held.
+func (q *keyQueue) takeFrom(p *partition, batch []*item, max int, group bool) ([]*item, bool) {
+	n := min(len(p.q), max-len(batch))
+	if n > 0 && !group {
 		// Single events stop before a barrier or a group.
 		for i, it := range p.q[:n] {
 			if it.grp != nil || it.bar != nil {
@@ -415,15 +466,17 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 				break
 			}
 		}
+		if n > 1 && q.ordering != OrderNone {
+			// A batch API may fail one entry and accept the next: a
+			// document appears at most once per batch, so its later
+			// events cannot overtake a failed one.
+			n = p.distinctKeys(p.q[:n])
+		}
 	}
-	if n > 1 && q.ordering != OrderNone && p.q[0].grp == nil {
-		// A batch API may fail one entry and accept the next: a
-		// document appears at most once per batch, so its later events
-		// cannot overtake a failed one.
-		n = p.distinctKeys(p.q[:n])
+	if batch == nil {
+		batch = make([]*item, 0, n)
 	}
-	batch := make([]*item, n)
-	copy(batch, p.q)
+	batch = append(batch, p.q[:n]...)
 	clear(p.q[:n])
 	p.q = p.q[n:]
 	if len(p.q) == 0 {
@@ -431,9 +484,7 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 	}
 	q.held.Add(int64(n))
 	q.queued.Add(-int64(n))
-	q.mu.Unlock()
-	q.mQueue.Sub(float64(n))
-	return batch
+	return batch, len(p.q) > 0
 }
 
 // distinctKeys returns the length of the longest prefix of q in which no two

@@ -1,0 +1,102 @@
+package limit
+
+import (
+	"testing"
+	"time"
+)
+
+// fillRounds runs rounds of a batching sender against a receiver that
+// takes latency per request: each round takes every slot the limiter
+// grants, then every request completes with the given fill.
+func fillRounds(l *Limiter, clk *fakeClock, rounds int, latency time.Duration, fill float64) {
+	for range rounds {
+		var toks []*Token
+		for {
+			tok, ok := l.TryAcquire()
+			if !ok {
+				break
+			}
+			toks = append(toks, tok)
+		}
+		clk.Advance(latency)
+		for _, tok := range toks {
+			tok.Release(Outcome{Class: Success, Fill: fill})
+		}
+	}
+}
+
+// TestBatchFillMovesTheLimit: a batching sender whose requests carry full
+// batches (or leave events behind) grows the limit as any sender does;
+// one whose requests are mostly partial is limited by what arrives, not by
+// the limit, and more requests in flight would only split its events into
+// smaller batches: below half full the limit shrinks, between half and
+// nearly full it holds. Fill 0 (not measured) leaves the limit to latency.
+func TestBatchFillMovesTheLimit(t *testing.T) {
+	const latency = 20 * time.Millisecond
+	start := func() (*Limiter, *fakeClock) {
+		clk := newFakeClock()
+		l := New(Config{Clock: clk, Max: 1000})
+		fillRounds(l, clk, 6, latency, 1) // full batches: slow start to 1000
+		if l.Current() != 1000 {
+			t.Fatalf("full batches: limit %d after slow start, want 1000", l.Current())
+		}
+		return l, clk
+	}
+
+	l, clk := start()
+	fillRounds(l, clk, 40, latency, 0.2)
+	if got := l.Current(); got > 20 {
+		t.Errorf("batches 20%% full for 40 windows: limit %d, want it shrunk by 0.9 a window (to below 20)", got)
+	}
+	// One window mixes the last sparse round with the next one.
+	fillRounds(l, clk, 1, latency, 0.7)
+	shrunk := l.Current()
+	fillRounds(l, clk, 20, latency, 0.7)
+	if got := l.Current(); got != shrunk {
+		t.Errorf("batches 70%% full: limit moved from %d to %d, want it held", shrunk, got)
+	}
+	fillRounds(l, clk, 20, latency, 1)
+	if got := l.Current(); got <= shrunk {
+		t.Errorf("full batches again: limit %d, want it grown from %d", got, shrunk)
+	}
+
+	l, clk = start()
+	fillRounds(l, clk, 40, latency, 0)
+	if got := l.Current(); got != 1000 {
+		t.Errorf("fill not measured: limit %d, want 1000 (latency is flat)", got)
+	}
+}
+
+// TestLowestLimitRearmsSlowStartOnlyForHigherLatency: at the lowest limit
+// the limiter re-learns the receiver's latency; it grows again by slow start
+// only if that latency rose beyond the tolerance (the receiver became
+// slower for good). A limit brought down by sparse batches, at the same
+// latency, grows back one step a window: slow start's ×4 from 1 split
+// the batches again at once.
+func TestLowestLimitRearmsSlowStartOnlyForHigherLatency(t *testing.T) {
+	const latency = 10 * time.Millisecond
+	clk := newFakeClock()
+	l := New(Config{Clock: clk, Max: 1000})
+	fillRounds(l, clk, 4, latency, 1)
+	fillRounds(l, clk, 80, latency, 0.1)
+	if l.Current() != 1 {
+		t.Fatalf("sparse batches: limit %d, want 1", l.Current())
+	}
+	fillRounds(l, clk, 3, latency, 1)
+	if got := l.Current(); got > 4 {
+		t.Errorf("full batches at the same latency: limit %d after 3 windows from 1, want at most 4 (+1 a window)", got)
+	}
+
+	// The receiver's latency rises tenfold: the limit falls to 1 and,
+	// once the new latency is learned, slow start grows it by steps.
+	for i := 0; l.Current() > 1; i++ {
+		if i == 40 {
+			t.Fatalf("latency ×10: limit %d after 40 windows, want 1", l.Current())
+		}
+		fillRounds(l, clk, 1, 10*latency, 1)
+	}
+	fillRounds(l, clk, 4, 10*latency, 1)
+	if got := l.Current(); got < 16 {
+		t.Errorf("latency rose for good: limit %d four windows after it fell to 1, want slow start's steps (at least 16)", got)
+	}
+}
