@@ -67,36 +67,16 @@ func TestBatchFillMovesTheLimit(t *testing.T) {
 	}
 }
 
-// TestLowestLimitRearmsSlowStartOnlyForHigherLatency: at the lowest limit
-// the limiter re-learns the receiver's latency; it grows again by slow start
-// only if that latency rose beyond the tolerance (the receiver became
-// slower for good). A limit brought down by sparse batches, at the same
-// latency, grows back one step a window: slow start's ×4 from 1 split
-// the batches again at once.
-func TestLowestLimitRearmsSlowStartOnlyForHigherLatency(t *testing.T) {
-	const latency = 10 * time.Millisecond
-	clk := newFakeClock()
-	l := New(Config{Clock: clk, Max: 1000})
-	fillRounds(l, clk, 4, latency, 1)
-	fillRounds(l, clk, 80, latency, 0.1)
-	if l.Current() != 1 {
-		t.Fatalf("sparse batches: limit %d, want 1", l.Current())
-	}
-	fillRounds(l, clk, 3, latency, 1)
-	if got := l.Current(); got > 4 {
-		t.Errorf("full batches at the same latency: limit %d after 3 windows from 1, want at most 4 (+1 a window)", got)
-	}
-
-	// The receiver's latency rises tenfold: the limit falls to 1 and,
-	// once the new latency is learned, slow start grows it by steps.
-	for i := 0; l.Current() > 1; i++ {
-		if i == 40 {
-			t.Fatalf("latency ×10: limit %d after 40 windows, want 1", l.Current())
+// TestSparseBatchesStopAtTwo: sparse batches shrink the limit to 2, not 1
+// (fillFloor), unless max_in_flight_max is 1.
+func TestSparseBatchesStopAtTwo(t *testing.T) {
+	for _, tc := range []struct{ max, want int }{{1000, 2}, {1, 1}} {
+		clk := newFakeClock()
+		l := New(Config{Clock: clk, Max: tc.max})
+		fillRounds(l, clk, 4, 10*time.Millisecond, 1)
+		fillRounds(l, clk, 80, 10*time.Millisecond, 0.05)
+		if got := l.Current(); got != tc.want {
+			t.Errorf("max %d: limit %d after sparse batches, want %d", tc.max, got, tc.want)
 		}
-		fillRounds(l, clk, 1, 10*latency, 1)
-	}
-	fillRounds(l, clk, 4, 10*latency, 1)
-	if got := l.Current(); got < 16 {
-		t.Errorf("latency rose for good: limit %d four windows after it fell to 1, want slow start's steps (at least 16)", got)
 	}
 }

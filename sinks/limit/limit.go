@@ -7,7 +7,7 @@
 // [min, max] and the source's cap. Retry-After pauses the sink; 5 failures in a row open a circuit. The
 // limit that drew back-pressure is not tried again for 10× what that cost (the pause, or one window).
 // A batching sender also reports how full each request was (Outcome.Fill): a window of mostly partial
-// batches does not grow the limit, and one of batches less than half full multiplies it by 0.9.
+// batches does not grow the limit, and one of batches less than half full multiplies it by 0.9, down to 2.
 package limit
 
 import (
@@ -125,6 +125,11 @@ const (
 	// sender in the same way.
 	fillGrow   = 0.95
 	fillShrink = 0.5
+	// fillFloor is the lowest limit sparse batches shrink to (within
+	// Min..Max): a second request keeps the next batch going out while
+	// one is in flight, and one slow request does not hold every other
+	// event of the sink back until it ends.
+	fillFloor = 2
 )
 
 // Config configures a Limiter. Zero fields take the defaults.
@@ -320,6 +325,9 @@ func (l *Limiter) upper() int {
 func (l *Limiter) lower() int { return min(l.cfg.Min, l.upper()) }
 
 func (l *Limiter) clamp(n int) int { return max(min(n, l.upper()), l.lower()) }
+
+// fillFloor is the lowest limit sparse batches shrink the limit to.
+func (l *Limiter) fillFloor() int { return l.clamp(fillFloor) }
 
 // Current returns the current concurrency limit.
 func (l *Limiter) Current() int {
@@ -654,6 +662,9 @@ func (l *Limiter) decrease(now time.Time, reason string) {
 		}
 	}
 	l.slowStart, l.good = false, 0
+	if reason == "batch-fill" {
+		n = max(n, l.fillFloor())
+	}
 	l.setLimit(max(n, l.lower()), reason)
 	l.lastDecrease = now
 }
@@ -696,7 +707,7 @@ func (l *Limiter) adjust(now time.Time) {
 				reason = "backpressure"
 			}
 			l.decrease(now, reason)
-		case fill < fillShrink && l.limit > l.lower():
+		case fill < fillShrink && l.limit > l.fillFloor():
 			l.decrease(now, "batch-fill")
 		case have && l.haveBase && l.reached && l.limit < l.upper() && fill >= fillGrow:
 			if l.slowStart {
@@ -729,16 +740,8 @@ func (l *Limiter) adjust(now time.Time) {
 		case l.limit <= l.lower() && l.adaptive:
 			// At the lowest limit we queue nothing: what we see is the
 			// receiver's own latency, perhaps higher for good. Re-learn
-			// it, and if it did rise beyond the tolerance, grow again
-			// from here quickly. A latency within it says the limit
-			// came down for the sender's own reasons (a busy CPU,
-			// sparse batches): slow start's ×4 from there overshot
-			// again at once (scenario 5 swung between 1 and 16 every
-			// few windows).
-			if l.over(mean) {
-				l.slowStart = true
-			}
-			l.base = mean
+			// it and grow again from here quickly.
+			l.base, l.slowStart = mean, true
 		}
 		if l.srtt == 0 {
 			l.srtt = mean
