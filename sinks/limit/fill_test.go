@@ -80,3 +80,75 @@ func TestSparseBatchesStopAtTwo(t *testing.T) {
 		}
 	}
 }
+
+// TestIncreaseStaysWithinMax: the additive increase (max(1, limit/32) a
+// window) stops at max_in_flight_max; it overshot it by up to 1/32.
+func TestIncreaseStaysWithinMax(t *testing.T) {
+	clk := newFakeClock()
+	l := New(Config{Clock: clk, Max: 101})
+	for i := 0; l.Current() < 101; i++ {
+		if i == 40 {
+			t.Fatalf("limit %d after 40 round trips, want 101", l.Current())
+		}
+		fillRounds(l, clk, 1, 10*time.Millisecond, 0)
+	}
+	fillRounds(l, clk, 1, 50*time.Millisecond, 0) // one slow window: ×0.9
+	fillRounds(l, clk, 1, 10*time.Millisecond, 0)
+	if got := l.Current(); got >= 101 {
+		t.Fatalf("limit %d after a slow window, want it decreased", got)
+	}
+	for range 100 {
+		fillRounds(l, clk, 1, 10*time.Millisecond, 0)
+		if got := l.Current(); got > 101 {
+			t.Fatalf("limit %d, above the max 101", got)
+		}
+	}
+	if got := l.Current(); got != 101 {
+		t.Errorf("limit %d after 100 flat round trips, want the max 101", got)
+	}
+}
+
+// TestSlowStartAgainStopsAtHalfThePeak: a slow start from the lowest limit
+// (after latency drove it there) ends at half the limit where the
+// decreases began, and the limit grows additively from there; the first
+// slow start has no such bound (bench scenario 6: four sinks on two busy
+// cores swung between 2 and 512, each re-learning its latency at 1 while
+// the others held the CPU).
+func TestSlowStartAgainStopsAtHalfThePeak(t *testing.T) {
+	clk := newFakeClock()
+	l := New(Config{Clock: clk, Max: 1000})
+	const fast = 2 * time.Millisecond
+	fillRounds(l, clk, 1, fast, 0) // the baseline
+	for i := 0; l.Current() < 256; i++ {
+		if i == 50 {
+			t.Fatalf("limit %d after 50 fast round trips, want 256", l.Current())
+		}
+		fillRounds(l, clk, 1, fast, 0)
+	}
+	peak := l.Current()
+	for i := 0; l.Current() > 1; i++ {
+		if i == 200 {
+			t.Fatalf("limit %d after 200 slow windows, want 1", l.Current())
+		}
+		fillRounds(l, clk, 1, 10*fast, 0)
+		peak = max(peak, l.Current()) // the window that closes first still grows
+	}
+	// At 1 the higher latency is learned; slow start again, up to peak/2,
+	// then the additive increase.
+	for i := 0; l.Current() < peak/2; i++ {
+		if i == 20 {
+			t.Fatalf("limit %d 20 round trips into the second slow start, want %d", l.Current(), peak/2)
+		}
+		fillRounds(l, clk, 1, 10*fast, 0)
+	}
+	if got := l.Current(); got != peak/2 {
+		t.Fatalf("second slow start ended at %d, want half the peak %d", got, peak/2)
+	}
+	for range 10 {
+		prev := l.Current()
+		fillRounds(l, clk, 1, 10*fast, 0)
+		if got := l.Current(); got > prev+max(1, prev/32) {
+			t.Fatalf("after the second slow start the limit went from %d to %d, want at most +%d a window", prev, got, max(1, prev/32))
+		}
+	}
+}

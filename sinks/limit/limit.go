@@ -8,6 +8,8 @@
 // limit that drew back-pressure is not tried again for 10× what that cost (the pause, or one window).
 // A batching sender also reports how full each request was (Outcome.Fill): a window of mostly partial
 // batches does not grow the limit, and one of batches less than half full multiplies it by 0.9, down to 2.
+// A slow start again from the lowest limit ends at half the limit where the last decreases began (TCP's
+// ssthresh), then the limit grows additively.
 package limit
 
 import (
@@ -223,7 +225,9 @@ type Limiter struct {
 	notable  int
 
 	slowStart    bool
-	good         int // in slow start: the limit before the last step up, the last one known to be good
+	good         int  // in slow start: the limit before the last step up, the last one known to be good
+	ssthresh     int  // a slow start after the first ends here (half the limit where the last decreases began); 0: none yet
+	growing      bool // the limit's last move was up
 	windowEnd    time.Time
 	lastDecrease time.Time
 	sum          time.Duration
@@ -646,6 +650,12 @@ func (l *Limiter) decrease(now time.Time, reason string) {
 		l.ceiling = l.limit
 		l.holdUntil = now.Add(holdFactor * max(l.pausedUntil.Sub(now), l.window()))
 	}
+	if l.growing || l.ssthresh == 0 {
+		// The first decrease after growth: a slow start from the
+		// lowest limit stops at half of this one.
+		l.ssthresh = max(l.limit/2, l.lower())
+		l.growing = false
+	}
 	n := int(float64(l.limit) * decrease)
 	if l.slowStart && l.good > 0 {
 		if reason == "backpressure" {
@@ -724,12 +734,23 @@ func (l *Limiter) adjust(now time.Time) {
 					f = 4
 				}
 				l.good = l.limit
-				l.setLimit(l.grow(now, min(l.limit*f, l.upper())), "slow-start")
+				next := min(l.limit*f, l.upper())
+				if l.ssthresh > 0 && next >= l.ssthresh {
+					// Slow start again (at the lowest limit) ends at
+					// half the limit where the last decrease began, as
+					// TCP's ssthresh: from there the limit grows by
+					// the additive increase.
+					next = max(l.ssthresh, l.limit)
+					l.slowStart = false
+				}
+				l.growing = true
+				l.setLimit(l.grow(now, next), "slow-start")
 			} else {
 				// +1 per window, or 1/32 of the limit when that is more:
 				// at hundreds in flight a noise-driven ×0.9 would
 				// otherwise take tens of windows to win back.
-				l.setLimit(l.grow(now, l.limit+max(1, l.limit/32)), "increase")
+				l.growing = true
+				l.setLimit(l.grow(now, min(l.limit+max(1, l.limit/32), l.upper())), "increase")
 			}
 		}
 	}
