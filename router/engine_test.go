@@ -340,6 +340,16 @@ func TestEngineBatchRetriesOnlyFailedEntries(t *testing.T) {
 // and acked (the source is not held back); once it recovers they are
 // re-driven in order and the lane goes live again.
 func TestEngineParksAndRedrivesInOrder(t *testing.T) {
+	// Batches of 10 over 8 partitions: a parked batch holds events of
+	// several partitions (keyQueue.gather).
+	for _, tc := range []struct{ inFlight, batch, docs int }{{4, 1, 5}, {8, 10, 40}} {
+		t.Run(fmt.Sprintf("in_flight=%d,batch=%d", tc.inFlight, tc.batch), func(t *testing.T) {
+			testParksAndRedrivesInOrder(t, tc.inFlight, tc.batch, tc.docs)
+		})
+	}
+}
+
+func testParksAndRedrivesInOrder(t *testing.T, inFlight, batch, docs int) {
 	dl := newMemDL()
 	s := &fakeSink{name: "sick"}
 	var down atomic.Bool
@@ -352,12 +362,12 @@ func TestEngineParksAndRedrivesInOrder(t *testing.T) {
 	})
 	eng := newTestEngine(t, dl, SinkSpec{
 		Sink: s, Retry: sinks.RetryPolicy{MaxAttempts: 1000, InitialInterval: 5 * time.Millisecond, MaxInterval: 20 * time.Millisecond, Multiplier: 2},
-		MaxInFlight: 4, ParkAfter: 100 * time.Millisecond,
+		MaxInFlight: inFlight, BatchSize: batch, ParkAfter: 100 * time.Millisecond,
 	})
 	var acked atomic.Int64
 	const n = 300
 	for i := 0; i < n/2; i++ {
-		eng.Dispatch(posEvent(t, i, i%5), func() { acked.Add(1) })
+		eng.Dispatch(posEvent(t, i, i%docs), func() { acked.Add(1) })
 	}
 	waitUntil(t, "events parked and acked while the sink is down", func() bool { return acked.Load() == n/2 })
 	if !eng.Lane("sick").Status().Parked {
@@ -368,7 +378,7 @@ func TestEngineParksAndRedrivesInOrder(t *testing.T) {
 		t.Fatalf("DeliverNow on a parked sink: %v, want ErrParked", err)
 	}
 	for i := n / 2; i < n; i++ {
-		eng.Dispatch(posEvent(t, i, i%5), func() { acked.Add(1) })
+		eng.Dispatch(posEvent(t, i, i%docs), func() { acked.Add(1) })
 	}
 	waitUntil(t, "later events acked while parked", func() bool { return acked.Load() == n })
 	down.Store(false)
