@@ -97,7 +97,7 @@ var keyDocs = map[string]keyDoc{
 	"sinks[].rate_limit_burst":     {Doc: "Requests allowed at once after an idle spell; needs `rate_limit`.", Default: "one second's worth of `rate_limit`"},
 	"sinks[].ordering":             {Doc: "`\"key\"`: a document's events in order, documents in parallel; `\"none\"`: any order; `\"strict\"`: one request at a time in stream order."},
 	"sinks[].batch_size":           {Doc: "Events per request; above 1 a webhook or Lambda receives a JSON array."},
-	"sinks[].batch_wait":           {Doc: "How long to wait for a batch to fill before sending a partial one."},
+	"sinks[].batch_wait":           {Doc: "How long to wait for a batch to fill before sending a partial one (not at all when the sink's waiting events already fill it)."},
 	"sinks[].json":                 {Doc: "Extended JSON flavour of the envelope (see [receivers](receivers.md))."},
 	"sinks[].park_after":           {Doc: "Once the sink has failed to deliver for this long its backlog is parked in MongoDB and re-driven in order when it recovers; `\"0s\"` disables parking."},
 	"sinks[].trace_context":        {Doc: "With OpenTelemetry tracing on (`OTEL_*` environment variables, see [tracing](tracing.md)), the trace context goes into each request or message: `traceparent`/`tracestate` (webhook headers, SQS and SNS message attributes, Kafka record headers), an X-Ray trace header (EventBridge `TraceHeader`, Lambda `X-Amzn-Trace-Id`); Kinesis records have none. `false` leaves it out; the spans are still recorded."},

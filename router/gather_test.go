@@ -156,3 +156,38 @@ func (s *slowSink) Send(ctx context.Context, batch []*event.Event) error {
 	time.Sleep(s.latency)
 	return s.fakeSink.Send(ctx, batch)
 }
+
+// A gathering batch does not wait batch_wait for its own partition to fill
+// when the ready partitions hold enough to fill it.
+func TestTakeGatherSkipsTheWaitWhenTheLaneHoldsABatch(t *testing.T) {
+	q := newKeyQueue(OrderKey, 4, realClock{}, metrics.New(nil).QueueDepth.WithLabelValues("s"))
+	q.gather = true
+	for i := range 12 { // 3 events in each of the 4 partitions
+		it := newItem(posEvent(t, i+1, i))
+		it.key = uint64(i)
+		q.push(it)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	p := q.next(ctx)
+	var extra []*partition
+	start := time.Now()
+	batch, _ := q.take(ctx, p, 10, time.Hour, &extra)
+	if len(batch) != 10 {
+		t.Fatalf("batch of %d after %s, want 10 at once", len(batch), time.Since(start).Round(time.Millisecond))
+	}
+	// With fewer ready than a batch, it waits (here until ctx ends).
+	q2 := newKeyQueue(OrderKey, 4, realClock{}, metrics.New(nil).QueueDepth.WithLabelValues("s"))
+	q2.gather = true
+	for i := range 3 {
+		it := newItem(posEvent(t, i+1, i))
+		it.key = uint64(i)
+		q2.push(it)
+	}
+	short, cancel2 := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel2()
+	p = q2.next(short)
+	if batch, _ := q2.take(short, p, 10, time.Hour, &extra); batch != nil {
+		t.Fatalf("batch of %d without waiting, want the wait (nil when it is cut)", len(batch))
+	}
+}

@@ -405,7 +405,8 @@ func (q *keyQueue) empty() bool { return q.queued.Load() == 0 && q.held.Load() =
 // With gather set, a batch that p alone does not fill takes more from the
 // next ready partitions (whose head is a single event), which become busy
 // for the caller too: they are appended to *extra, and the caller gives
-// them back with done as it does p. Every partition still has at most one
+// them back with done as it does p. It waits only if the ready partitions
+// do not hold enough to fill the batch. Every partition still has at most one
 // batch in flight, and a document's events are in one partition, so
 // per-document order holds and a document appears at most once per batch.
 func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Duration, extra *[]*partition) (batch []*item, more bool) {
@@ -419,7 +420,8 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 			max, wait, plain = len(head.grp.items), 0, false
 		}
 	}
-	if n := len(p.q); n < max && wait > 0 {
+	gather := q.gather && plain && extra != nil
+	if n := len(p.q); n < max && wait > 0 && !(gather && q.readyHolds(max-n)) {
 		q.mu.Unlock()
 		end := q.wait()
 		ok := sleep(ctx, q.clk, wait)
@@ -429,7 +431,6 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 		}
 		q.mu.Lock()
 	}
-	gather := q.gather && plain && extra != nil
 	if gather {
 		batch = make([]*item, 0, max)
 	}
@@ -449,6 +450,18 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 	q.mu.Unlock()
 	q.mQueue.Sub(float64(len(batch)))
 	return batch, more
+}
+
+// readyHolds reports whether the ready partitions hold at least n items:
+// a batch that gathers them needs no batch wait. Must be called with mu
+// held.
+func (q *keyQueue) readyHolds(n int) bool {
+	for _, o := range q.ready[q.readyAt:] {
+		if n -= len(o.q); n <= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // takeFrom moves up to max-len(batch) items from the head of p to batch
