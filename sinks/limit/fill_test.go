@@ -7,20 +7,13 @@ import (
 
 // fillRounds runs rounds of a batching sender against a receiver that
 // takes latency per request: each round takes every slot the limiter
-// grants, then every request completes with the given fill.
-func fillRounds(l *Limiter, clk *fakeClock, rounds int, latency time.Duration, fill float64) {
+// grants, then every request completes with Fill share.
+func fillRounds(t *testing.T, l *Limiter, clk *fakeClock, rounds int, latency time.Duration, share float64) {
 	for range rounds {
-		var toks []*Token
-		for {
-			tok, ok := l.TryAcquire()
-			if !ok {
-				break
-			}
-			toks = append(toks, tok)
-		}
+		toks := fill(t, l)
 		clk.Advance(latency)
 		for _, tok := range toks {
-			tok.Release(Outcome{Class: Success, Fill: fill})
+			tok.Release(Outcome{Class: Success, Fill: share})
 		}
 	}
 }
@@ -36,7 +29,7 @@ func TestBatchFillMovesTheLimit(t *testing.T) {
 	start := func() (*Limiter, *fakeClock) {
 		clk := newFakeClock()
 		l := New(Config{Clock: clk, Max: 1000})
-		fillRounds(l, clk, 6, latency, 1) // full batches: slow start to 1000
+		fillRounds(t, l, clk, 6, latency, 1) // full batches: slow start to 1000
 		if l.Current() != 1000 {
 			t.Fatalf("full batches: limit %d after slow start, want 1000", l.Current())
 		}
@@ -44,24 +37,24 @@ func TestBatchFillMovesTheLimit(t *testing.T) {
 	}
 
 	l, clk := start()
-	fillRounds(l, clk, 40, latency, 0.2)
+	fillRounds(t, l, clk, 40, latency, 0.2)
 	if got := l.Current(); got > 20 {
 		t.Errorf("batches 20%% full for 40 windows: limit %d, want it shrunk by 0.9 a window (to below 20)", got)
 	}
 	// One window mixes the last sparse round with the next one.
-	fillRounds(l, clk, 1, latency, 0.7)
+	fillRounds(t, l, clk, 1, latency, 0.7)
 	shrunk := l.Current()
-	fillRounds(l, clk, 20, latency, 0.7)
+	fillRounds(t, l, clk, 20, latency, 0.7)
 	if got := l.Current(); got != shrunk {
 		t.Errorf("batches 70%% full: limit moved from %d to %d, want it held", shrunk, got)
 	}
-	fillRounds(l, clk, 20, latency, 1)
+	fillRounds(t, l, clk, 20, latency, 1)
 	if got := l.Current(); got <= shrunk {
 		t.Errorf("full batches again: limit %d, want it grown from %d", got, shrunk)
 	}
 
 	l, clk = start()
-	fillRounds(l, clk, 40, latency, 0)
+	fillRounds(t, l, clk, 40, latency, 0)
 	if got := l.Current(); got != 1000 {
 		t.Errorf("fill not measured: limit %d, want 1000 (latency is flat)", got)
 	}
@@ -73,8 +66,8 @@ func TestSparseBatchesStopAtTwo(t *testing.T) {
 	for _, tc := range []struct{ max, want int }{{1000, 2}, {1, 1}} {
 		clk := newFakeClock()
 		l := New(Config{Clock: clk, Max: tc.max})
-		fillRounds(l, clk, 4, 10*time.Millisecond, 1)
-		fillRounds(l, clk, 80, 10*time.Millisecond, 0.05)
+		fillRounds(t, l, clk, 4, 10*time.Millisecond, 1)
+		fillRounds(t, l, clk, 80, 10*time.Millisecond, 0.05)
 		if got := l.Current(); got != tc.want {
 			t.Errorf("max %d: limit %d after sparse batches, want %d", tc.max, got, tc.want)
 		}
@@ -90,15 +83,15 @@ func TestIncreaseStaysWithinMax(t *testing.T) {
 		if i == 40 {
 			t.Fatalf("limit %d after 40 round trips, want 101", l.Current())
 		}
-		fillRounds(l, clk, 1, 10*time.Millisecond, 0)
+		fillRounds(t, l, clk, 1, 10*time.Millisecond, 0)
 	}
-	fillRounds(l, clk, 1, 50*time.Millisecond, 0) // one slow window: ×0.9
-	fillRounds(l, clk, 1, 10*time.Millisecond, 0)
+	fillRounds(t, l, clk, 1, 50*time.Millisecond, 0) // one slow window: ×0.9
+	fillRounds(t, l, clk, 1, 10*time.Millisecond, 0)
 	if got := l.Current(); got >= 101 {
 		t.Fatalf("limit %d after a slow window, want it decreased", got)
 	}
 	for range 100 {
-		fillRounds(l, clk, 1, 10*time.Millisecond, 0)
+		fillRounds(t, l, clk, 1, 10*time.Millisecond, 0)
 		if got := l.Current(); got > 101 {
 			t.Fatalf("limit %d, above the max 101", got)
 		}
@@ -118,19 +111,19 @@ func TestSlowStartAgainStopsAtHalfThePeak(t *testing.T) {
 	clk := newFakeClock()
 	l := New(Config{Clock: clk, Max: 1000})
 	const fast = 2 * time.Millisecond
-	fillRounds(l, clk, 1, fast, 0) // the baseline
+	fillRounds(t, l, clk, 1, fast, 0) // the baseline
 	for i := 0; l.Current() < 256; i++ {
 		if i == 50 {
 			t.Fatalf("limit %d after 50 fast round trips, want 256", l.Current())
 		}
-		fillRounds(l, clk, 1, fast, 0)
+		fillRounds(t, l, clk, 1, fast, 0)
 	}
 	peak := l.Current()
 	for i := 0; l.Current() > 1; i++ {
 		if i == 200 {
 			t.Fatalf("limit %d after 200 slow windows, want 1", l.Current())
 		}
-		fillRounds(l, clk, 1, 10*fast, 0)
+		fillRounds(t, l, clk, 1, 10*fast, 0)
 		peak = max(peak, l.Current()) // the window that closes first still grows
 	}
 	// At 1 the higher latency is learned; slow start again, up to peak/2,
@@ -139,14 +132,14 @@ func TestSlowStartAgainStopsAtHalfThePeak(t *testing.T) {
 		if i == 20 {
 			t.Fatalf("limit %d 20 round trips into the second slow start, want %d", l.Current(), peak/2)
 		}
-		fillRounds(l, clk, 1, 10*fast, 0)
+		fillRounds(t, l, clk, 1, 10*fast, 0)
 	}
 	if got := l.Current(); got != peak/2 {
 		t.Fatalf("second slow start ended at %d, want half the peak %d", got, peak/2)
 	}
 	for range 10 {
 		prev := l.Current()
-		fillRounds(l, clk, 1, 10*fast, 0)
+		fillRounds(t, l, clk, 1, 10*fast, 0)
 		if got := l.Current(); got > prev+max(1, prev/32) {
 			t.Fatalf("after the second slow start the limit went from %d to %d, want at most +%d a window", prev, got, max(1, prev/32))
 		}

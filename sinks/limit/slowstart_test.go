@@ -25,14 +25,7 @@ func TestSlowStartStepsEveryRoundTrip(t *testing.T) {
 			// Bursts: take every slot the limiter grants, then all of them
 			// complete after one jittered round trip.
 			for l.Current() < 8192 && clk.Now().Sub(start) < 40*latency {
-				var toks []*Token
-				for {
-					tok, ok := l.TryAcquire()
-					if !ok {
-						break
-					}
-					toks = append(toks, tok)
-				}
+				toks := fill(t, l)
 				jitter := time.Duration((r.Float64()*0.04 - 0.02) * float64(latency))
 				clk.Advance(latency + jitter)
 				for _, tok := range toks {
