@@ -119,9 +119,10 @@ const (
 	// batching sink whose requests leave nothing behind is limited by
 	// what arrives, not by the limit; more requests in flight only split
 	// the same events into more, smaller requests, each with its own
-	// cost (on 2 cores, batch 100: 22 events per request and 13 µs of
-	// CPU per event at the limit latency alone chose, 99 and 6.5 µs at 2
-	// in flight, with twice the throughput). Between the two the limit
+	// cost (bench scenario 5, 2 cores, batch 100: 29-60 events per
+	// request and 12-14 µs of CPU per event at the limit latency alone
+	// chose; 97-99 and 8.8-9.1 µs, and a fifth more throughput, at a fixed
+	// 2 in flight). Between the two the limit
 	// holds, so that it does not see-saw. TCP's congestion window
 	// validation (RFC 7661) holds the window of an application-limited
 	// sender in the same way.
