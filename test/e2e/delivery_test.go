@@ -15,6 +15,24 @@ import (
 	"github.com/changegate/changegate/test/receiver"
 )
 
+// hookConfig is head (the [mongo] table and the items source) with one
+// webhook sink "hook" at url that every change goes to; sink holds the
+// sink's other keys, one per line.
+func hookConfig(head, url, sink string) string {
+	return head + fmt.Sprintf(`
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = %q
+allow_private_networks = true
+%s
+[[rules]]
+name = "all"
+source = "items"
+sinks = ["hook"]
+`, url, sink)
+}
+
 // baseConfig routes every change of %DB%.items to one webhook sink.
 func baseConfig(url, extraSink string) string {
 	return itemsHead + fmt.Sprintf(`

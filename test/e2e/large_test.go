@@ -210,21 +210,10 @@ func TestProcessKillBetweenFragments(t *testing.T) {
 	}
 	rcv := receiver.New(testSecret)
 	t.Cleanup(rcv.Close)
-	tmpl := largeHead + fmt.Sprintf(`
-[[sinks]]
-name = "hook"
-type = "webhook"
-url = %q
-secret = "${TEST_SECRET}"
-allow_private_networks = true
+	tmpl := hookConfig(largeHead, rcv.URL(), `secret = "${TEST_SECRET}"
 timeout = "60s"
 max_request_bytes = 67108864
-
-[[rules]]
-name = "all"
-source = "items"
-sinks = ["hook"]
-`, rcv.URL())
+`)
 	cfgPath := filepath.Join(t.TempDir(), "config.toml")
 	text := e.expand(tmpl)
 	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {

@@ -68,21 +68,10 @@ func TestProcessMemoryAckedBehindSlowEvent(t *testing.T) {
 	// timeout = "2m". The adaptive limit starts at max_in_flight_min, and
 	// at 1 the held request would be the only one: 8 leave room for the
 	// others, as a limit that has grown would.
-	tmpl := itemsHead + fmt.Sprintf(`
-[[sinks]]
-name = "hook"
-type = "webhook"
-url = %q
-allow_private_networks = true
-timeout = "2m"
+	tmpl := hookConfig(itemsHead, rcv.srv.URL, `timeout = "2m"
 max_in_flight_min = 8
 max_request_bytes = 4194304
-
-[[rules]]
-name = "all"
-source = "items"
-sinks = ["hook"]
-`, rcv.srv.URL)
+`)
 	cfgPath := filepath.Join(t.TempDir(), "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(e.expand(tmpl)), 0o600); err != nil {
 		t.Fatal(err)

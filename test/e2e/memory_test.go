@@ -352,21 +352,10 @@ func TestProcessMemoryLimitLargeBacklog(t *testing.T) {
 	e := newEnv(t)
 	rcv := newSlowReceiver(200*time.Millisecond, nil)
 	t.Cleanup(rcv.srv.Close)
-	tmpl := itemsHead + `full_document = "updateLookup"
-` + fmt.Sprintf(`
-[[sinks]]
-name = "hook"
-type = "webhook"
-url = %q
-allow_private_networks = true
-timeout = "60s"
+	tmpl := hookConfig(itemsHead+`full_document = "updateLookup"
+`, rcv.srv.URL, `timeout = "60s"
 max_request_bytes = 16777216
-
-[[rules]]
-name = "all"
-source = "items"
-sinks = ["hook"]
-`, rcv.srv.URL)
+`)
 	cfgPath := filepath.Join(t.TempDir(), "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(e.expand(tmpl)), 0o600); err != nil {
 		t.Fatal(err)
