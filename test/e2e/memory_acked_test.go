@@ -43,11 +43,7 @@ func TestProcessMemoryAckedBehindSlowEvent(t *testing.T) {
 		quiet   = 5 * time.Second
 		slowKey = `{"_id":0}`
 	)
-	cg, err := newMemCgroup(t, limit)
-	if err != nil {
-		t.Skipf("cannot create a memory cgroup (needs root and a cgroup v1 memory controller or a delegated cgroup v2): %v", err)
-	}
-	t.Cleanup(cg.remove)
+	cg := memCgroupOrSkip(t, limit)
 	bin := changegateBinary(t)
 	e := newEnv(t)
 

@@ -32,6 +32,18 @@ type memCgroup struct {
 	v2  bool
 }
 
+// memCgroupOrSkip returns a new memory cgroup of limit bytes, removed when
+// the test ends, or skips the test when none can be made here.
+func memCgroupOrSkip(t *testing.T, limit int64) *memCgroup {
+	t.Helper()
+	cg, err := newMemCgroup(t, limit)
+	if err != nil {
+		t.Skipf("cannot create a memory cgroup (needs root and a cgroup v1 memory controller or a delegated cgroup v2): %v", err)
+	}
+	t.Cleanup(cg.remove)
+	return cg
+}
+
 // newMemCgroup creates a memory cgroup limited to limit bytes below the
 // test process's own cgroup (where it may create one), or returns why it
 // cannot.
@@ -343,11 +355,7 @@ func TestProcessMemoryLimitLargeBacklog(t *testing.T) {
 		docSize = 6 << 20
 		docs    = 75
 	)
-	cg, err := newMemCgroup(t, limit)
-	if err != nil {
-		t.Skipf("cannot create a memory cgroup (needs root and a cgroup v1 memory controller or a delegated cgroup v2): %v", err)
-	}
-	t.Cleanup(cg.remove)
+	cg := memCgroupOrSkip(t, limit)
 	bin := changegateBinary(t)
 	e := newEnv(t)
 	rcv := newSlowReceiver(200*time.Millisecond, nil)
