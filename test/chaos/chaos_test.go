@@ -189,6 +189,9 @@ type = "webhook"
 url = %q
 secret = "${TEST_SECRET}"
 allow_private_networks = true
+# Batches gathered from several document queues (router keyQueue.gather)
+# under the same kills and cuts.
+batch_size = 10
 
 [[sinks]]
 name = "parking"
@@ -410,7 +413,7 @@ func runCampaign(t *testing.T, bin string, c campaign) {
 	for _, s := range []struct {
 		name string
 		e    *endpoint
-	}{{"plain (defaults)", plain}, {"parking (park_after 2s)", parking}} {
+	}{{"plain (batch_size 10)", plain}, {"parking (park_after 2s)", parking}} {
 		r := verify(j, s.e.rcv.Deliveries(), t0)
 		gaps := retryAfterGaps(s.e.Requests(), restarts)
 		t.Logf("sink %s: %s; kills %d, cuts %d; %s\n  %s\n%s", s.name, r.Summary(), kills, cuts,

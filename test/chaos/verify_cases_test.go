@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/changegate/changegate/sinks/webhook"
 	"github.com/changegate/changegate/test/receiver"
 )
 
@@ -95,6 +96,30 @@ func TestVerify(t *testing.T) {
 		r := verify(j, ds, v0)
 		if len(r.IDs) != 2 { // differs from the first delivery, and from the envelope's id
 			t.Fatalf("webhook-id mismatches %d, want 2\n%s", len(r.IDs), r.Details(10))
+		}
+	})
+	t.Run("batches", func(t *testing.T) {
+		// ins1 and upd2 in one request, upd3..ins4 in another, then upd3
+		// again in a batch of its own (a replay): a batch carries the id
+		// of its envelopes, whichever batch a change is sent in again.
+		ds := inOrder(ins1, upd2, upd3, del3, ins4, upd3, del3, ins4)
+		for _, g := range [][]int{{0, 1}, {2, 3, 4}, {5, 6, 7}} {
+			var ids []string
+			for _, i := range g {
+				ids = append(ids, ds[i].ID)
+			}
+			for _, i := range g {
+				ds[i].WebhookID, ds[i].At = webhook.BatchID(ids), ds[g[0]].At
+			}
+		}
+		if r := verify(j, ds, v0); !r.OK() || r.Rewinds != 1 || r.Duplicates != 3 {
+			t.Fatalf("batches: %s\n%s", r.Summary(), r.Details(10))
+		}
+		for _, i := range []int{2, 3, 4} {
+			ds[i].WebhookID = "batch_other" // the second batch's id is wrong
+		}
+		if r := verify(j, ds, v0); len(r.IDs) != 1 || !strings.Contains(r.Details(10), "batch of 3") {
+			t.Fatalf("a wrong batch id: mismatches %d, want 1 (the batch of 3)\n%s", len(r.IDs), r.Details(10))
 		}
 	})
 	t.Run("not in the journal", func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/changegate/changegate/sinks/webhook"
 	"github.com/changegate/changegate/test/receiver"
 )
 
@@ -125,6 +126,10 @@ func (r *report) Details(limit int) string {
 	return b.String()
 }
 
+// isBatch reports whether a webhook-id is that of a batch request
+// (webhook.BatchID).
+func isBatch(webhookID string) bool { return strings.HasPrefix(webhookID, "batch_") }
+
 func rel(t, t0 time.Time) string { return fmt.Sprintf("+%.3f s", t.Sub(t0).Seconds()) }
 
 // verify checks one sink's deliveries (in arrival order) against the
@@ -137,17 +142,30 @@ func rel(t, t0 time.Time) string { return fmt.Sprintf("+%.3f s", t.Sub(t0).Secon
 //	    restart or a stream reopen), which then goes forward again through
 //	    every later change: a delivery never skips a change;
 //	(d) every delivery of a change carries the same webhook-id, which is
-//	    the envelope's id.
+//	    the envelope's id; a batch (a sink with batch_size > 1) carries
+//	    webhook.BatchID of its envelopes' ids instead, which differs when a
+//	    change is sent again in another batch.
 func verify(j *journal, ds []receiver.Delivery, t0 time.Time) *report {
 	r := &report{Events: len(ds)}
 	byDoc := map[int32][]delivered{}
-	for _, d := range ds {
+	var batch []string // ids of the batch request being read (consecutive deliveries)
+	for i, d := range ds {
 		p, err := parseDelivery(d)
 		if err != nil {
 			r.Unknown = append(r.Unknown, fmt.Sprintf("envelope %s at %s: %v", d.WebhookID, rel(d.At, t0), err))
 			continue
 		}
-		if p.WebhookID != p.EventID {
+		if isBatch(p.WebhookID) {
+			// The receiver records a request's envelopes together, with
+			// its webhook-id and arrival time.
+			batch = append(batch, p.EventID)
+			if i+1 == len(ds) || ds[i+1].WebhookID != d.WebhookID || !ds[i+1].At.Equal(d.At) {
+				if want := webhook.BatchID(batch); want != d.WebhookID {
+					r.IDs = append(r.IDs, fmt.Sprintf("batch of %d at %s: webhook-id %s but its envelopes' ids make %s", len(batch), rel(p.At, t0), d.WebhookID, want))
+				}
+				batch = batch[:0]
+			}
+		} else if p.WebhookID != p.EventID {
 			r.IDs = append(r.IDs, fmt.Sprintf("doc %d's %s at %s: webhook-id %s but envelope id %s", p.Doc, p.Change, rel(p.At, t0), p.WebhookID, p.EventID))
 		}
 		byDoc[p.Doc] = append(byDoc[p.Doc], p)
@@ -184,6 +202,8 @@ func (r *report) checkDoc(id int32, jc []change, ds []delivered, t0 time.Time) {
 			continue
 		}
 		switch {
+		case isBatch(d.WebhookID):
+			// A batch's id names the batch (checked in verify).
 		case webhookID[p] == "":
 			webhookID[p] = d.WebhookID
 		case webhookID[p] != d.WebhookID:
