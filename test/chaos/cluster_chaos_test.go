@@ -504,7 +504,7 @@ func runClusterCampaign(t *testing.T, bin string, c clusterCampaign) {
 	for _, s := range []struct {
 		name string
 		e    *endpoint
-	}{{"plain (defaults)", plain}, {"parking (park_after 2s)", parking}} {
+	}{{"plain (batch_size 10)", plain}, {"parking (park_after 2s)", parking}} {
 		r := verify(j, journaled(s.e.rcv.Deliveries()), t0)
 		st := staleSends(s.e.Requests(), leases, func(doc int32) string { return unitOfN(doc, clusterParts) })
 		t.Logf("sink %s: %s; %s\n%s", s.name, r.Summary(), st.Summary(), r.Details(15)+st.Details(10, t0))
@@ -557,6 +557,9 @@ type = "webhook"
 url = %q
 secret = "${TEST_SECRET}"
 allow_private_networks = true
+# Batches gathered from several document queues, fenced by the leases of
+# the units of their events (the endpoint checks each envelope's unit).
+batch_size = 10
 
 [[sinks]]
 name = "parking"

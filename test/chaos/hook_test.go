@@ -24,9 +24,11 @@ const (
 	hookRefusing                        // listener closed: connections refused
 )
 
-// request is one request an endpoint answered (accepted or refused with 503).
-// Replica is the last element of the URL's path when the sender's URL names
-// it (the cluster campaign gives each replica its own path).
+// request is one request an endpoint answered (accepted or refused with 503),
+// or one envelope of a batch request (a JSON array: each of its envelopes
+// is recorded with the request's arrival, replica and answer). Replica is
+// the last element of the URL's path when the sender's URL names it (the
+// cluster campaign gives each replica its own path).
 type request struct {
 	EventID string
 	Replica string
@@ -80,19 +82,29 @@ func (e *endpoint) handle(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
-	var env struct {
-		ID          string `json:"id"`
-		DocumentKey struct {
-			ID json.Number `json:"_id"`
-		} `json:"documentKey"`
+	var envs []json.RawMessage // a fresh slice: RawMessage decodes by appending to its element
+	if len(body) > 0 && body[0] == '[' {
+		_ = json.Unmarshal(body, &envs)
+	} else {
+		envs = []json.RawMessage{body}
 	}
-	_ = json.Unmarshal(body, &env)
-	doc, derr := strconv.ParseInt(string(env.DocumentKey.ID), 10, 32)
 	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	e.rcv.ServeHTTP(sw, req)
-	r := request{EventID: env.ID, Replica: strings.TrimPrefix(strings.TrimPrefix(req.URL.Path, "/hook"), "/"), At: at, Status: sw.status, Doc: int32(doc), HasDoc: derr == nil}
+	replica := strings.TrimPrefix(strings.TrimPrefix(req.URL.Path, "/hook"), "/")
+	rs := make([]request, 0, len(envs))
+	for _, raw := range envs {
+		var env struct {
+			ID          string `json:"id"`
+			DocumentKey struct {
+				ID json.Number `json:"_id"`
+			} `json:"documentKey"`
+		}
+		_ = json.Unmarshal(raw, &env)
+		doc, derr := strconv.ParseInt(string(env.DocumentKey.ID), 10, 32)
+		rs = append(rs, request{EventID: env.ID, Replica: replica, At: at, Status: sw.status, Doc: int32(doc), HasDoc: derr == nil})
+	}
 	e.mu.Lock()
-	e.requests = append(e.requests, r)
+	e.requests = append(e.requests, rs...)
 	e.mu.Unlock()
 }
 
