@@ -706,7 +706,7 @@ func (l *Limiter) adjust(now time.Time) {
 		mean = l.sum / time.Duration(l.samples)
 	}
 	if l.adaptive {
-		slow := have && l.haveBase && l.over(mean)
+		slow := have && l.haveBase && float64(mean) > float64(l.base)*rttTolerance+float64(min(l.base, rttSlack))
 		fill := 1.0
 		if l.fills > 0 {
 			fill = l.fillSum / float64(l.fills)
@@ -772,12 +772,6 @@ func (l *Limiter) adjust(now time.Time) {
 		}
 	}
 	l.newWindow(now)
-}
-
-// over reports whether a window's mean latency is beyond the tolerance of
-// the baseline.
-func (l *Limiter) over(mean time.Duration) bool {
-	return float64(mean) > float64(l.base)*rttTolerance+float64(min(l.base, rttSlack))
 }
 
 func (l *Limiter) newWindow(now time.Time) {
