@@ -421,7 +421,7 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 		}
 	}
 	gather := q.gather && plain && extra != nil
-	if n := len(p.q); n < max && wait > 0 && !(gather && q.readyHolds(max-n)) {
+	if n := len(p.q); n < max && wait > 0 && !(gather && q.readyItems(max-n) >= max-n) {
 		q.mu.Unlock()
 		end := q.wait()
 		ok := sleep(ctx, q.clk, wait)
@@ -432,7 +432,13 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 		q.mu.Lock()
 	}
 	if gather {
-		batch = make([]*item, 0, max)
+		// Room for what is there, not batch_size (up to 1,000) for one
+		// event at a time.
+		n := len(p.q)
+		if n < max {
+			n += q.readyItems(max - n)
+		}
+		batch = make([]*item, 0, min(n, max))
 	}
 	batch, more = q.takeFrom(p, batch, max, !plain)
 	for gather && len(batch) < max && q.readyAt < len(q.ready) {
@@ -452,16 +458,16 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 	return batch, more
 }
 
-// readyHolds reports whether the ready partitions hold at least n items:
-// a batch that gathers them needs no batch wait. Must be called with mu
-// held.
-func (q *keyQueue) readyHolds(n int) bool {
+// readyItems returns how many items the ready partitions hold, counting
+// no further than limit. Must be called with mu held.
+func (q *keyQueue) readyItems(limit int) int {
+	n := 0
 	for _, o := range q.ready[q.readyAt:] {
-		if n -= len(o.q); n <= 0 {
-			return true
+		if n += len(o.q); n >= limit {
+			return n
 		}
 	}
-	return false
+	return n
 }
 
 // takeFrom moves up to max-len(batch) items from the head of p to batch
