@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,35 +14,8 @@ import (
 // limitConfig routes every change of %DB%.items to one webhook sink with
 // the given max_in_flight line ("" for the defaults).
 func limitConfig(url, maxInFlight string) string {
-	return fmt.Sprintf(`
-[mongo]
-uri = "%%URI%%"
-state_database = "%%STATE%%"
-
-[server]
-listen = "127.0.0.1:0"
-shutdown_grace = "2s"
-
-[[sources]]
-name = "items"
-database = "%%DB%%"
-collection = "items"
-checkpoint_interval = "100ms"
-max_await = "200ms"
-
-[[sinks]]
-name = "hook"
-type = "webhook"
-url = %q
-secret = "${TEST_SECRET}"
-allow_private_networks = true
-%s
-
-[[rules]]
-name = "all"
-source = "items"
-sinks = ["hook"]
-`, url, maxInFlight)
+	head := strings.Replace(itemsHead, `shutdown_grace = "10s"`, `shutdown_grace = "2s"`, 1)
+	return hookConfig(head, url, "secret = \"${TEST_SECRET}\"\n"+maxInFlight)
 }
 
 // steadyRate runs changegate with max_in_flight line mif against a receiver
