@@ -199,11 +199,23 @@ func TestRestartInsideTransaction(t *testing.T) {
 		tokens = append(tokens, cs.ResumeToken().Lookup("_data").StringValue())
 	}
 	cps, _ := e.stores(cfg)
-	waitFor(t, 20*time.Second, "x1 delivered, x2 and x3 refused", func() bool {
+	// x2 and x3 are refused, each in its own document queue. One time in
+	// eight (the lane has 8 queues, chosen by a hash of the key with the
+	// test's random database name) x3 shares x2's queue and waits behind
+	// x2's retries, first sent after the restart: then only x2 is refused.
+	waitFor(t, 20*time.Second, "x1 delivered, x2 or x3 refused", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return rcv.Count() == 1 && len(refused) >= 2
+		return rcv.Count() == 1 && len(refused) >= 1
 	})
+	_ = holdsWithin(3*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(refused) >= 2
+	})
+	if rcv.Count() != 1 {
+		t.Fatalf("%d deliveries before the restart, want x1 only", rcv.Count())
+	}
 	// A checkpoint never falls inside a transaction: x1 is acknowledged,
 	// but the checkpoint stays before the transaction, so a restart reads
 	// it whole again (and numbers its events the same way).
@@ -253,4 +265,15 @@ func TestRestartInsideTransaction(t *testing.T) {
 	if len(perDoc) != 3 {
 		t.Fatalf("deliveries for %d documents, want 3: %v", len(perDoc), perDoc)
 	}
+}
+
+// holdsWithin polls cond until it holds or d has passed, and reports
+// whether it held.
+func holdsWithin(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
 }
