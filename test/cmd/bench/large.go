@@ -47,7 +47,8 @@ func writeLarge(ctx context.Context, coll *mongo.Collection, n, size int) error 
 
 // scenarioLarge (14): large documents. For each of largeSizes, the bare
 // POST ceiling of the same bodies (the http role, -concurrency workers,
-// pre-encoded envelopes of the same size), then changegate catching up a
+// pre-encoded envelopes of the same size), the minimal consumer of those
+// changes (scenario 15's role), then changegate catching up a
 // backlog of those changes to one webhook sink (max_request_bytes =
 // 16777216, one event per request): MB/s of request bodies next to the
 // ceiling's, and changegate's peak RSS next to its byte budget.
@@ -73,6 +74,16 @@ func (b *bench) scenarioLarge() []*result {
 		ceilRow.note = fmt.Sprintf("%.0f MB/s", ceilMBs)
 		rcv.Close()
 		out = append(out, ceilRow)
+
+		// The minimal consumer (scenario 15's role) of the same changes:
+		// what reading, encoding and signing them costs on their own.
+		mr := &result{id: 14, name: fmt.Sprintf("minimal consumer: %d changes of %d MiB, read, encode, sign, POST (%d concurrent)", w.n, mib, b.o.concurrency)}
+		b.runMinimal(mr, w.n, 1, func(e *env) error { return writeLarge(context.Background(), e.coll, w.n, w.size) })
+		mr.ceiling, mr.ceilName = ceilRow.rate(), "the HTTP ceiling of the same bodies"
+		if mr.elapsed > 0 {
+			mr.note = fmt.Sprintf("%.0f MB/s (ceiling %.0f MB/s)", float64(w.n)*float64(w.size)/(1<<20)/mr.elapsed.Seconds(), ceilMBs)
+		}
+		out = append(out, mr)
 
 		r := &result{id: 14, name: fmt.Sprintf("changegate, %d changes of %d MiB, webhook max_request_bytes = 16777216", w.n, mib)}
 		out = append(out, r)

@@ -42,9 +42,15 @@
 //     (max_request_bytes = 16777216), each next to the bare-POST ceiling
 //     of the same bodies: MB/s, and peak RSS next to the byte budget
 //     (max_in_flight_bytes; see large.go).
+//  15. minimal: the least a consumer does per change to deliver what
+//     changegate delivers (read, copy, event.FromChange, encode the
+//     envelope, sign, POST from -concurrency workers; no ordering,
+//     checkpoints, retries or limits), with 1 event per request and with
+//     batches of 100, against the ceilings of 4 and 5: changegate's CPU
+//     above it is the cost of its guarantees (the "minimal" role).
 //
 // "all" runs 1-9; 10 and 11 (about 6 minutes) run when named, or with
-// "limits" (see adaptive.go); 12 (about 70 s), 13 and 14 run when named.
+// "limits" (see adaptive.go); 12 (about 70 s), 13, 14 and 15 run when named.
 //
 // Scenarios 1-6 and 9 drain a backlog written before the consumer starts
 // (events/s is measured from the first to the last event received), so
@@ -95,7 +101,7 @@ func main() {
 	os.Exit(benchMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-var scenarioNames = []string{"", "drain", "http", "naive", "single", "batch", "fanout", "latency", "backlog", "filter", "limit", "slots", "replicas", "snapshot", "large"}
+var scenarioNames = []string{"", "drain", "http", "naive", "single", "batch", "fanout", "latency", "backlog", "filter", "limit", "slots", "replicas", "snapshot", "large", "minimal"}
 
 // allScenarios is how many scenarios "all" runs: 10 and 11 (issue 11's
 // max_in_flight sweeps, about 6 minutes) only run when named, or with
@@ -175,7 +181,7 @@ func (r *result) rate() float64 {
 func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scen := fs.String("scenarios", "all", "comma-separated scenario numbers or names: 1 drain, 2 http, 3 naive, 4 single, 5 batch, 6 fanout, 7 latency, 8 backlog, 9 filter, 10 limit, 11 slots, 12 replicas, 13 snapshot, 14 large; all (1-9), limits (10-11)")
+	scen := fs.String("scenarios", "all", "comma-separated scenario numbers or names: 1 drain, 2 http, 3 naive, 4 single, 5 batch, 6 fanout, 7 latency, 8 backlog, 9 filter, 10 limit, 11 slots, 12 replicas, 13 snapshot, 14 large, 15 minimal; all (1-9), limits (10-11)")
 	repls := fs.String("replicas", "1,2,3", "scenario 12: replica counts")
 	lats := fs.String("latencies", "20ms,50ms,200ms", "receiver latencies of scenario 10")
 	sweep := fs.String("sweep", "16,64,256,1024,4096", "fixed max_in_flight values run next to the defaults in scenarios 10 and 11")
@@ -366,6 +372,7 @@ func (b *bench) run(args []string) string {
 		{9, func() []*result {
 			return append(b.gatewayBacklog(9, 1, 1, true, false), b.gatewayBacklog(9, 1, 1, true, true)...)
 		}},
+		{15, b.scenarioMinimal},
 	}
 	for _, st := range steps {
 		if !b.o.scenarios[st.id] {
@@ -594,6 +601,60 @@ func (b *bench) scenarioHTTP() []*result {
 	r.events, r.deliveries, r.elapsed, r.cpu, r.rss = res.Events, int(rcv.count.Load()), res.Elapsed, res.CPU, res.HWM
 	r.note = "receiver CPU in the mongowire+receiver column"
 	return []*result{r}
+}
+
+// scenarioMinimal (15): the minimal consumer of a backlog of n changes,
+// 1 event per request, then batches of 100 (compare with 4 and 5).
+func (b *bench) scenarioMinimal() []*result {
+	var out []*result
+	for _, batch := range []int{1, 100} {
+		r := &result{id: 15, name: fmt.Sprintf("minimal consumer: read, encode, sign, POST (%d concurrent), 1 event/request", b.o.concurrency)}
+		r.ceiling, r.ceilName = ceil(b.drain, b.http), "min(drain, http)"
+		if batch > 1 {
+			r.name = fmt.Sprintf("minimal consumer: read, encode, sign, POST (%d concurrent), %d events/request", b.o.concurrency, batch)
+			r.ceiling, r.ceilName = b.drain, "drain"
+		}
+		out = append(out, r)
+		b.runMinimal(r, b.o.n, batch, nil)
+	}
+	return out
+}
+
+// runMinimal runs the minimal role on a fresh server holding n changes
+// (written by write, or the usual backlog when write is nil) into r.
+func (b *bench) runMinimal(r *result, n, batch int, write func(*env) error) {
+	var e *env
+	var start int64
+	var err error
+	if write == nil {
+		e, start, err = b.backlogEnv(n)
+	} else if e, err = newEnv(); err == nil {
+		start = time.Now().Unix() - 1
+		if err = write(e); err != nil {
+			e.Close()
+		}
+	}
+	if err != nil {
+		r.err = err
+		return
+	}
+	defer e.Close()
+	rcv, err := newReceiver(int64(n), n, false)
+	if err != nil {
+		r.err = err
+		return
+	}
+	defer rcv.Close()
+	e0 := selfCPU()
+	res, err := b.runRole("minimal", "-uri", e.srv.URI(), "-url", rcv.url+"/s0", "-n", strconv.Itoa(n),
+		"-start", strconv.FormatInt(start, 10), "-c", strconv.Itoa(b.o.concurrency), "-batch", strconv.Itoa(batch))
+	r.envCPU = selfCPU() - e0
+	r.err = err
+	// Counted as changegate's rows are: first to last event received.
+	r.events, r.deliveries, r.elapsed, r.cpu, r.rss = res.Events, int(rcv.count.Load()), rcv.window(), res.CPU, res.HWM
+	if reqs := rcv.requests.Load(); batch > 1 && reqs > 0 {
+		r.note = fmt.Sprintf("%.1f events/request", float64(r.deliveries)/float64(reqs))
+	}
 }
 
 func (b *bench) scenarioNaive() []*result {

@@ -2,9 +2,14 @@ package main
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/changegate/changegate/sinks/webhook"
 )
 
 // TestMain lets the test binary play the child roles, as the bench binary
@@ -23,12 +28,12 @@ func TestSmoke(t *testing.T) {
 		t.Skip("starts several child processes")
 	}
 	var out, log bytes.Buffer
-	code := benchMain([]string{"-quick", "-n", "300", "-naive-n", "100", "-backlog", "500",
+	code := benchMain([]string{"-quick", "-scenarios", "all,minimal", "-n", "300", "-naive-n", "100", "-backlog", "500",
 		"-rate", "200", "-duration", "500ms", "-changegate", "self", "-timeout", "30s"}, &out, &log)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out.String(), log.String())
 	}
-	for _, want := range []string{"| 1 | drain", "| 2 | HTTP", "| 3 | naive", "| 4 |", "| 5 |", "| 6 |", "| 7 |", "| 8 |", "| 9 |"} {
+	for _, want := range []string{"| 1 | drain", "| 2 | HTTP", "| 3 | naive", "| 4 |", "| 5 |", "| 6 |", "| 7 |", "| 8 |", "| 9 |", "| 15 | minimal consumer"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report has no %q row:\n%s", want, out.String())
 		}
@@ -83,5 +88,26 @@ func TestSmokeReplicas(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "FAILED") {
 		t.Errorf("a scenario failed:\n%s", out.String())
+	}
+}
+
+// TestMinimalSignIsTheSinksSignature: the minimal consumer signs as the
+// webhook sink does, so it pays for the same work.
+func TestMinimalSignIsTheSinksSignature(t *testing.T) {
+	key, err := webhook.DecodeSecret(benchSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Unix(1700000000, 0)
+	body := []byte(`{"id":"x"}`)
+	want, err := webhook.Sign([]string{benchSecret}, "msg_1", ts, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := hmac.New(sha256.New, key)
+	for i := 0; i < 2; i++ { // the state is reused
+		if got := minimalSign(mac, "msg_1", "1700000000", body); got != want {
+			t.Fatalf("minimalSign = %q, webhook.Sign = %q", got, want)
+		}
 	}
 }

@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"net/http"
@@ -56,6 +60,8 @@ func runRole(role string, args []string) int {
 		res, err = roleHTTP(args)
 	case "naive":
 		res, err = roleNaive(args)
+	case "minimal":
+		res, err = roleMinimal(args)
 	case "gateway":
 		err = roleGateway(args)
 		if err != nil {
@@ -272,6 +278,139 @@ func roleHTTP(args []string) (roleResult, error) {
 		return res, *p
 	}
 	return res, nil
+}
+
+// roleMinimal is the least a consumer does to deliver what changegate
+// delivers, and nothing more: it reads the stream, copies each change out of
+// the driver's buffer, decodes it (event.FromChange), encodes its envelope,
+// signs it and POSTs it (or -batch envelopes as one array) from c concurrent
+// workers. No ordering, no checkpoints, no retries, no limit, no byte budget:
+// changegate's CPU above this consumer's is the cost of its guarantees.
+func roleMinimal(args []string) (roleResult, error) {
+	fs := flag.NewFlagSet("minimal", flag.ContinueOnError)
+	var sf streamFlags
+	sf.register(fs)
+	url := fs.String("url", "", "receiver URL")
+	c := fs.Int("c", 16, "concurrent requests")
+	batch := fs.Int("batch", 1, "envelopes per request")
+	if err := fs.Parse(args); err != nil {
+		return roleResult{}, err
+	}
+	key, err := webhook.DecodeSecret(benchSecret)
+	if err != nil {
+		return roleResult{}, err
+	}
+	ctx := context.Background()
+	client, cs, err := sf.watch(ctx)
+	if err != nil {
+		return roleResult{}, err
+	}
+	defer client.Disconnect(ctx)
+	defer cs.Close(ctx)
+	type req struct {
+		id   string
+		body []byte
+	}
+	reqs := make(chan req, *c)
+	tr := &http.Transport{MaxIdleConns: *c, MaxIdleConnsPerHost: *c, DisableCompression: true}
+	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	var firstErr atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for w := 0; w < *c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mac := hmac.New(sha256.New, key)
+			for r := range reqs {
+				if firstErr.Load() != nil {
+					continue // drain
+				}
+				ts := strconv.FormatInt(time.Now().Unix(), 10)
+				hr, _ := http.NewRequest(http.MethodPost, *url, bytes.NewReader(r.body))
+				hr.Header = http.Header{
+					"Content-Type":          {"application/json"},
+					"User-Agent":            {"changegate-bench"},
+					webhook.HeaderID:        {r.id},
+					webhook.HeaderTimestamp: {ts},
+					webhook.HeaderSignature: {minimalSign(mac, r.id, ts, r.body)},
+				}
+				resp, err := hc.Do(hr)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode/100 != 2 {
+						err = errors.New(resp.Status)
+					}
+				}
+				if err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+				}
+			}
+		}()
+	}
+	var t0 time.Time
+	var c0 time.Duration
+	var ids []string
+	var envs [][]byte
+	send := func() {
+		if len(envs) == 1 {
+			reqs <- req{id: ids[0], body: envs[0]}
+		} else {
+			body := []byte{'['}
+			for i, e := range envs {
+				if i > 0 {
+					body = append(body, ',')
+				}
+				body = append(body, e...)
+			}
+			reqs <- req{id: webhook.BatchID(ids), body: append(body, ']')}
+		}
+		ids, envs = ids[:0], envs[:0]
+	}
+	read := func() error {
+		for i := 0; i < sf.n; i++ {
+			if !cs.Next(ctx) {
+				return fmt.Errorf("stream ended after %d events: %v", i, cs.Err())
+			}
+			if i == 0 {
+				t0, c0 = time.Now(), selfCPU()
+			}
+			ev, err := event.FromChange("orders", uint64(i), bytes.Clone(cs.Current))
+			if err != nil {
+				return err
+			}
+			ev.Rules = []string{"all"}
+			body, err := ev.Envelope(false)
+			if err != nil {
+				return err
+			}
+			ids, envs = append(ids, ev.ID), append(envs, body)
+			if len(envs) == *batch || i == sf.n-1 {
+				send()
+			}
+		}
+		return nil
+	}
+	err = read()
+	close(reqs)
+	wg.Wait()
+	res := roleResult{Events: sf.n, Elapsed: time.Since(t0), CPU: selfCPU() - c0}
+	if err == nil {
+		if p := firstErr.Load(); p != nil {
+			err = *p
+		}
+	}
+	return res, err
+}
+
+// minimalSign is the webhook-signature value of one secret (Standard
+// Webhooks v1: base64 HMAC-SHA256 of "id.timestamp.body"), as changegate
+// signs, with the worker's HMAC state reused.
+func minimalSign(mac hash.Hash, id, ts string, body []byte) string {
+	mac.Reset()
+	mac.Write([]byte(id + "." + ts + "."))
+	mac.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
 }
 
 // syntheticLargeChange is syntheticChange with the document padded to
