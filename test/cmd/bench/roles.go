@@ -356,7 +356,11 @@ func roleMinimal(args []string) (roleResult, error) {
 		if len(envs) == 1 {
 			reqs <- req{id: ids[0], body: envs[0]}
 		} else {
-			body := []byte{'['}
+			n := len(envs) + 1 // brackets and commas
+			for _, e := range envs {
+				n += len(e)
+			}
+			body := append(make([]byte, 0, n), '[')
 			for i, e := range envs {
 				if i > 0 {
 					body = append(body, ',')
@@ -367,6 +371,7 @@ func roleMinimal(args []string) (roleResult, error) {
 		}
 		ids, envs = ids[:0], envs[:0]
 	}
+	rules := []string{"all"} // shared, as a lane's events share their rule list
 	read := func() error {
 		for i := 0; i < sf.n; i++ {
 			if !cs.Next(ctx) {
@@ -379,7 +384,7 @@ func roleMinimal(args []string) (roleResult, error) {
 			if err != nil {
 				return err
 			}
-			ev.Rules = []string{"all"}
+			ev.Rules = rules
 			body, err := ev.Envelope(false)
 			if err != nil {
 				return err
