@@ -239,8 +239,7 @@ func roleHTTP(args []string) (roleResult, error) {
 			webhook.HeaderSignature: {sig},
 		}}
 	}
-	tr := &http.Transport{MaxIdleConns: *c, MaxIdleConnsPerHost: *c, DisableCompression: true}
-	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	hc := poster(*c)
 	var next atomic.Int64
 	var firstErr atomic.Pointer[error]
 	var wg sync.WaitGroup
@@ -255,17 +254,7 @@ func roleHTTP(args []string) (roleResult, error) {
 					return
 				}
 				r := reqs[i%k]
-				hr, _ := http.NewRequest(http.MethodPost, *url, bytes.NewReader(r.body))
-				hr.Header = r.h
-				resp, err := hc.Do(hr)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode/100 != 2 {
-						err = errors.New(resp.Status)
-					}
-				}
-				if err != nil {
+				if err := post(hc, *url, r.body, r.h); err != nil {
 					firstErr.CompareAndSwap(nil, &err)
 					return
 				}
@@ -312,8 +301,7 @@ func roleMinimal(args []string) (roleResult, error) {
 		body []byte
 	}
 	reqs := make(chan req, *c)
-	tr := &http.Transport{MaxIdleConns: *c, MaxIdleConnsPerHost: *c, DisableCompression: true}
-	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	hc := poster(*c)
 	var firstErr atomic.Pointer[error]
 	var wg sync.WaitGroup
 	for w := 0; w < *c; w++ {
@@ -326,23 +314,14 @@ func roleMinimal(args []string) (roleResult, error) {
 					continue // drain
 				}
 				ts := strconv.FormatInt(time.Now().Unix(), 10)
-				hr, _ := http.NewRequest(http.MethodPost, *url, bytes.NewReader(r.body))
-				hr.Header = http.Header{
+				h := http.Header{
 					"Content-Type":          {"application/json"},
 					"User-Agent":            {"changegate-bench"},
 					webhook.HeaderID:        {r.id},
 					webhook.HeaderTimestamp: {ts},
 					webhook.HeaderSignature: {minimalSign(mac, r.id, ts, r.body)},
 				}
-				resp, err := hc.Do(hr)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode/100 != 2 {
-						err = errors.New(resp.Status)
-					}
-				}
-				if err != nil {
+				if err := post(hc, *url, r.body, h); err != nil {
 					firstErr.CompareAndSwap(nil, &err)
 				}
 			}
@@ -416,6 +395,32 @@ func minimalSign(mac hash.Hash, id, ts string, body []byte) string {
 	mac.Write([]byte(id + "." + ts + "."))
 	mac.Write(body)
 	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// poster is the HTTP client of the baselines: c keep-alive connections.
+func poster(c int) *http.Client {
+	tr := &http.Transport{MaxIdleConns: c, MaxIdleConnsPerHost: c, DisableCompression: true}
+	return &http.Client{Transport: tr, Timeout: 60 * time.Second}
+}
+
+// post POSTs body with headers h, reads the answer to its end and returns an
+// error unless it is a 2xx.
+func post(hc *http.Client, url string, body []byte, h http.Header) error {
+	hr, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hr.Header = h
+	resp, err := hc.Do(hr)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return errors.New(resp.Status)
+	}
+	return nil
 }
 
 // syntheticLargeChange is syntheticChange with the document padded to
