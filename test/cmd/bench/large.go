@@ -77,7 +77,8 @@ func (b *bench) scenarioLarge() []*result {
 
 		// The minimal consumer (scenario 15's role) of the same changes:
 		// what reading, encoding and signing them costs on their own.
-		mr := &result{id: 14, name: fmt.Sprintf("minimal consumer: %d changes of %d MiB, read, encode, sign, POST (%d concurrent)", w.n, mib, b.o.concurrency)}
+		pair := fmt.Sprintf("large %d MiB", mib)
+		mr := &result{id: 14, pair: pair, minimal: true, name: fmt.Sprintf("minimal consumer: %d changes of %d MiB, read, encode, sign, POST (%d concurrent)", w.n, mib, b.o.concurrency)}
 		b.runMinimal(mr, w.n, 1, func(e *env) error { return writeLarge(context.Background(), e.coll, w.n, w.size) })
 		mr.ceiling, mr.ceilName = ceilRow.rate(), "the HTTP ceiling of the same bodies"
 		if mr.elapsed > 0 {
@@ -85,7 +86,7 @@ func (b *bench) scenarioLarge() []*result {
 		}
 		out = append(out, mr)
 
-		r := &result{id: 14, name: fmt.Sprintf("changegate, %d changes of %d MiB, webhook max_request_bytes = 16777216", w.n, mib)}
+		r := &result{id: 14, pair: pair, name: fmt.Sprintf("changegate, %d changes of %d MiB, webhook max_request_bytes = 16777216", w.n, mib)}
 		out = append(out, r)
 		e, err := newEnv()
 		if err != nil {

@@ -169,6 +169,12 @@ type result struct {
 	ceilName   string
 	note       string
 	err        error
+
+	// pair names the work a changegate row and a minimal consumer's row
+	// (minimal set) have in common; the report gives changegate's CPU
+	// per event as a multiple of the minimal consumer's in the same run.
+	pair    string
+	minimal bool
 }
 
 func (r *result) rate() float64 {
@@ -614,6 +620,7 @@ func (b *bench) scenarioMinimal() []*result {
 			r.name = fmt.Sprintf("minimal consumer: read, encode, sign, POST (%d concurrent), %d events/request", b.o.concurrency, batch)
 			r.ceiling, r.ceilName = b.drain, "drain"
 		}
+		r.pair, r.minimal = fmt.Sprintf("batch %d", batch), true
 		out = append(out, r)
 		b.runMinimal(r, b.o.n, batch, nil)
 	}
@@ -894,6 +901,9 @@ func (b *bench) watchGateway(c *child, rcv *receiver, fromStart bool) (measured,
 func (b *bench) gatewayBacklog(id, sinks, batch int, filter, noPushdown bool) []*result {
 	n := b.o.n
 	r := &result{id: id}
+	if !filter && sinks == 1 {
+		r.pair = fmt.Sprintf("batch %d", batch)
+	}
 	switch {
 	case filter && noPushdown:
 		r.name = "rule keeps 10%: client-side filtering only"

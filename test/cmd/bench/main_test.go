@@ -33,7 +33,7 @@ func TestSmoke(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out.String(), log.String())
 	}
-	for _, want := range []string{"| 1 | drain", "| 2 | HTTP", "| 3 | naive", "| 4 |", "| 5 |", "| 6 |", "| 7 |", "| 8 |", "| 9 |", "| 15 | minimal consumer"} {
+	for _, want := range []string{"| 1 | drain", "| 2 | HTTP", "| 3 | naive", "| 4 |", "| 5 |", "| 6 |", "| 7 |", "| 8 |", "| 9 |", "| 15 | minimal consumer", "× the minimal consumer's (row 15, same run)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report has no %q row:\n%s", want, out.String())
 		}

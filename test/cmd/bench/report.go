@@ -31,10 +31,21 @@ func (b *bench) report(args []string, started time.Time, loadBefore, loadAfter s
 	}
 	s.WriteString("| # | scenario | changes | events/s | vs ceiling | vs naive | consumer CPU µs/event | mongowire+receiver CPU µs/event | consumer peak RSS | p50 | p99 | p99.9 | max | notes |\n")
 	s.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	minimal := map[string]*result{} // the minimal consumer's row of each pair
+	for _, r := range b.result {
+		if r.minimal && r.err == nil && r.events > 0 {
+			minimal[r.pair] = r
+		}
+	}
 	for _, r := range b.result {
 		if r.err != nil {
 			fmt.Fprintf(&s, "| %d | %s | FAILED: %s | | | | | | | | | | | |\n", r.id, r.name, oneLine(r.err.Error()))
 			continue
+		}
+		note := r.note
+		if m := minimal[r.pair]; m != nil && !r.minimal && r.events > 0 && m.cpu > 0 {
+			x := (float64(r.cpu) / float64(r.events)) / (float64(m.cpu) / float64(m.events))
+			note = strings.TrimPrefix(note+fmt.Sprintf("; CPU per event %.2f× the minimal consumer's (row %d, same run)", x, m.id), "; ")
 		}
 		rate := r.rate()
 		vsCeil, vsNaive := "", ""
@@ -56,7 +67,7 @@ func (b *bench) report(args []string, started time.Time, loadBefore, loadAfter s
 		}
 		fmt.Fprintf(&s, "| %d | %s | %d | %.0f | %s | %s | %s | %s | %.0f MB | %s | %s | %s | %s | %s |\n",
 			r.id, r.name, r.events, rate, vsCeil, vsNaive, perEvent(r.cpu), perEvent(r.envCPU),
-			float64(r.rss)/(1<<20), p50, p99, p999, pmax, r.note)
+			float64(r.rss)/(1<<20), p50, p99, p999, pmax, note)
 	}
 	b.limitReport(&s)
 	b.replReport(&s)
