@@ -95,10 +95,21 @@ func (f *streamFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.start, "start", 0, "startAtOperationTime, unix seconds")
 }
 
-func (f *streamFlags) watch(ctx context.Context) (*mongo.Client, *mongo.ChangeStream, error) {
+// stream is a role's open change stream and its client.
+type stream struct {
+	*mongo.ChangeStream
+	client *mongo.Client
+}
+
+// open parses the role's flags (fs, on which f is registered) and opens
+// the change stream they name.
+func (f *streamFlags) open(ctx context.Context, fs *flag.FlagSet, args []string) (stream, error) {
+	if err := fs.Parse(args); err != nil {
+		return stream{}, err
+	}
 	client, err := mongo.Connect(options.Client().ApplyURI(f.uri))
 	if err != nil {
-		return nil, nil, err
+		return stream{}, err
 	}
 	opts := options.ChangeStream().SetMaxAwaitTime(time.Second)
 	if f.start > 0 {
@@ -107,9 +118,15 @@ func (f *streamFlags) watch(ctx context.Context) (*mongo.Client, *mongo.ChangeSt
 	cs, err := client.Database(benchDB).Collection(benchColl).Watch(ctx, mongo.Pipeline{}, opts)
 	if err != nil {
 		_ = client.Disconnect(ctx)
-		return nil, nil, err
+		return stream{}, err
 	}
-	return client, cs, nil
+	return stream{ChangeStream: cs, client: client}, nil
+}
+
+// close closes the stream, then its client.
+func (s stream) close(ctx context.Context) {
+	_ = s.Close(ctx)
+	_ = s.client.Disconnect(ctx)
 }
 
 // roleDrain reads n events from the change stream and discards them: the
@@ -118,16 +135,12 @@ func roleDrain(args []string) (roleResult, error) {
 	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
 	var sf streamFlags
 	sf.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return roleResult{}, err
-	}
 	ctx := context.Background()
-	client, cs, err := sf.watch(ctx)
+	cs, err := sf.open(ctx, fs, args)
 	if err != nil {
 		return roleResult{}, err
 	}
-	defer client.Disconnect(ctx)
-	defer cs.Close(ctx)
+	defer cs.close(ctx)
 	var t0 time.Time
 	var c0 time.Duration
 	for i := 0; i < sf.n; i++ {
@@ -148,17 +161,13 @@ func roleNaive(args []string) (roleResult, error) {
 	var sf streamFlags
 	sf.register(fs)
 	url := fs.String("url", "", "receiver URL")
-	if err := fs.Parse(args); err != nil {
-		return roleResult{}, err
-	}
 	ctx := context.Background()
-	client, cs, err := sf.watch(ctx)
+	cs, err := sf.open(ctx, fs, args)
 	if err != nil {
 		return roleResult{}, err
 	}
-	defer client.Disconnect(ctx)
-	defer cs.Close(ctx)
-	tokens := client.Database("naive").Collection("tokens")
+	defer cs.close(ctx)
+	tokens := cs.client.Database("naive").Collection("tokens")
 	hc := &http.Client{Timeout: 10 * time.Second}
 	var t0 time.Time
 	var c0 time.Duration
@@ -282,20 +291,16 @@ func roleMinimal(args []string) (roleResult, error) {
 	url := fs.String("url", "", "receiver URL")
 	c := fs.Int("c", 16, "concurrent requests")
 	batch := fs.Int("batch", 1, "envelopes per request")
-	if err := fs.Parse(args); err != nil {
+	ctx := context.Background()
+	cs, err := sf.open(ctx, fs, args)
+	if err != nil {
 		return roleResult{}, err
 	}
+	defer cs.close(ctx)
 	key, err := webhook.DecodeSecret(benchSecret)
 	if err != nil {
 		return roleResult{}, err
 	}
-	ctx := context.Background()
-	client, cs, err := sf.watch(ctx)
-	if err != nil {
-		return roleResult{}, err
-	}
-	defer client.Disconnect(ctx)
-	defer cs.Close(ctx)
 	type req struct {
 		id   string
 		body []byte
