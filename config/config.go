@@ -54,6 +54,9 @@ type Config struct {
 	// Rules are the [[rules]] entries in file order; names are unique and
 	// every referenced source and sink exists.
 	Rules []Rule
+	// Subscriptions is the [subscriptions] table: what the subscriptions
+	// API may do.
+	Subscriptions Subscriptions
 }
 
 // CheckContainerLimit reports a max_in_flight_bytes above the container's
@@ -140,6 +143,10 @@ type Server struct {
 	// "token" and no AdminToken the pages show no data at all, as the API
 	// refuses reads then. Actions always need the admin token.
 	ConsoleAuth string
+	// Tokens are the [[server.tokens]] entries: bearer tokens scoped to
+	// the subscriptions whose names start with their prefix; nil when
+	// none.
+	Tokens []Token
 }
 
 // ConsoleReadAuth returns s.ConsoleAuth, or when it is empty (a Server not

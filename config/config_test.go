@@ -167,7 +167,8 @@ sinks = ["hook"]
 			Webhook: &WebhookSink{URL: "http://localhost:8080/", Timeout: 10 * time.Second, MaxRequestBytes: 1 << 20},
 			Shape:   defaultShape,
 		}},
-		Rules: []Rule{{Name: "all", Source: "orders", Sinks: []string{"hook"}, Shape: defaultShape}},
+		Rules:         []Rule{{Name: "all", Source: "orders", Sinks: []string{"hook"}, Shape: defaultShape}},
+		Subscriptions: Subscriptions{MaxSubscriptions: 1000},
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("got\n%#v\nwant\n%#v", cfg, want)

@@ -100,7 +100,7 @@ func TestExampleHasEveryKey(t *testing.T) {
 	}
 	written := exampleKeys(string(data))
 	keys := Describe()
-	isTable := map[string]bool{"mongo": true, "server": true, "cluster": true, "sources": true, "sinks": true, "rules": true}
+	isTable := map[string]bool{"mongo": true, "server": true, "cluster": true, "sources": true, "sinks": true, "rules": true, "subscriptions": true}
 	for _, k := range keys {
 		if isTable[k.Path] && k.Type != "table" || k.Path == "sources" || k.Path == "sinks" || k.Path == "rules" {
 			continue

@@ -61,6 +61,18 @@ var keyDocs = map[string]keyDoc{
 	"server.console":        {Doc: "Serve the web console at `GET /` (and `/ui/...`)."},
 	"server.console_auth":   {Doc: "Who may read the console's pages: `\"none\"` (anyone who reaches the listener) or `\"token\"` (the admin token; set explicitly it needs `admin_token`, derived without one the pages show no data, as the API refuses reads). Unset, it follows the API's read policy. Its actions always need the admin token.", Default: "`\"none\"` with `public_read = true`, else `\"token\"`"},
 
+	"server.tokens":          {Doc: "Bearer tokens scoped to a subscription name prefix, for the teams that manage their own subscriptions (see `[subscriptions]`). The admin token may do everything; a scoped token manages only the subscriptions whose names start with its `prefix` and reads only their deliveries and dead letters (403 for any other).", Default: "none"},
+	"server.tokens[].name":   {Doc: "Unique name of the token, recorded as the actor in the audit log (the token itself never is)."},
+	"server.tokens[].token":  {Doc: "The bearer token: at least 16 characters, different from every other token and from `admin_token`; from the environment (`\"${VAR}\"`) or a file (`\"file:/path\"`)."},
+	"server.tokens[].prefix": {Doc: "The subscription name prefix the token is scoped to, e.g. `\"team-a-\"` (letters, digits, `_`, `.`, `-`)."},
+
+	"subscriptions":                        {Doc: "Subscriptions that the teams receiving events create, change, pause and delete at runtime through `/api/v1/subscriptions`: a rule plus its own webhook sink each, stored in `mongo.state_database` and applied by every replica within seconds. This table, written by the operator, decides what the API may do; no request can change it."},
+	"subscriptions.enabled":                {Doc: "Serve the subscriptions API and apply the stored subscriptions."},
+	"subscriptions.key_file":               {Doc: "A file holding the key that encrypts the subscriptions' signing secrets at rest (AES-256-GCM): 32 random bytes, base64 (`openssl rand -base64 32`); relative to the config file. Alternatively the environment variable `CHANGEGATE_SECRET_KEY` holds it (not both). Without a key, creating subscriptions is refused.", Default: "`$CHANGEGATE_SECRET_KEY`"},
+	"subscriptions.max_subscriptions":      {Doc: "The most subscriptions that may be stored; a create beyond it is refused."},
+	"subscriptions.allow_private_networks": {Doc: "Let subscriptions target loopback, private, link-local and cloud metadata addresses. Off, such URLs are refused when a subscription is created or changed, and at connection time."},
+	"subscriptions.events_sink":            {Doc: "A `[[sinks]]` entry that receives the subscriptions' operational events (`subscription.disabled`, `subscription.recovered`, `delivery.exhausted`).", Default: "none"},
+
 	"cluster":                   {Doc: "Running more than one replica: units of work shared through leases in MongoDB (see [running more than one](cluster.md))."},
 	"cluster.enabled":           {Doc: "Turn lease-based sharing of the units on. Without it one process owns every unit and writes no lease."},
 	"cluster.lease_ttl":         {Doc: "How long a lease lasts without renewal: a dead replica's units are taken over after about this long."},
@@ -271,6 +283,7 @@ of [the documentation](README.md) explain what the features do.
 	b.WriteString("\n")
 	plain("[mongo]", "mongo", "mongo")
 	plain("[server]", "server", "server")
+	plain("[[server.tokens]]", "server.tokens[]", "server.tokens")
 	plain("[cluster]", "cluster", "cluster")
 	plain("[[sources]]", "sources[]", "sources")
 
@@ -294,6 +307,7 @@ of [the documentation](README.md) explain what the features do.
 	}
 	plain("[sinks.retry]", "sinks[].retry", "sinks[].retry")
 	plain("[[rules]]", "rules[]", "rules")
+	plain("[subscriptions]", "subscriptions", "subscriptions")
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 

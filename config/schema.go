@@ -129,6 +129,7 @@ func (d *decoder) decodeTree(tree *table) (*Config, error) {
 		}
 		cfg.Rules = append(cfg.Rules, r)
 	}
+	cfg.Subscriptions = d.subscriptions(root.section("subscriptions"), cfg)
 	root.done()
 	if err := d.err(); err != nil {
 		return nil, err
@@ -297,6 +298,7 @@ func (d *decoder) server(o *obj) Server {
 			s.AllowedHosts = append(s.AllowedHosts, h)
 		}
 	}
+	s.Tokens = d.tokens(o, s.AdminToken)
 	s.Console = o.boolean("console", true)
 	s.ConsoleAuth = o.enum("console_auth", "", []string{ConsoleAuthNone, ConsoleAuthToken})
 	if o.t.get("console_auth") == nil {
