@@ -92,7 +92,7 @@ type Event struct {
 	relaxed   lazyJSON
 	canonical lazyJSON
 
-	// Shaping (shape.go): a shaped view of an event points to the event
+	// Shaping (shapeview.go): a shaped view of an event points to the event
 	// it was made from (base) and its shape; an event caches its views.
 	shaping
 }
