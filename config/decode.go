@@ -21,6 +21,10 @@ type decoder struct {
 	// rec, when set, records every key asked for (see Describe); absent
 	// tables and arrays of tables are then decoded as one empty table.
 	rec *recorder
+	// literal takes every string as written: no ${VAR} expansion and no
+	// "file:" secrets (a document from a request, not the operator's
+	// file; see ParseSubscriptionJSON).
+	literal bool
 }
 
 func (d *decoder) errorf(path string, line int, format string, args ...any) {
@@ -177,7 +181,7 @@ func (o *obj) secret(k string) (Secret, *value) {
 // readSecret resolves a file: reference.
 func (d *decoder) readSecret(path string, line int, s string) (Secret, bool) {
 	name, ok := strings.CutPrefix(s, "file:")
-	if !ok {
+	if !ok || d.literal {
 		return Secret(s), true
 	}
 	if name == "" {
@@ -442,7 +446,7 @@ func (o *obj) name() (string, *value) {
 // expand replaces ${VAR} and ${VAR:-default} references in s; "$${" is a
 // literal "${".
 func (d *decoder) expand(path string, line int, s string) (string, bool) {
-	if !strings.Contains(s, "${") {
+	if d.literal || !strings.Contains(s, "${") {
 		return s, true
 	}
 	var b strings.Builder

@@ -628,13 +628,13 @@ source = "shop"
 namespaces = ["shop", "other.things", "shop.*", "shop.a*"]
 operations = []
 sinks = []
-`, nil, `rules[0].operations: invalid value "inserts" (did you mean "insert"?); allowed values: "insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate", "snapshot" at config.toml:18
-rules[0].operations: operation "insert" is listed twice at config.toml:18
+`, nil, `rules[0].operations[1]: invalid value "inserts" (did you mean "insert"?); allowed values: "insert", "update", "replace", "delete", "drop", "rename", "dropDatabase", "invalidate", "snapshot" at config.toml:18
+rules[0].operations[2]: operation "insert" is listed twice at config.toml:18
 rules[0].namespaces: source "orders" watches the single collection shop.orders; namespaces apply only to database and cluster sources at config.toml:19
 rules[0].sinks: sink "hook" is listed twice at config.toml:20
-rules[1].namespaces: invalid namespace "shop": want "db.coll" or "db.*" at config.toml:24
-rules[1].namespaces: namespace "other.things" is outside database "shop" watched by source "shop" at config.toml:24
-rules[1].namespaces: invalid namespace "shop.a*": want "db.coll" or "db.*" at config.toml:24
+rules[1].namespaces[0]: invalid namespace "shop": want "db.coll" or "db.*" at config.toml:24
+rules[1].namespaces[1]: namespace "other.things" is outside database "shop" watched by source "shop" at config.toml:24
+rules[1].namespaces[3]: invalid namespace "shop.a*": want "db.coll" or "db.*" at config.toml:24
 rules[1].operations: must not be empty (omit it to match every operation) at config.toml:25
 rules[1].sinks: must list at least one sink at config.toml:26`},
 

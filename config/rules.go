@@ -32,11 +32,11 @@ func (d *decoder) rule(o *obj, cfg *Config) (r Rule, nameVal *value) {
 		}
 		seen := map[string]bool{}
 		for i, op := range ops {
-			if !d.checkEnum(o.keyPath("operations"), elems[i].line, op, operationTypes) {
+			if !d.checkEnum(indexPath(o.keyPath("operations"), i), elems[i].line, op, operationTypes) {
 				continue
 			}
 			if seen[op] {
-				d.errorf(o.keyPath("operations"), elems[i].line, "operation %q is listed twice", op)
+				d.errorf(indexPath(o.keyPath("operations"), i), elems[i].line, "operation %q is listed twice", op)
 				continue
 			}
 			seen[op] = true
@@ -57,7 +57,7 @@ func (d *decoder) rule(o *obj, cfg *Config) (r Rule, nameVal *value) {
 					msg = fmt.Sprintf("namespace %q is outside database %q watched by source %q", s, src.Database, src.Name)
 				}
 				if msg != "" {
-					d.errorf(o.keyPath("namespaces"), elems[i].line, "%s", msg)
+					d.errorf(indexPath(o.keyPath("namespaces"), i), elems[i].line, "%s", msg)
 					continue
 				}
 				r.Namespaces = append(r.Namespaces, ns)
@@ -165,6 +165,8 @@ func (d *decoder) toBSON(path string, v *value) any {
 	case kindLocalTime:
 		d.errorf(path, v.line, "local times are not supported in filters; use a date-time")
 		return nil
+	case kindBSON:
+		return v.raw
 	case kindArray:
 		a := make(bson.A, 0, len(v.arr))
 		ok := true

@@ -31,6 +31,9 @@ const (
 	kindLocalTime
 	kindArray
 	kindTable
+	// kindBSON is a value only a JSON document's filter has (Extended
+	// JSON: an ObjectId, a date, a decimal, null, ...), held in raw.
+	kindBSON
 )
 
 // value is one TOML value with its position.
@@ -53,6 +56,7 @@ type value struct {
 	t   time.Time // datetime; local kinds in UTC
 	arr []*value
 	tbl *table
+	raw any // kindBSON
 }
 
 // table is a TOML table with keys in file order.
@@ -98,6 +102,8 @@ func (v *value) typeName() string {
 		return "array"
 	case kindTable:
 		return "table"
+	case kindBSON:
+		return "BSON value"
 	}
 	return "unknown"
 }

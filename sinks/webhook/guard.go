@@ -149,3 +149,10 @@ func guardControl(network, address string, _ syscall.RawConn) error {
 	}
 	return nil
 }
+
+// ForbiddenAddr returns why ip may not be a webhook's target unless the
+// operator allows private networks ("loopback", "private", "link-local",
+// "cloud metadata", ...), or "" for a public unicast address. It is the
+// check the dialer applies to every address it connects to, for callers
+// that refuse a target before any connection (the subscriptions API).
+func ForbiddenAddr(ip netip.Addr) string { return classifyAddr(ip) }
