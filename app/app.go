@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/changegate/changegate/backfill"
 	"github.com/changegate/changegate/checkpoint"
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
@@ -98,7 +99,7 @@ type gateway struct {
 	unitDone chan *runningUnit // a unit's Run returned
 	stopped  chan struct{}     // closed when Run no longer reads unitDone
 
-	backfills *backfiller // on-demand backfills (backfill.go)
+	backfills *backfill.Runner // on-demand backfills (package backfill)
 	// payloads bounds the whole dead-letter entries read at once (the API's
 	// and the console's); handler creates it when nil.
 	payloads *payloadGate
@@ -381,15 +382,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	defer stopEngine()
 	engine.Start(engineCtx)
 	defer engine.Stop()
-	g.backfills = newBackfiller(client, client.Database(cfg.Mongo.StateDatabase), cfg.Cluster.Instance, laneTarget{engine: engine, units: g.unitSources}, engine.SinksOf, m, log)
-	g.backfills.budget = budget
-	defer g.backfills.stopAll()
+	g.backfills = g.newBackfills(cfg)
+	defer g.backfills.StopAll()
 	// Backfills are recorded with their acknowledged progress; those a
 	// previous run left running (a stop, a kill, a crash) resume here.
-	g.backfills.records = client.Database(cfg.Mongo.StateDatabase).Collection(backfillRecordsCollection)
 	resumeCtx, stopResume := context.WithCancel(ctx)
 	defer stopResume()
-	go g.backfills.resumeAll(resumeCtx, g.config)
+	go g.backfills.ResumeAll(resumeCtx, g.config)
 
 	for _, sc := range cfg.Sources {
 		g.stuckAfter = max(g.stuckAfter, sc.MaxAwait+5*time.Second)

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/changegate/changegate/backfill"
 )
 
 // backfillBody is the body of POST /api/v1/backfills. filter may be a JSON
@@ -29,7 +31,7 @@ func (g *gateway) startBackfill(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, apiError{fmt.Sprintf("body must be a JSON object {\"source\", \"sink\", \"filter\", \"rate\"}: %v", err)})
 		return
 	}
-	req := BackfillRequest{Source: body.Source, Sink: body.Sink, Rate: body.Rate}
+	req := backfill.Request{Source: body.Source, Sink: body.Sink, Rate: body.Rate}
 	if f := bytes.TrimSpace(body.Filter); len(f) > 0 && !bytes.Equal(f, []byte("null")) {
 		if f[0] == '"' {
 			if err := json.Unmarshal(f, &req.Filter); err != nil {
@@ -40,31 +42,31 @@ func (g *gateway) startBackfill(w http.ResponseWriter, r *http.Request) {
 			req.Filter = string(f)
 		}
 	}
-	run, err := g.backfills.start(context.WithoutCancel(r.Context()), g.config(), req)
+	st, err := g.backfills.Start(context.WithoutCancel(r.Context()), g.config(), req)
 	switch {
-	case errors.Is(err, ErrBackfillInput):
+	case errors.Is(err, backfill.ErrInput):
 		writeJSON(w, http.StatusBadRequest, apiError{err.Error()})
 		return
-	case errors.Is(err, ErrBackfillBusy):
+	case errors.Is(err, backfill.ErrBusy):
 		writeJSON(w, http.StatusConflict, apiError{err.Error()})
 		return
 	case err != nil:
 		writeJSON(w, http.StatusServiceUnavailable, apiError{err.Error()})
 		return
 	}
-	w.Header().Set("Location", "/api/v1/backfills/"+run.id)
-	writeJSON(w, http.StatusAccepted, run.status())
+	w.Header().Set("Location", "/api/v1/backfills/"+st.ID)
+	writeJSON(w, http.StatusAccepted, st)
 }
 
 // listBackfills serves GET /api/v1/backfills: the backfills of this
 // process (the running ones and the last finished), oldest first.
 func (g *gateway) listBackfills(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"backfills": g.backfills.list()})
+	writeJSON(w, http.StatusOK, map[string]any{"backfills": g.backfills.List()})
 }
 
 // showBackfill serves GET /api/v1/backfills/{id}.
 func (g *gateway) showBackfill(w http.ResponseWriter, r *http.Request) {
-	st, ok := g.backfills.get(r.PathValue("id"))
+	st, ok := g.backfills.Get(r.PathValue("id"))
 	if !ok {
 		writeJSON(w, http.StatusNotFound, apiError{fmt.Sprintf("no backfill %q in this process", r.PathValue("id"))})
 		return
@@ -78,8 +80,8 @@ func (g *gateway) showBackfill(w http.ResponseWriter, r *http.Request) {
 func (g *gateway) cancelBackfill(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 	defer cancel()
-	st, err := g.backfills.cancelRun(ctx, r.PathValue("id"))
-	if errors.Is(err, ErrBackfillNotFound) {
+	st, err := g.backfills.Cancel(ctx, r.PathValue("id"))
+	if errors.Is(err, backfill.ErrNotFound) {
 		writeJSON(w, http.StatusNotFound, apiError{err.Error()})
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/backfill"
 )
 
 const backfillUsage = `Usage: changegate backfill -config FILE -source S [-sink K] [-filter JSON] [-rate N]
@@ -42,11 +43,11 @@ itself).
 func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("backfill", backfillUsage, stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
-	var req app.BackfillRequest
+	var req backfill.Request
 	fs.StringVar(&req.Source, "source", "", "the source whose documents to send (required)")
 	fs.StringVar(&req.Sink, "sink", "", "send to this sink only (default: every sink the rules match)")
 	fs.StringVar(&req.Filter, "filter", "", `only the documents matching this MongoDB query filter, as JSON, e.g. '{"status": "paid"}'`)
-	fs.Float64Var(&req.Rate, "rate", app.DefaultBackfillRate, "at most this many documents per second")
+	fs.Float64Var(&req.Rate, "rate", backfill.DefaultRate, "at most this many documents per second")
 	resume := fs.String("resume", "", "continue the backfill with this id, left unfinished by a stop, a kill or a crash of this command (its request is recorded: no -source, -sink, -filter or -rate)")
 	if ok, code := parseFlags(fs, args); !ok {
 		return code
@@ -76,10 +77,10 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	}
 	defer client.Disconnect(context.Background())
 	bar := progressBar{w: stderr, tty: isTerminal(stderr)}
-	var st app.BackfillStatus
+	var st backfill.Status
 	var err error
 	announced := false
-	show := func(s app.BackfillStatus) {
+	show := func(s backfill.Status) {
 		if !announced && s.ID != "" {
 			announced = true
 			bar.end()
@@ -95,7 +96,7 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	}
 	bar.end()
 	switch {
-	case errors.Is(err, app.ErrBackfillInput):
+	case errors.Is(err, backfill.ErrInput):
 		fmt.Fprintf(stderr, "changegate backfill: %v\n", err)
 		return 2
 	case err != nil:
@@ -118,7 +119,7 @@ type progressBar struct {
 	drew bool
 }
 
-func (p *progressBar) show(st app.BackfillStatus) {
+func (p *progressBar) show(st backfill.Status) {
 	if !p.tty && time.Since(p.last) < 5*time.Second && st.State == "running" {
 		return
 	}

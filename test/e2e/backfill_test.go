@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/backfill"
 	"github.com/changegate/changegate/test/receiver"
 )
 
@@ -88,13 +89,13 @@ func TestBackfillToOneSink(t *testing.T) {
 	insertN(t, e.coll("items"), 0, 300)
 	g := e.start(e.config(backfillConfig(ra.URL(), rb.URL())))
 
-	var st app.BackfillStatus
+	var st backfill.Status
 	if code := postJSON(t, g.admin, "/api/v1/backfills", `{"source": "items", "sink": "b", "filter": {"n": {"$gte": 100, "$lt": 300}}, "rate": 5000}`, &st); code != http.StatusAccepted {
 		t.Fatalf("POST backfill = %d %+v", code, st)
 	}
 	insertN(t, e.coll("items"), 1000, 50) // live, while the backfill runs
 	waitFor(t, 60*time.Second, "the backfill to finish", func() bool {
-		var cur app.BackfillStatus
+		var cur backfill.Status
 		api(t, http.MethodGet, g.admin, "/api/v1/backfills/"+st.ID, backfillToken, &cur)
 		if cur.State == "failed" || cur.State == "cancelled" {
 			t.Fatalf("backfill %+v", cur)
@@ -130,7 +131,7 @@ func TestBackfillToOneSink(t *testing.T) {
 	}
 
 	// One backfill per sink at a time; cancel.
-	var slow app.BackfillStatus
+	var slow backfill.Status
 	if code := postJSON(t, g.admin, "/api/v1/backfills", `{"source": "items", "sink": "b", "rate": 20}`, &slow); code != http.StatusAccepted {
 		t.Fatalf("slow backfill = %d", code)
 	}
@@ -139,11 +140,11 @@ func TestBackfillToOneSink(t *testing.T) {
 		t.Fatalf("second backfill on a busy sink = %d %q", code, apiErr.Error)
 	}
 	waitFor(t, 10*time.Second, "a few documents of the slow backfill", func() bool {
-		var cur app.BackfillStatus
+		var cur backfill.Status
 		api(t, http.MethodGet, g.admin, "/api/v1/backfills/"+slow.ID, backfillToken, &cur)
 		return cur.Sent >= 3
 	})
-	var cancelled app.BackfillStatus
+	var cancelled backfill.Status
 	if code := api(t, http.MethodDelete, g.admin, "/api/v1/backfills/"+slow.ID, backfillToken, &cancelled); code != http.StatusOK || cancelled.State != "cancelled" {
 		t.Fatalf("DELETE = %d %+v", code, cancelled)
 	}
@@ -151,7 +152,7 @@ func TestBackfillToOneSink(t *testing.T) {
 		t.Fatalf("cancelled backfill %+v: should have stopped early with what it sent finished", cancelled)
 	}
 	// The sink is free again.
-	var again app.BackfillStatus
+	var again backfill.Status
 	if code := postJSON(t, g.admin, "/api/v1/backfills", `{"source": "items", "sink": "b", "filter": {"n": 5}}`, &again); code != http.StatusAccepted {
 		t.Fatalf("backfill after the cancel = %d", code)
 	}
@@ -181,8 +182,8 @@ func TestBackfillToOneSink(t *testing.T) {
 	}
 }
 
-func listBackfills(t *testing.T, addr string) []app.BackfillStatus {
-	var out struct{ Backfills []app.BackfillStatus }
+func listBackfills(t *testing.T, addr string) []backfill.Status {
+	var out struct{ Backfills []backfill.Status }
 	api(t, http.MethodGet, addr, "/api/v1/backfills", backfillToken, &out)
 	return out.Backfills
 }
@@ -200,9 +201,9 @@ func TestBackfillCLI(t *testing.T) {
 	cfg := e.config(backfillConfig(ra.URL(), rb.URL()))
 	g := e.start(cfg)
 
-	var progress []app.BackfillStatus
-	st, err := app.Backfill(t.Context(), cfg, e.client, app.BackfillRequest{Source: "items", Sink: "a", Filter: `{"n": {"$lt": 100}}`, Rate: 10000}, nil,
-		func(s app.BackfillStatus) { progress = append(progress, s) })
+	var progress []backfill.Status
+	st, err := app.Backfill(t.Context(), cfg, e.client, backfill.Request{Source: "items", Sink: "a", Filter: `{"n": {"$lt": 100}}`, Rate: 10000}, nil,
+		func(s backfill.Status) { progress = append(progress, s) })
 	if err != nil || st.State != "done" || st.Sent != 100 || st.Finished != 100 || st.Failed != 0 {
 		t.Fatalf("Backfill = %+v, %v", st, err)
 	}
@@ -216,15 +217,15 @@ func TestBackfillCLI(t *testing.T) {
 		t.Fatalf("sink b got %d", n)
 	}
 
-	var slow app.BackfillStatus
+	var slow backfill.Status
 	if code := postJSON(t, g.admin, "/api/v1/backfills", `{"source": "items", "sink": "a", "rate": 5}`, &slow); code != http.StatusAccepted {
 		t.Fatalf("gateway backfill = %d", code)
 	}
-	if _, err := app.Backfill(t.Context(), cfg, e.client, app.BackfillRequest{Source: "items", Sink: "a"}, nil, nil); !errors.Is(err, app.ErrBackfillBusy) {
+	if _, err := app.Backfill(t.Context(), cfg, e.client, backfill.Request{Source: "items", Sink: "a"}, nil, nil); !errors.Is(err, backfill.ErrBusy) {
 		t.Fatalf("CLI backfill of a busy sink: %v", err)
 	}
 	api(t, http.MethodDelete, g.admin, "/api/v1/backfills/"+slow.ID, backfillToken, nil)
-	for _, req := range []app.BackfillRequest{
+	for _, req := range []backfill.Request{
 		{Source: "nope"},
 		{Source: "items", Sink: "nope"},
 		{Source: "items", Filter: `{"$expr": {"$gt": ["$n", 1]}}`},
@@ -233,8 +234,8 @@ func TestBackfillCLI(t *testing.T) {
 		{Source: "items", Filter: `{"name": {"$in": [{"$regularExpression": {"pattern": "^(aa?)+$", "options": ""}}]}}`},
 		{Source: "items", Filter: `{"name": {"$not": {"$regularExpression": {"pattern": "^(a?a?)+$", "options": ""}}}}`},
 	} {
-		if _, err := app.Backfill(t.Context(), cfg, e.client, req, nil, nil); !errors.Is(err, app.ErrBackfillInput) {
-			t.Errorf("Backfill(%+v) = %v, want ErrBackfillInput", req, err)
+		if _, err := app.Backfill(t.Context(), cfg, e.client, req, nil, nil); !errors.Is(err, backfill.ErrInput) {
+			t.Errorf("Backfill(%+v) = %v, want backfill.ErrInput", req, err)
 		}
 	}
 }
@@ -271,7 +272,7 @@ func TestBackfillOrderedWithLiveUpdates(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	var st app.BackfillStatus
+	var st backfill.Status
 	if code := postJSON(t, g.admin, "/api/v1/backfills", `{"source": "items", "sink": "b", "rate": 800}`, &st); code != http.StatusAccepted {
 		t.Fatalf("POST backfill = %d", code)
 	}
@@ -346,7 +347,7 @@ func TestProcessBackfillSIGKILLResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startProcess(t, bin, cfgPath)
-	var st app.BackfillStatus
+	var st backfill.Status
 	waitFor(t, 60*time.Second, "the backfill accepted", func() bool {
 		return tryPostJSON(addr, "/api/v1/backfills", `{"source": "items", "sink": "b", "rate": 100}`, &st) == http.StatusAccepted
 	})
@@ -448,8 +449,8 @@ func TestBackfillCLIResume(t *testing.T) {
 
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
-	first, err := app.Backfill(ctx, cfg, e.client, app.BackfillRequest{Source: "items", Sink: "a", Rate: 100}, nil,
-		func(s app.BackfillStatus) {
+	first, err := app.Backfill(ctx, cfg, e.client, backfill.Request{Source: "items", Sink: "a", Rate: 100}, nil,
+		func(s backfill.Status) {
 			if s.Finished >= 50 {
 				stop()
 			}
@@ -491,10 +492,10 @@ func TestBackfillCLIResume(t *testing.T) {
 			t.Fatalf("event %s is not of backfill %s", d.ID, first.ID)
 		}
 	}
-	if _, err := app.ResumeBackfill(t.Context(), cfg, e.client, first.ID, nil, nil); !errors.Is(err, app.ErrBackfillInput) {
+	if _, err := app.ResumeBackfill(t.Context(), cfg, e.client, first.ID, nil, nil); !errors.Is(err, backfill.ErrInput) {
 		t.Fatalf("resuming a finished backfill: %v", err)
 	}
-	if _, err := app.ResumeBackfill(t.Context(), cfg, e.client, "nope", nil, nil); !errors.Is(err, app.ErrBackfillInput) {
+	if _, err := app.ResumeBackfill(t.Context(), cfg, e.client, "nope", nil, nil); !errors.Is(err, backfill.ErrInput) {
 		t.Fatalf("resuming an unknown backfill: %v", err)
 	}
 }

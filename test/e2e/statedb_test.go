@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/backfill"
 	"github.com/changegate/changegate/test/receiver"
 )
 
@@ -130,7 +131,7 @@ sinks = ["ok", "bad"]
 	// A backfill of the whole cluster leaves the state database out too
 	// (only against test/mongowire: a shared real cluster holds more).
 	if e.srv != nil {
-		st, err := app.Backfill(ctx, cfg, e.client, app.BackfillRequest{Source: "cluster", Sink: "ok", Rate: 10000}, nil, nil)
+		st, err := app.Backfill(ctx, cfg, e.client, backfill.Request{Source: "cluster", Sink: "ok", Rate: 10000}, nil, nil)
 		if err != nil || st.State != "done" {
 			t.Fatalf("backfill: %+v, %v", st, err)
 		}

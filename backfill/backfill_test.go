@@ -1,4 +1,4 @@
-package app
+package backfill
 
 import (
 	"context"
@@ -71,9 +71,9 @@ func TestBackfillYieldsToLiveChanges(t *testing.T) {
 	}
 	target := &fakeTarget{}
 	target.live.Store(3)
-	b := newBackfiller(client, client.Database(db+"_state"), "test", target,
-		func(string) []string { return []string{"hook"} }, nil, nil)
-	r, err := b.start(ctx, cfg, BackfillRequest{Source: "items", Rate: 100000})
+	b := New(Options{Client: client, StateDB: client.Database(db + "_state"), Instance: "test", Target: target,
+		SinksOf: func(string) []string { return []string{"hook"} }})
+	r, err := b.start(ctx, cfg, Request{Source: "items", Rate: 100000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func (s *slowSinkTarget) liveQueued(sinks []string, _ int64) int64 {
 
 // The backfill history is bounded whatever runs: with an old backfill
 // still running, 150 later ones that finished (each with a 15 KB filter)
-// leave the newest backfillHistory listed, their filters cut, and the
+// leave the newest history (20) listed, their filters cut, and the
 // running one.
 func TestBackfillHistoryBounded(t *testing.T) {
 	uri, _ := mongotest.URI(t)
@@ -134,16 +134,16 @@ func TestBackfillHistoryBounded(t *testing.T) {
 		Sources: []config.Source{{Name: "items", Database: db, Collection: "items"}},
 		Sinks:   []config.Sink{{Name: "slow"}, {Name: "fast"}},
 	}
-	b := newBackfiller(client, client.Database(db+"_state"), "test", &slowSinkTarget{},
-		func(string) []string { return []string{"slow", "fast"} }, nil, nil)
-	old, err := b.start(ctx, cfg, BackfillRequest{Source: "items", Sink: "slow", Rate: 100000})
+	b := New(Options{Client: client, StateDB: client.Database(db + "_state"), Instance: "test", Target: &slowSinkTarget{},
+		SinksOf: func(string) []string { return []string{"slow", "fast"} }})
+	old, err := b.start(ctx, cfg, Request{Source: "items", Sink: "slow", Rate: 100000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = b.cancelRun(context.Background(), old.id) })
+	t.Cleanup(func() { _, _ = b.Cancel(context.Background(), old.id) })
 	filter := `{"pad": {"$ne": "` + strings.Repeat("x", 15000) + `"}}`
 	for i := range 150 {
-		r, err := b.start(ctx, cfg, BackfillRequest{Source: "items", Sink: "fast", Filter: filter, Rate: 100000})
+		r, err := b.start(ctx, cfg, Request{Source: "items", Sink: "fast", Filter: filter, Rate: 100000})
 		if err != nil {
 			t.Fatalf("backfill %d: %v", i, err)
 		}
@@ -156,19 +156,19 @@ func TestBackfillHistoryBounded(t *testing.T) {
 			t.Fatalf("backfill %d: %+v", i, st)
 		}
 	}
-	list := b.list()
-	if len(list) != backfillHistory+1 || list[0].ID != old.id || list[0].State != "running" {
-		t.Fatalf("%d backfills listed (first %s %s), want the running one and the last %d finished", len(list), list[0].ID, list[0].State, backfillHistory)
+	list := b.List()
+	if len(list) != history+1 || list[0].ID != old.id || list[0].State != "running" {
+		t.Fatalf("%d backfills listed (first %s %s), want the running one and the last %d finished", len(list), list[0].ID, list[0].State, history)
 	}
 	for _, st := range list[1:] {
-		if st.State != "done" || len(st.Filter) > backfillKeptFilter+len("…") || !strings.HasSuffix(st.Filter, "…") {
+		if st.State != "done" || len(st.Filter) > keptFilter+len("…") || !strings.HasSuffix(st.Filter, "…") {
 			t.Fatalf("finished backfill %s: state %s, filter of %d bytes kept", st.ID, st.State, len(st.Filter))
 		}
 	}
 	b.mu.Lock()
 	n := len(b.runs)
 	b.mu.Unlock()
-	if n != backfillHistory+1 {
-		t.Errorf("%d backfills kept in memory, want %d", n, backfillHistory+1)
+	if n != history+1 {
+		t.Errorf("%d backfills kept in memory, want %d", n, history+1)
 	}
 }

@@ -1,4 +1,4 @@
-package app
+package backfill
 
 import (
 	"strings"
@@ -27,7 +27,7 @@ func FuzzBackfillFilter(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		raw, err := ParseBackfillFilter(s)
+		raw, err := ParseFilter(s)
 		if err != nil || raw == nil {
 			return
 		}
@@ -48,11 +48,11 @@ func FuzzBackfillFilter(f *testing.F) {
 	})
 }
 
-// TestParseBackfillFilterRefusesBacktracking: a backfill filter runs inside
+// TestParseFilterRefusesBacktracking: a backfill filter runs inside
 // MongoDB, so a pattern its backtracking engine could take exponential
 // time on is refused wherever it sits ($regex, a regex value, $in, $not,
 // $or), with an error naming the pattern; plain patterns pass.
-func TestParseBackfillFilterRefusesBacktracking(t *testing.T) {
+func TestParseFilterRefusesBacktracking(t *testing.T) {
 	for _, s := range []string{
 		`{"name": {"$regex": "^(a+)+$"}}`,
 		`{"name": {"$regex": "^(aa?)+$", "$options": "i"}}`,
@@ -62,9 +62,9 @@ func TestParseBackfillFilterRefusesBacktracking(t *testing.T) {
 		`{"$or": [{"a": 1}, {"name": {"$regex": "(x+x+)+y"}}]}`,
 		`{"tags": {"$elemMatch": {"$regex": "^(\\w|\\d)+$"}}}`,
 	} {
-		_, err := ParseBackfillFilter(s)
+		_, err := ParseFilter(s)
 		if err == nil || !strings.Contains(err.Error(), "filter refused: pattern") || !strings.Contains(err.Error(), "exponential time") {
-			t.Errorf("ParseBackfillFilter(%s) = %v, want a refusal naming the pattern", s, err)
+			t.Errorf("ParseFilter(%s) = %v, want a refusal naming the pattern", s, err)
 		}
 	}
 	for _, s := range []string{
@@ -72,8 +72,8 @@ func TestParseBackfillFilterRefusesBacktracking(t *testing.T) {
 		`{"name": {"$in": [{"$regularExpression": {"pattern": "^ab(c|d)$", "options": "i"}}]}}`,
 		`{"name": {"$not": {"$regularExpression": {"pattern": "colou?r", "options": ""}}}}`,
 	} {
-		if _, err := ParseBackfillFilter(s); err != nil {
-			t.Errorf("ParseBackfillFilter(%s) = %v, want accepted", s, err)
+		if _, err := ParseFilter(s); err != nil {
+			t.Errorf("ParseFilter(%s) = %v, want accepted", s, err)
 		}
 	}
 }
