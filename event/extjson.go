@@ -165,6 +165,19 @@ func readString(src []byte) (string, []byte, bool) {
 	return string(rem[:l-1]), rem[l:], true
 }
 
+// readValidString is readString for a string that must be valid UTF-8:
+// errSlowPath when it is malformed, ErrInvalidUTF8 when it is not valid.
+func readValidString(src []byte) (string, []byte, error) {
+	s, rem, ok := readString(src)
+	if !ok {
+		return "", src, errSlowPath
+	}
+	if !utf8.ValidString(s) {
+		return "", src, ErrInvalidUTF8
+	}
+	return s, rem, nil
+}
+
 // appendExtJSONValue appends the value of type t at the start of src and
 // returns the rest of src.
 func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]byte, []byte, error) {
@@ -206,7 +219,7 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 			dst = appendQuoted(dst, src, 4, k)
 		} else {
 			var ok bool
-			if dst, ok = appendJSONStringTail(dst, src[4:3+l], k-4); !ok {
+			if dst, ok = appendJSONStringTail(dst, src[4:3+l], k-4, false); !ok {
 				return dst, src, ErrInvalidUTF8
 			}
 		}
@@ -375,27 +388,17 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 		dst = append(dst, `","$id":{"$oid":"`...)
 		dst = appendOID(dst, rem)
 		return append(dst, `"}}}`...), rem[12:], nil
-	case bson.TypeJavaScript:
-		code, rem, ok := readString(src)
-		if !ok {
-			return dst, src, errSlowPath
+	case bson.TypeJavaScript, bson.TypeSymbol:
+		str, rem, err := readValidString(src)
+		if err != nil {
+			return dst, src, err
 		}
-		if !utf8.ValidString(code) {
-			return dst, src, ErrInvalidUTF8
+		if t == bson.TypeJavaScript {
+			dst = append(dst, `{"$code":`...)
+		} else {
+			dst = append(dst, `{"$symbol":`...)
 		}
-		dst = append(dst, `{"$code":`...)
-		dst = appendJSONString(dst, code)
-		return append(dst, '}'), rem, nil
-	case bson.TypeSymbol:
-		sym, rem, ok := readString(src)
-		if !ok {
-			return dst, src, errSlowPath
-		}
-		if !utf8.ValidString(sym) {
-			return dst, src, ErrInvalidUTF8
-		}
-		dst = append(dst, `{"$symbol":`...)
-		dst = appendJSONString(dst, sym)
+		dst = appendJSONString(dst, str)
 		return append(dst, '}'), rem, nil
 	case bson.TypeCodeWithScope:
 		l, rem, ok := bsoncore.ReadLength(src)
@@ -403,18 +406,14 @@ func appendExtJSONValue(dst []byte, t bson.Type, src []byte, canonical bool) ([]
 			return dst, src, errSlowPath
 		}
 		body := rem[:l-4]
-		code, scope, ok := readString(body)
-		if !ok {
-			return dst, src, errSlowPath
-		}
-		if !utf8.ValidString(code) {
-			return dst, src, ErrInvalidUTF8
+		code, scope, err := readValidString(body)
+		if err != nil {
+			return dst, src, err
 		}
 		dst = append(dst, `{"$code":`...)
 		dst = appendJSONString(dst, code)
 		dst = append(dst, `,"$scope":`...)
-		dst, err := appendExtJSONDoc(dst, scope, canonical)
-		if err != nil {
+		if dst, err = appendExtJSONDoc(dst, scope, canonical); err != nil {
 			return dst, src, err
 		}
 		return append(dst, '}'), src[l:], nil

@@ -11,7 +11,8 @@ import (
 )
 
 // TestValidJSONStringMatchesReference checks the eight-bytes-at-a-time
-// escaper against the byte-by-byte one (and utf8.Valid) on random strings
+// escaper, strict and lossy (U+FFFD for a byte of invalid UTF-8), against
+// the byte-by-byte reference (and utf8.Valid) on random strings
 // made of the bytes that matter: every escape, the bytes next to the
 // has-less/has-zero boundaries, multi-byte runes, U+2028/9, and invalid
 // sequences, at every offset in and across 8-byte words.
@@ -26,15 +27,25 @@ func TestValidJSONStringMatchesReference(t *testing.T) {
 			sb.WriteString(pieces[r.IntN(len(pieces))])
 		}
 		s := []byte(sb.String())
+		want := refAppendJSONString([]byte("x"), string(s))
+		if lossy := appendJSONString([]byte("x"), string(s)); !bytes.Equal(lossy, want) {
+			t.Fatalf("%q: appendJSONString %s, want %s", s, lossy, want)
+		}
 		got, ok := appendValidJSONString([]byte("x"), s)
 		if ok != utf8.Valid(s) {
 			t.Fatalf("%q: valid %v, want %v", s, ok, utf8.Valid(s))
 		}
 		if !ok {
+			if of, okOf := appendValidJSONStringOf([]byte("x"), string(s)); okOf || string(of) != "x" {
+				t.Fatalf("%q: appendValidJSONStringOf %s, %v, want x, false", s, of, okOf)
+			}
 			continue
 		}
-		if want := appendJSONString([]byte("x"), string(s)); !bytes.Equal(got, want) {
+		if !bytes.Equal(got, want) {
 			t.Fatalf("%q: got %s, want %s", s, got, want)
+		}
+		if of, _ := appendValidJSONStringOf([]byte("x"), string(s)); !bytes.Equal(of, want) {
+			t.Fatalf("%q: appendValidJSONStringOf %s, want %s", s, of, want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"slices"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // This file escapes strings for JSON exactly as the driver's
@@ -35,60 +36,27 @@ func appendEscapedASCII(dst []byte, b byte) []byte {
 }
 
 // appendJSONString appends s as a JSON string, escaped exactly as the
-// driver's writeStringWithEscapes with escapeHTML false.
+// driver's writeStringWithEscapes with escapeHTML false: a byte that is not
+// part of valid UTF-8 is written as \ufffd.
 func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	i := plainPrefixString(s, 0)
-	if i == len(s) {
-		dst = append(dst, s...)
-		return append(dst, '"')
-	}
-	start := 0
-	for i < len(s) {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' {
-				i++
-				continue
-			}
-			dst = appendEscapedASCII(append(dst, s[start:i]...), b)
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRuneInString(s[i:])
-		if c == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if c == '\u2028' || c == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\u202`...)
-			dst = append(dst, hexChars[c&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	dst, _ = appendEscaped(dst, bytesOf(s), true)
+	return dst
 }
 
 // appendValidJSONStringOf is appendValidJSONString for a string: false
 // (and dst unchanged) when s is not valid UTF-8.
 func appendValidJSONStringOf(dst []byte, s string) ([]byte, bool) {
-	if i := plainPrefixString(s, 0); i == len(s) {
-		dst = append(dst, '"')
-		dst = append(dst, s...)
-		return append(dst, '"'), true
-	}
-	if !utf8.ValidString(s) {
+	out, ok := appendEscaped(dst, bytesOf(s), false)
+	if !ok {
 		return dst, false
 	}
-	return appendJSONString(dst, s), true
+	return out, true
+}
+
+// bytesOf returns the bytes of s without copying them; they are only
+// read.
+func bytesOf(s string) []byte {
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
 // swarOnes and swarHigh are the byte-wise constants of the eight-bytes-at-
@@ -135,23 +103,6 @@ func plainPrefix(s []byte, i int) int {
 	return len(s) - len(t)
 }
 
-// plainPrefixString is plainPrefix for a string.
-func plainPrefixString(s string, i int) int {
-	for i+8 <= len(s) {
-		t := s[i : i+8]
-		w := uint64(t[0]) | uint64(t[1])<<8 | uint64(t[2])<<16 | uint64(t[3])<<24 |
-			uint64(t[4])<<32 | uint64(t[5])<<40 | uint64(t[6])<<48 | uint64(t[7])<<56
-		if m := nonPlainMask(w); m != 0 {
-			return i + bits.TrailingZeros64(m)>>3
-		}
-		i += 8
-	}
-	for i < len(s) && jsonPlain[s[i]] {
-		i++
-	}
-	return i
-}
-
 // jsonPlain[b] is true for a byte that a JSON string holds as itself, as
 // the driver's writeStringWithEscapes writes strings: printable ASCII
 // other than '"' and '\\'. NUL is not plain, so a scan of a BSON key for
@@ -165,26 +116,33 @@ var jsonPlain = func() (t [256]bool) {
 
 // appendValidJSONString appends s as a JSON string escaped exactly as
 // appendJSONString does, and checks in the same pass that s is valid
-// UTF-8: it returns false (and dst holding a partial string) if not. A
-// string with nothing to escape is scanned once (sixteen or eight bytes
-// at a time, then through a table) and copied in one append; others
-// continue in appendJSONStringTail. The encoder's keys and strings take
-// it in pieces (plainPrefix, then a word store, appendQuoted or
-// appendJSONStringTail), reading the scan's words past a string's end up
-// to its NUL, which is never plain.
+// UTF-8: it returns false (and dst holding a partial string) if not.
 func appendValidJSONString(dst, s []byte) ([]byte, bool) {
+	return appendEscaped(dst, s, false)
+}
+
+// appendEscaped is the one escaper of appendJSONString and
+// appendValidJSONString: a string with nothing to escape is scanned once
+// (sixteen or eight bytes at a time, then through a table) and copied in
+// one append; others continue in appendJSONStringTail. The encoder's keys
+// and strings take it in pieces (plainPrefix, then a word store,
+// appendQuoted or appendJSONStringTail), reading the scan's words past a
+// string's end up to its NUL, which is never plain.
+func appendEscaped(dst, s []byte, lossy bool) ([]byte, bool) {
 	i := plainPrefix(s, 0)
 	if i < len(s) {
-		return appendJSONStringTail(dst, s, i)
+		return appendJSONStringTail(dst, s, i, lossy)
 	}
 	dst = append(dst, '"')
 	dst = append(dst, s...)
 	return append(dst, '"'), true
 }
 
-// appendJSONStringTail is appendValidJSONString for an s whose first i
-// bytes are plain (jsonPlain) and whose byte i is not.
-func appendJSONStringTail(dst, s []byte, i int) ([]byte, bool) {
+// appendJSONStringTail is appendEscaped for an s whose first i bytes are
+// plain (jsonPlain) and whose byte i is not. A byte that is not part of
+// valid UTF-8 is written as \ufffd when lossy (as the driver does), and
+// otherwise ends the string: it returns false.
+func appendJSONStringTail(dst, s []byte, i int, lossy bool) ([]byte, bool) {
 	dst = slices.Grow(dst, len(s)+8)
 	dst = append(dst, '"')
 	start := 0
@@ -206,18 +164,24 @@ func appendJSONStringTail(dst, s []byte, i int) ([]byte, bool) {
 			continue
 		}
 		c, size := utf8.DecodeRune(s[i:])
-		if c == utf8.RuneError && size == 1 {
-			return dst, false
-		}
-		if c == '\u2028' || c == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\u202`...)
-			dst = append(dst, hexChars[c&0xF])
+		var esc string
+		switch {
+		case c == utf8.RuneError && size == 1:
+			if !lossy {
+				return dst, false
+			}
+			esc = `\ufffd`
+		case c == '\u2028':
+			esc = `\u2028`
+		case c == '\u2029':
+			esc = `\u2029`
+		default:
 			i += size
-			start = i
 			continue
 		}
+		dst = append(append(dst, s[start:i]...), esc...)
 		i += size
+		start = i
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"'), true
