@@ -373,10 +373,12 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 		var be *sinks.BatchError
 		if group && errors.As(err, &be) {
 			// A transaction: entries that failed for good (encode,
-			// oversize) are dead-lettered together; if any other entry
-			// failed, the rest of the transaction is sent again whole,
-			// in order (the parts already accepted too, as at-least-once
-			// allows), so no part of it overtakes another.
+			// oversize, or a refused part and the later parts the sink
+			// did not send, sinks.NotSent) are dead-lettered together;
+			// if any other entry failed, the rest of the transaction is
+			// sent again whole, in order (the parts already accepted
+			// too, as at-least-once allows), so no part of it overtakes
+			// another.
 			var dead, rest []*item
 			var perm *sinks.Error
 			for i, it := range pending {

@@ -2,6 +2,7 @@ package sinks
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/changegate/changegate/event"
 )
@@ -75,4 +76,25 @@ func SplitTxn(batch []*event.Event, envs [][]byte, sizes []int, ok []bool, maxBy
 		}
 	}
 	return parts, built
+}
+
+// NotSent is the error of the entries of a batch that are not sent because
+// an earlier call or part of the same batch failed with callErr (sending
+// them would put them before the failed ones). A retryable callErr is
+// returned as is: the entries go round again with it. A permanent one
+// concerns the entries of its call only, so in a plain batch they fail
+// with a retryable "not_sent" error naming it. In a transaction's batch
+// (txn, WithTxnGroup) a refused part refuses the transaction: the later
+// parts fail for good with callErr's reason and text, and the engine
+// dead-letters them with the refused part, at once. what names the
+// operation ("webhook audit", "lambda fn: Invoke").
+func NotSent(what string, callErr error, txn bool) error {
+	de, ok := callErr.(*Error)
+	if !ok || !de.Permanent {
+		return callErr
+	}
+	if txn {
+		return Permanent(de.Reason, fmt.Errorf("%s: not sent: an earlier part of the transaction was refused: %w", what, callErr))
+	}
+	return Retryable("not_sent", 0, fmt.Errorf("%s: not sent after an earlier call for the same batch failed: %w", what, callErr))
 }

@@ -24,7 +24,9 @@
 // call fails as a whole, the calls after it are not made: their entries
 // fail with the same error when it is retryable, otherwise with a retryable
 // "not_sent" error (a permanent failure of one call says nothing about the
-// entries of the next).
+// entries of the next), except in a transaction's batch (transactions =
+// "group"), where a refused call fails the later entries for good with its
+// answer (sinks.NotSent).
 //
 // # Failures
 //

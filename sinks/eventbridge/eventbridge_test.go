@@ -562,3 +562,23 @@ func TestSendTxnGroup(t *testing.T) {
 		t.Fatalf("%d entries, want 23", k)
 	}
 }
+
+// In a transaction's batch (transactions = "group") a refused call fails
+// the entries of the later calls for good, with its answer, unsent.
+func TestSplitCallFailureStopsTxn(t *testing.T) {
+	f := &fakeBus{answer: func(call int, _ []putEntry) (int, string, []string) {
+		if call == 0 {
+			return 400, "AccessDeniedException", nil
+		}
+		return 200, "", nil
+	}}
+	b := newTestSink(t, f, func(c *Config) { c.MaxRequestBytes = 2000 })
+	err := b.Send(sinks.WithTxnGroup(context.Background()), sinktest.Txn(events(t, 6, 500)))
+	be := sinktest.BatchFailures(t, err, 6)
+	for i := range 6 {
+		sinktest.CheckError(t, fmt.Sprint("entry ", i), be.Failed[i], true, "AccessDeniedException")
+	}
+	if n := len(f.snapshot()); n != 1 {
+		t.Errorf("%d calls after a failed one, want 1", n)
+	}
+}

@@ -61,7 +61,9 @@
 // 4xx are permanent and go to dead letters at once. When one invocation of
 // a batch fails as a whole, the later ones are not made (they would
 // overtake it): their events fail with the same error, or a retryable
-// "not_sent" one when it was permanent.
+// "not_sent" one when it was permanent; for a transaction
+// (transactions = "group") a refused invocation fails the events of every
+// later part for good, with its answer (sinks.NotSent).
 //
 // # Retries inside the SDK
 //
@@ -367,7 +369,8 @@ func (l *Lambda) Send(ctx context.Context, batch []*event.Event) error {
 // (sinks.WithTxnGroup) as a JSON array, whatever batch_size says. A payload
 // over the invocation type's limit is split in order into parts, each
 // element's "txn" then carrying "part" and "parts", invoked one after the
-// other; once one fails the later ones are not invoked. An event whose
+// other; once one fails the later ones are not invoked and fail with its
+// error (for good when it was permanent, sinks.NotSent). An event whose
 // payload alone is too large follows the oversize policy and is left out.
 func (l *Lambda) sendGroup(ctx context.Context, batch []*event.Event) error {
 	failed := map[int]error{}
@@ -400,10 +403,7 @@ func (l *Lambda) sendGroup(ctx context.Context, batch []*event.Event) error {
 	var callErr error
 	for _, idx := range parts {
 		if callErr != nil {
-			nerr := callErr
-			if de, ok := callErr.(*sinks.Error); ok && de.Permanent {
-				nerr = sinks.Retryable("not_sent", 0, fmt.Errorf("%s: not invoked after an earlier part of the transaction failed: %w", l.prefix, callErr))
-			}
+			nerr := sinks.NotSent(l.prefix+": Invoke", callErr, true)
 			for _, i := range idx {
 				failed[i] = nerr
 			}

@@ -420,3 +420,48 @@ func TestSendTxnGroup(t *testing.T) {
 		t.Fatalf("%d events invoked, want 6", idx)
 	}
 }
+
+// A refused invocation of a split transaction fails its events and those
+// of every later part for good, with Lambda's answer; the later parts are
+// not invoked.
+func TestSendTxnGroupRefusedPart(t *testing.T) {
+	srv := awstest.NewLambda(awstest.Options{})
+	defer srv.Close()
+	var n atomic.Int32
+	srv.AddFunction("step1", func(awstest.Invocation) awstest.Result {
+		if n.Add(1) == 2 {
+			return awstest.Result{Error: &awstest.InvokeError{Status: 400, Code: "InvalidRequestContentException", Message: "refused: part two"}}
+		}
+		return awstest.Result{}
+	}, nil)
+	s := newSink(t, srv, func(c *Config) { c.MaxPayloadBytes = 2500 })
+	evs := sinktest.Txn(events(t, 12, 300))
+	err := s.Send(sinks.WithTxnGroup(context.Background()), evs)
+	if got := n.Load(); got != 2 {
+		t.Fatalf("%d invocations, want 2 (none after the refused part)", got)
+	}
+	var be *sinks.BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("err = %v, want a batch error", err)
+	}
+	first := -1
+	for i := range evs {
+		ferr, failed := be.Failed[i]
+		if !failed {
+			if first >= 0 {
+				t.Fatalf("entry %d not failed after failed entry %d", i, first)
+			}
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+		de := sinktest.CheckError(t, fmt.Sprint("entry ", i), ferr, true, "InvalidRequestContentException")
+		if de != nil && !strings.Contains(de.Error(), "refused: part two") {
+			t.Errorf("entry %d: %v does not carry Lambda's answer", i, de)
+		}
+	}
+	if first <= 0 || len(be.Failed) != len(evs)-first {
+		t.Fatalf("failed %d entries from %d, want every entry from the second part on", len(be.Failed), first)
+	}
+}

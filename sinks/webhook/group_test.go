@@ -3,9 +3,11 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -113,4 +115,65 @@ func asBatchError(err error, be **sinks.BatchError) bool {
 	b, ok := err.(*sinks.BatchError)
 	*be = b
 	return ok
+}
+
+// A refused part of a split transaction (400) fails, with the receiver's
+// answer and for good, its own events and those of every later part, which
+// are not sent; the earlier parts were accepted (not failed). A retryable
+// answer fails the later parts with itself, retryable.
+func TestSendGroupRefusedPart(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		perm   bool
+		reason string
+	}{{http.StatusBadRequest, true, "http_400"}, {http.StatusServiceUnavailable, false, "http_503"}} {
+		var mu sync.Mutex
+		n := 0
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body)
+			mu.Lock()
+			n++
+			k := n
+			mu.Unlock()
+			if k == 2 {
+				http.Error(w, "refused: part two", tc.status)
+			}
+		}))
+		w := newSink(t, Config{URL: srv.URL, MaxRequestBytes: 1500, AllowPrivateNetworks: true})
+		var evs []*event.Event
+		for i := range 12 {
+			e := testEvent(t, i+1)
+			e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == 11}
+			evs = append(evs, e)
+		}
+		err := w.Send(sinks.WithTxnGroup(context.Background()), evs)
+		srv.Close()
+		if n != 2 {
+			t.Fatalf("%d: %d requests, want 2 (none after the failed part)", tc.status, n)
+		}
+		var be *sinks.BatchError
+		if !asBatchError(err, &be) {
+			t.Fatalf("%d: err = %v, want a batch error", tc.status, err)
+		}
+		first := -1 // the first failed entry: the first of part 2
+		for i := range evs {
+			ferr, failed := be.Failed[i]
+			if !failed {
+				if first >= 0 {
+					t.Fatalf("%d: entry %d not failed after failed entry %d", tc.status, i, first)
+				}
+				continue
+			}
+			if first < 0 {
+				first = i
+			}
+			var de *sinks.Error
+			if !errors.As(ferr, &de) || de.Permanent != tc.perm || de.Reason != tc.reason || !strings.Contains(de.Error(), "refused: part two") {
+				t.Errorf("%d: entry %d: %v, want permanent=%v %s with the receiver's answer", tc.status, i, ferr, tc.perm, tc.reason)
+			}
+		}
+		if first <= 0 || len(be.Failed) != len(evs)-first {
+			t.Fatalf("%d: failed %d entries from %d, want every entry from the second part on", tc.status, len(be.Failed), first)
+		}
+	}
 }

@@ -714,8 +714,9 @@ func (w *Webhook) newChunk(batch []*event.Event) batchChunk {
 // one JSON array, whatever the sink's batch size. An array larger than
 // max_request_bytes is split in order into parts of at most that size, each
 // element's "txn" then carrying "part" and "parts"; the parts are posted one
-// after the other, and once one fails the later ones are not sent (they
-// fail with a retryable "not_sent" error, or the same one). An event whose
+// after the other, and once one fails the later ones are not sent: they
+// fail with the same error, so that a refused part (a permanent failure)
+// dead-letters every later part with it at once (sinks.NotSent). An event whose
 // envelope alone is too large follows the oversize policy and is left out
 // (a permanent failure in the returned *sinks.BatchError).
 func (w *Webhook) sendGroup(ctx context.Context, batch []*event.Event) (err error) {
@@ -748,10 +749,7 @@ func (w *Webhook) sendGroup(ctx context.Context, batch []*event.Event) (err erro
 	var callErr error
 	for _, idx := range parts {
 		if callErr != nil {
-			nerr := callErr
-			if de, ok := callErr.(*sinks.Error); ok && de.Permanent {
-				nerr = sinks.Retryable("not_sent", 0, fmt.Errorf("webhook %s: not sent after an earlier part of the transaction failed: %w", w.name, callErr))
-			}
+			nerr := sinks.NotSent("webhook "+w.name, callErr, true)
 			for _, i := range idx {
 				failed[i] = nerr
 			}

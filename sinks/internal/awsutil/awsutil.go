@@ -332,9 +332,10 @@ func ClassifyCall(ctx context.Context, prefix string, err error) error {
 // (sizes[i] each), in order, one send call per chunk. send reports per-entry
 // failures through fail and returns the classified error of a call that
 // failed as a whole. Once a call has failed, later chunks are not sent (that
-// would put them before the failed ones): their entries fail with the same
-// error, or, when it was permanent, with a retryable "not_sent" error naming
-// it. what names the operation in those errors ("eventbridge bus: PutEvents").
+// would put them before the failed ones): their entries fail as
+// sinks.NotSent says (a refused call of a transaction's batch fails them for
+// good with its answer). what names the operation in those errors
+// ("eventbridge bus: PutEvents").
 //
 // It returns nil when every entry was accepted; the call error when every
 // entry failed with it; a *sinks.BatchError with the failed indexes
@@ -348,6 +349,7 @@ func SendInChunks(ctx context.Context, what string, n int, sizes []int, maxEntri
 		failed[i] = err
 	}
 	idx := make([]int, 0, maxEntries)
+	txn := sinks.TxnGroup(ctx)
 	var callErr error
 	calls, callFailed := 0, 0
 	flush := func() error {
@@ -356,10 +358,7 @@ func SendInChunks(ctx context.Context, what string, n int, sizes []int, maxEntri
 		}
 		defer func() { idx = idx[:0] }()
 		if callErr != nil {
-			err := callErr
-			if de, ok := callErr.(*sinks.Error); ok && de.Permanent {
-				err = sinks.Retryable("not_sent", 0, fmt.Errorf("%s: not sent after an earlier call for the same batch failed: %w", what, callErr))
-			}
+			err := sinks.NotSent(what, callErr, txn)
 			for _, i := range idx {
 				fail(i, err)
 			}
