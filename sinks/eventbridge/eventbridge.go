@@ -155,16 +155,12 @@ type Config struct {
 // EventBridge is a sinks.Sink that puts events on one event bus. It is safe
 // for concurrent use by several workers.
 type EventBridge struct {
-	name       string
+	core       awsutil.Core
 	bus        string
 	source     *Template
 	detailType *Template
 	resources  []string
 	resBytes   int
-	maxBytes   int
-	oversize   sinks.Oversize
-	canonical  bool
-	timeout    time.Duration
 	client     *eventbridge.Client
 	log        *slog.Logger
 	closed     atomic.Bool
@@ -220,34 +216,32 @@ func New(cfg Config, logger *slog.Logger) (*EventBridge, error) {
 		awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, &o.APIOptions, cfg.Endpoint)
 	})
 	b := &EventBridge{
-		name: cfg.Name, bus: cfg.EventBus, source: src, detailType: dt,
-		resources: cfg.Resources, maxBytes: cfg.MaxRequestBytes, oversize: cfg.Oversize,
-		canonical: cfg.Canonical, timeout: cfg.Timeout, client: client, log: logger,
+		bus: cfg.EventBus, source: src, detailType: dt,
+		resources: cfg.Resources, client: client, log: logger,
 	}
 	for _, r := range cfg.Resources {
 		b.resBytes += len(r)
 	}
-	if b.maxBytes == 0 {
-		b.maxBytes = DefaultMaxRequestBytes
+	maxBytes, timeout := cfg.MaxRequestBytes, cfg.Timeout
+	if maxBytes == 0 {
+		maxBytes = DefaultMaxRequestBytes
 	}
-	if b.timeout == 0 {
-		b.timeout = DefaultTimeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
 	}
+	b.core.Init("eventbridge", cfg.Name, maxBytes, cfg.Oversize, cfg.Canonical, timeout)
 	return b, nil
 }
 
 // Name returns the sink name.
-func (b *EventBridge) Name() string { return b.name }
+func (b *EventBridge) Name() string { return b.core.Name() }
 
 // MaxBatch returns 10, the most entries of one PutEvents call.
 func (b *EventBridge) MaxBatch() int { return MaxEntries }
 
 // Close marks the sink closed; the SDK client holds no other resources that
 // need releasing. No Send may follow Close.
-func (b *EventBridge) Close() error {
-	b.closed.Store(true)
-	return nil
-}
+func (b *EventBridge) Close() error { return b.core.Close() }
 
 // EntrySize returns the size AWS counts for a PutEvents entry.
 func EntrySize(e types.PutEventsRequestEntry) int {
@@ -267,13 +261,13 @@ func (b *EventBridge) Send(ctx context.Context, batch []*event.Event) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	prefix := "eventbridge " + b.name
-	if b.closed.Load() {
-		return sinks.Retryable("closed", 0, fmt.Errorf("%s: send after close", prefix))
+	ctx, cancel, err := b.core.Begin(ctx)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := awsutil.WithTimeout(ctx, b.timeout)
 	defer cancel()
-	return awsutil.SendEntries(ctx, prefix+": PutEvents", batch, MaxEntries, b.maxBytes, b.oversize, func(i int, e *event.Event) (types.PutEventsRequestEntry, sinks.Payload, error) {
+	prefix := b.core.Prefix()
+	return awsutil.SendEntries(ctx, prefix+": PutEvents", batch, MaxEntries, b.core.MaxBytes, b.core.Oversize, func(i int, e *event.Event) (types.PutEventsRequestEntry, sinks.Payload, error) {
 		return b.entry(ctx, i, prefix, e)
 	}, func(ctx context.Context, entries []types.PutEventsRequestEntry, idx []int, fail func(int, error)) error {
 		return b.put(ctx, batch, entries, idx, fail)
@@ -286,7 +280,7 @@ func (b *EventBridge) entry(ctx context.Context, i int, prefix string, e *event.
 	var none types.PutEventsRequestEntry
 	// The detail is self-contained (event.Event.Record): with envelope
 	// = "document" the metadata goes beside fullDocument.
-	env, err := sinks.EncodeRecord(e, b.canonical)
+	env, err := sinks.EncodeRecord(e, b.core.Canonical)
 	if err != nil {
 		return none, sinks.Payload{}, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err))
 	}
@@ -317,7 +311,7 @@ func (b *EventBridge) entry(ctx context.Context, i int, prefix string, e *event.
 	if th := tracing.XRayHeader(ctx, i); th != "" {
 		ent.TraceHeader = aws.String(th) // X-Ray's format (trace_context)
 	}
-	p, err := b.oversize.Fit(e, b.canonical, env, b.maxBytes, func(d []byte) int {
+	p, err := b.core.Oversize.Fit(e, b.core.Canonical, env, b.core.MaxBytes, func(d []byte) int {
 		ent.Detail = aws.String(unsafe.String(unsafe.SliceData(d), len(d)))
 		return EntrySize(ent)
 	}, prefix, "entry")
@@ -333,7 +327,7 @@ func (b *EventBridge) entry(ctx context.Context, i int, prefix string, e *event.
 // of a call that failed as a whole.
 func (b *EventBridge) put(ctx context.Context, batch []*event.Event, entries []types.PutEventsRequestEntry, idx []int, fail func(int, error)) error {
 	in := &eventbridge.PutEventsInput{Entries: entries}
-	prefix := "eventbridge " + b.name
+	prefix := b.core.Prefix()
 	out, err := b.client.PutEvents(ctx, in)
 	if err != nil {
 		return awsutil.ClassifyCall(ctx, prefix+": PutEvents", err)

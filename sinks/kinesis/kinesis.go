@@ -73,7 +73,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -140,16 +139,11 @@ type Config struct {
 // Kinesis is a sinks.Sink that puts events on one data stream. It is safe
 // for concurrent use by several workers.
 type Kinesis struct {
-	name      string
+	core      awsutil.Core
 	streamARN *string
 	stream    *string
 	keyPath   []string
-	maxBytes  int
-	oversize  sinks.Oversize
-	canonical bool
-	timeout   time.Duration
 	client    *kinesis.Client
-	closed    atomic.Bool
 }
 
 var _ sinks.Sink = (*Kinesis)(nil)
@@ -180,12 +174,12 @@ func New(cfg Config, logger *slog.Logger) (*Kinesis, error) {
 		return nil, err
 	}
 	k := &Kinesis{
-		name: cfg.Name, keyPath: keyPath, maxBytes: c.MaxRequestBytes, oversize: cfg.Oversize,
-		canonical: cfg.Canonical, timeout: c.Timeout,
+		keyPath: keyPath,
 		client: kinesis.NewFromConfig(awsCfg, func(o *kinesis.Options) {
 			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, &o.APIOptions, cfg.Endpoint)
 		}),
 	}
+	k.core.Init("kinesis", cfg.Name, c.MaxRequestBytes, cfg.Oversize, cfg.Canonical, c.Timeout)
 	if strings.HasPrefix(cfg.Stream, "arn:") {
 		k.streamARN = aws.String(cfg.Stream)
 	} else {
@@ -195,16 +189,13 @@ func New(cfg Config, logger *slog.Logger) (*Kinesis, error) {
 }
 
 // Name returns the sink name.
-func (k *Kinesis) Name() string { return k.name }
+func (k *Kinesis) Name() string { return k.core.Name() }
 
 // MaxBatch returns 500, the most records of one PutRecords call.
 func (k *Kinesis) MaxBatch() int { return MaxRecords }
 
 // Close marks the sink closed. No Send may follow Close.
-func (k *Kinesis) Close() error {
-	k.closed.Store(true)
-	return nil
-}
+func (k *Kinesis) Close() error { return k.core.Close() }
 
 // PartitionKey returns the partition key of e for the configured path.
 func (k *Kinesis) PartitionKey(e *event.Event) string { return awsutil.PartitionKey(e, k.keyPath) }
@@ -216,21 +207,20 @@ func (k *Kinesis) Send(ctx context.Context, batch []*event.Event) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	prefix := "kinesis " + k.name
-	if k.closed.Load() {
-		return sinks.Retryable("closed", 0, fmt.Errorf("%s: send after close", prefix))
+	ctx, cancel, err := k.core.Begin(ctx)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := awsutil.WithTimeout(ctx, k.timeout)
 	defer cancel()
-
-	return awsutil.SendEntries(ctx, prefix+": PutRecords", batch, MaxRecords, k.maxBytes, k.oversize,
+	prefix := k.core.Prefix()
+	return awsutil.SendEntries(ctx, prefix+": PutRecords", batch, MaxRecords, k.core.MaxBytes, k.core.Oversize,
 		func(_ int, e *event.Event) (types.PutRecordsRequestEntry, sinks.Payload, error) {
-			data, err := sinks.EncodeRecord(e, k.canonical)
+			data, err := sinks.EncodeRecord(e, k.core.Canonical)
 			if err != nil {
 				return types.PutRecordsRequestEntry{}, sinks.Payload{}, sinks.Permanent("encode", fmt.Errorf("%s: %w", prefix, err))
 			}
 			key := k.PartitionKey(e)
-			p, err := k.oversize.Fit(e, k.canonical, data, k.maxBytes, func(b []byte) int { return len(b) + len(key) }, prefix, "record")
+			p, err := k.core.Oversize.Fit(e, k.core.Canonical, data, k.core.MaxBytes, func(b []byte) int { return len(b) + len(key) }, prefix, "record")
 			if err != nil {
 				return types.PutRecordsRequestEntry{}, p, err
 			}
@@ -248,7 +238,7 @@ func (k *Kinesis) Send(ctx context.Context, batch []*event.Event) error {
 // classified error of a call that failed as a whole.
 func (k *Kinesis) putRecords(ctx context.Context, batch []*event.Event, records []types.PutRecordsRequestEntry, idx []int, fail func(int, error)) error {
 	in := &kinesis.PutRecordsInput{StreamName: k.stream, StreamARN: k.streamARN, Records: records}
-	prefix := "kinesis " + k.name
+	prefix := k.core.Prefix()
 	out, err := k.client.PutRecords(ctx, in)
 	if err != nil {
 		return awsutil.ClassifyCall(ctx, prefix+": PutRecords", err)

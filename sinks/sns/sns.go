@@ -50,11 +50,9 @@ package sns
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -120,16 +118,11 @@ type Config struct {
 // SNS is a sinks.Sink that publishes events to one topic. It is safe for
 // concurrent use by several workers.
 type SNS struct {
-	name      string
-	topicARN  string
-	fifo      bool
-	groupBy   []string
-	maxBytes  int
-	oversize  sinks.Oversize
-	canonical bool
-	timeout   time.Duration
-	client    *sns.Client
-	closed    atomic.Bool
+	core     awsutil.Core
+	topicARN string
+	fifo     bool
+	groupBy  []string
+	client   *sns.Client
 }
 
 var _ sinks.Sink = (*SNS)(nil)
@@ -159,17 +152,18 @@ func New(cfg Config, logger *slog.Logger) (*SNS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SNS{
-		name: cfg.Name, topicARN: cfg.TopicARN, fifo: strings.HasSuffix(cfg.TopicARN, ".fifo"), groupBy: groupBy,
-		maxBytes: c.MaxRequestBytes, oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: c.Timeout,
+	s := &SNS{
+		topicARN: cfg.TopicARN, fifo: strings.HasSuffix(cfg.TopicARN, ".fifo"), groupBy: groupBy,
 		client: sns.NewFromConfig(awsCfg, func(o *sns.Options) {
 			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, &o.APIOptions, cfg.Endpoint)
 		}),
-	}, nil
+	}
+	s.core.Init("sns", cfg.Name, c.MaxRequestBytes, cfg.Oversize, cfg.Canonical, c.Timeout)
+	return s, nil
 }
 
 // Name returns the sink name.
-func (s *SNS) Name() string { return s.name }
+func (s *SNS) Name() string { return s.core.Name() }
 
 // MaxBatch returns 10, the most messages of one PublishBatch call.
 func (s *SNS) MaxBatch() int { return MaxEntries }
@@ -178,10 +172,7 @@ func (s *SNS) MaxBatch() int { return MaxEntries }
 func (s *SNS) FIFO() bool { return s.fifo }
 
 // Close marks the sink closed. No Send may follow Close.
-func (s *SNS) Close() error {
-	s.closed.Store(true)
-	return nil
-}
+func (s *SNS) Close() error { return s.core.Close() }
 
 // entry builds the message of e with body env and returns it with its
 // size.
@@ -208,16 +199,15 @@ func (s *SNS) Send(ctx context.Context, batch []*event.Event) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	prefix := "sns " + s.name
-	if s.closed.Load() {
-		return sinks.Retryable("closed", 0, fmt.Errorf("%s: send after close", prefix))
+	ctx, cancel, err := s.core.Begin(ctx)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := awsutil.WithTimeout(ctx, s.timeout)
 	defer cancel()
-
-	return awsutil.SendEntries(ctx, prefix+": PublishBatch", batch, MaxEntries, s.maxBytes, s.oversize,
+	prefix := s.core.Prefix()
+	return awsutil.SendEntries(ctx, prefix+": PublishBatch", batch, MaxEntries, s.core.MaxBytes, s.core.Oversize,
 		func(i int, e *event.Event) (types.PublishBatchRequestEntry, sinks.Payload, error) {
-			return awsutil.EnvelopeEntry(s.oversize, e, s.canonical, s.maxBytes, prefix, "message", func(body []byte) (types.PublishBatchRequestEntry, int) {
+			return awsutil.EnvelopeEntry(s.core.Oversize, e, s.core.Canonical, s.core.MaxBytes, prefix, "message", func(body []byte) (types.PublishBatchRequestEntry, int) {
 				return s.entry(ctx, i, e, body)
 			})
 		},
@@ -231,7 +221,7 @@ func (s *SNS) Send(ctx context.Context, batch []*event.Event) error {
 // classified error of a call that failed as a whole.
 func (s *SNS) publishBatch(ctx context.Context, batch []*event.Event, entries []types.PublishBatchRequestEntry, idx []int, fail func(int, error)) error {
 	in := &sns.PublishBatchInput{TopicArn: aws.String(s.topicARN), PublishBatchRequestEntries: entries}
-	prefix := "sns " + s.name
+	prefix := s.core.Prefix()
 	out, err := s.client.PublishBatch(ctx, in)
 	if err != nil {
 		return awsutil.ClassifyCall(ctx, prefix+": PublishBatch", err)

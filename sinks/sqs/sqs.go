@@ -163,17 +163,12 @@ type Config struct {
 // SQS is a sinks.Sink that sends events to one queue. It is safe for
 // concurrent use by several workers.
 type SQS struct {
-	name      string
+	core      awsutil.Core
 	queueName string
 	fifo      bool
 	groupBy   []string
-	maxBytes  int
-	oversize  sinks.Oversize
-	canonical bool
-	timeout   time.Duration
 	client    *sqs.Client
 	log       *slog.Logger
-	closed    atomic.Bool
 
 	urlMu    sync.Mutex
 	queueURL atomic.Pointer[string]
@@ -212,14 +207,14 @@ func New(cfg Config, logger *slog.Logger) (*SQS, error) {
 		return nil, err
 	}
 	s := &SQS{
-		name: cfg.Name, queueName: cfg.QueueName, groupBy: groupBy,
-		maxBytes: c.MaxRequestBytes, oversize: cfg.Oversize, canonical: cfg.Canonical, timeout: c.Timeout,
+		queueName: cfg.QueueName, groupBy: groupBy,
 		client: sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
 			awsutil.ClientOptions(&o.Retryer, &o.BaseEndpoint, &o.APIOptions, cfg.Endpoint)
 		}),
 		log:  logger,
 		fifo: strings.HasSuffix(cfg.QueueURL, ".fifo") || strings.HasSuffix(cfg.QueueName, ".fifo"),
 	}
+	s.core.Init("sqs", cfg.Name, c.MaxRequestBytes, cfg.Oversize, cfg.Canonical, c.Timeout)
 	if cfg.QueueURL != "" {
 		u := cfg.QueueURL
 		s.queueURL.Store(&u)
@@ -228,7 +223,7 @@ func New(cfg Config, logger *slog.Logger) (*SQS, error) {
 }
 
 // Name returns the sink name.
-func (s *SQS) Name() string { return s.name }
+func (s *SQS) Name() string { return s.core.Name() }
 
 // MaxBatch returns 10, the most messages of one SendMessageBatch call.
 func (s *SQS) MaxBatch() int { return MaxEntries }
@@ -237,10 +232,7 @@ func (s *SQS) MaxBatch() int { return MaxEntries }
 func (s *SQS) FIFO() bool { return s.fifo }
 
 // Close marks the sink closed. No Send may follow Close.
-func (s *SQS) Close() error {
-	s.closed.Store(true)
-	return nil
-}
+func (s *SQS) Close() error { return s.core.Close() }
 
 // url returns the queue URL, resolving the queue name once.
 func (s *SQS) url(ctx context.Context) (string, error) {
@@ -254,11 +246,11 @@ func (s *SQS) url(ctx context.Context) (string, error) {
 	}
 	out, err := s.client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(s.queueName)})
 	if err != nil {
-		return "", awsutil.ClassifyCall(ctx, fmt.Sprintf("sqs %s: GetQueueUrl %s", s.name, s.queueName), err)
+		return "", awsutil.ClassifyCall(ctx, fmt.Sprintf("%s: GetQueueUrl %s", s.core.Prefix(), s.queueName), err)
 	}
 	u := aws.ToString(out.QueueUrl)
 	if u == "" {
-		return "", sinks.Retryable("GetQueueUrl", 0, fmt.Errorf("sqs %s: GetQueueUrl %s: empty queue URL", s.name, s.queueName))
+		return "", sinks.Retryable("GetQueueUrl", 0, fmt.Errorf("%s: GetQueueUrl %s: empty queue URL", s.core.Prefix(), s.queueName))
 	}
 	s.queueURL.Store(&u)
 	s.log.Debug("queue URL resolved", "queue", s.queueName, "url", u)
@@ -299,20 +291,20 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	prefix := "sqs " + s.name
-	if s.closed.Load() {
-		return sinks.Retryable("closed", 0, fmt.Errorf("%s: send after close", prefix))
+	ctx, cancel, err := s.core.Begin(ctx)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := awsutil.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	url, err := s.url(ctx)
 	if err != nil {
 		return err
 	}
+	prefix := s.core.Prefix()
 
-	return awsutil.SendEntries(ctx, prefix+": SendMessageBatch", batch, MaxEntries, s.maxBytes, s.oversize,
+	return awsutil.SendEntries(ctx, prefix+": SendMessageBatch", batch, MaxEntries, s.core.MaxBytes, s.core.Oversize,
 		func(i int, e *event.Event) (types.SendMessageBatchRequestEntry, sinks.Payload, error) {
-			return awsutil.EnvelopeEntry(s.oversize, e, s.canonical, s.maxBytes, prefix, "message", func(body []byte) (types.SendMessageBatchRequestEntry, int) {
+			return awsutil.EnvelopeEntry(s.core.Oversize, e, s.core.Canonical, s.core.MaxBytes, prefix, "message", func(body []byte) (types.SendMessageBatchRequestEntry, int) {
 				return s.entry(ctx, i, e, body)
 			})
 		},
@@ -326,7 +318,7 @@ func (s *SQS) Send(ctx context.Context, batch []*event.Event) error {
 // classified error of a call that failed as a whole.
 func (s *SQS) sendBatch(ctx context.Context, url string, batch []*event.Event, entries []types.SendMessageBatchRequestEntry, idx []int, fail func(int, error)) error {
 	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries}
-	prefix := "sqs " + s.name
+	prefix := s.core.Prefix()
 	out, err := s.client.SendMessageBatch(ctx, in)
 	if err != nil {
 		return awsutil.ClassifyCall(ctx, prefix+": SendMessageBatch", err)

@@ -1,7 +1,8 @@
 // Package awsutil is what the AWS sinks (EventBridge, SQS, SNS, Kinesis,
 // Lambda) share:
 // the SDK client setup (credential chain, assumed role, transport-only
-// retries) and the classification of whole-call errors into retry
+// retries), the state and start of a Send (Core), the batch calls
+// (SendEntries) and the classification of whole-call errors into retry
 // decisions. The webhook sink's SigV4 signing uses its credential chain
 // too.
 package awsutil
