@@ -366,7 +366,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	engine.SetBudget(budget)
-	engine.SetTracer(opts.Tracer)
+	if opts.Tracer != nil {
+		engine.SetObserver(opts.Tracer)
+	}
 	log = log.With("instance", cfg.Cluster.Instance)
 	g := &gateway{log: log, metrics: m, budget: budget, sizing: sizing, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, stuckAfter: 5 * time.Second,
 		loadConfig: opts.LoadConfig, instance: cfg.Cluster.Instance, defs: unitDefs(cfg),

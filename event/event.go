@@ -17,7 +17,6 @@ import (
 
 	"github.com/changegate/changegate/internal/bsonraw"
 	"github.com/changegate/changegate/memory"
-	"github.com/changegate/changegate/tracing"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
@@ -76,9 +75,10 @@ type Event struct {
 	// multi-document transaction, nil for a single write. Set by the source
 	// before dispatch (and by dead-letter replay from the stored entry).
 	Txn *Txn
-	// Trace is the change's trace (nil: tracing off), set by the router's
-	// Dispatch before the event is handed to sinks.
-	Trace *tracing.Change
+	// Observed holds the state the router's observers keep for the change
+	// (package observe: a trace, ...), nil when none does. Shaped views
+	// share their event's.
+	Observed any
 	// Exclusive is set by the router's Dispatch when it hands the event to
 	// one sink only: that sink may encode the payload straight into its
 	// request (AppendRecord) rather than cache it on the event for other

@@ -69,7 +69,7 @@ func (e *Event) Shaped(s *Shape) (view *Event, skip bool) {
 		ID: base.ID, Source: base.Source, Seq: base.Seq, Token: base.Token, OperationType: base.OperationType,
 		DB: base.DB, Coll: base.Coll, DocumentKey: base.DocumentKey, ClusterTime: base.ClusterTime,
 		WallTime: base.WallTime, Rules: base.Rules, Tenure: base.Tenure, Txn: base.Txn, Mem: base.Mem,
-		Trace: base.Trace,
+		Observed: base.Observed,
 	}
 	vs := &viewState{base: base, shape: s}
 	v.view = vs

@@ -14,9 +14,9 @@ import (
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
+	"github.com/changegate/changegate/observe"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/limit"
-	"github.com/changegate/changegate/tracing"
 )
 
 // deliveryMode says what the delivery stage does with an outcome.
@@ -82,11 +82,9 @@ type deliverer struct {
 	mFailures           *prometheus.CounterVec // sink, reason
 	mDuration, mLag     prometheus.Observer
 
-	// tracer makes the attempts' spans (nil: tracing off); kind and
-	// noTraceContext are the sink's SinkSpec.Kind and NoTraceContext.
-	tracer         *tracing.Tracer
-	kind           string
-	noTraceContext bool
+	// obs are the sink's edges (observe.go; nil: no observer); an
+	// attempt's are its first item's (item.obs).
+	obs *laneEdges
 }
 
 // failing reports since when the sink has been failing (zero when healthy).
@@ -158,10 +156,13 @@ func (d *deliverer) waitReady(ctx context.Context, items []*item, fin finisher) 
 //
 // fill is the request's Outcome.Fill for the limiter (0: not measured).
 func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event, fill float64) (err error) {
-	var att *tracing.Attempt
-	if d.tracer != nil {
-		ctx, att = d.startAttempt(ctx, items)
-		defer func() { endAttempt(att, err) }()
+	obs := items[0].obs
+	var att observe.Attempt
+	if obs != nil {
+		var actx context.Context
+		actx, att = obs.attemptStart(ctx, items, evs, d.clk.Now())
+		ctx = actx
+		defer func() { obs.attemptEnd(actx, &att, err) }()
 	}
 	// The limiter's hold on the request: the lane's own limiter stage
 	// (adaptive) is called directly, without the closure its Acquire
@@ -170,14 +171,18 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event,
 	var release func(error)
 	if a, ok := d.limit.(adaptive); ok {
 		t, err := a.l.Acquire(ctx)
-		att.Admitted()
+		if obs != nil {
+			att.Admitted = d.clk.Now()
+		}
 		if err != nil {
 			return err
 		}
 		tok = t
 	} else if d.limit != nil {
 		r, err := d.limit.Acquire(ctx)
-		att.Admitted()
+		if obs != nil {
+			att.Admitted = d.clk.Now()
+		}
 		if err != nil {
 			return err
 		}
@@ -202,7 +207,9 @@ func (d *deliverer) send(ctx context.Context, items []*item, evs []*event.Event,
 		ctx = memory.WithBudget(ctx, d.budget) // a lane's workers have it already (Lane.start)
 	}
 	err = d.sink.Send(ctx, evs)
-	observeDuration(d.mDuration, d.clk.Now().Sub(start).Seconds(), att)
+	dur := d.clk.Now().Sub(start)
+	att.Duration = dur
+	observeDuration(d.mDuration, dur.Seconds(), obs, evs[0])
 	fenced := err != nil && !allHeld(ts)
 	for _, t := range ts {
 		t.Exit()
@@ -488,7 +495,9 @@ func (d *deliverer) deliver(ctx context.Context, items []*item, mode deliveryMod
 		d.mRetried.Add(float64(len(pending)))
 		for _, it := range pending {
 			it.retryAt = now.Add(wait)
-			it.trace.Backoff(wait, decision.RetryAfter)
+		}
+		if x := pending[0].obs; x != nil {
+			x.retrying(pending, wait, decision)
 		}
 	}
 }

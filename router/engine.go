@@ -15,9 +15,9 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/metrics"
+	"github.com/changegate/changegate/observe"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/limit"
-	"github.com/changegate/changegate/tracing"
 )
 
 // Ordering says which deliveries of one sink must happen in stream order.
@@ -101,7 +101,8 @@ type Engine struct {
 	redrive *memory.Budget // the re-drives' share of budget (RedriveSharePercent)
 	metrics *metrics.Metrics
 	log     *slog.Logger
-	tracer  *tracing.Tracer // set by SetTracer before Start; nil: off
+	obs     observe.Observer // set by SetObserver before Start; nil: none
+	hooks   observe.Hooks    // obs's, if it has them
 
 	mu      sync.Mutex // guards ctx, retired and reloads
 	ctx     context.Context
@@ -123,6 +124,8 @@ type engineState struct {
 	// matched caches EventsMatched's counter of each rule (by rule.idx),
 	// created on the rule's first match as WithLabelValues would.
 	matched []atomic.Pointer[prometheus.Counter]
+	// sinks are the lanes as the observers see them (observe.Dispatch).
+	sinks []observe.Sink
 }
 
 // endTxn tells every grouped lane that ev's transaction ended.
@@ -192,6 +195,7 @@ func NewEngine(rules *Rules, specs []SinkSpec, dl DeadLetters, m *metrics.Metric
 		}
 		st.lanes = append(st.lanes, l)
 	}
+	st.sinks = sinksOf(st.lanes)
 	e.state.Store(st)
 	return e, nil
 }
@@ -306,10 +310,11 @@ func (e *Engine) Reload(rules *Rules, updates []LaneUpdate) error {
 		}
 		l.own = e.own
 		l.setBudget(e.budget, e.redrive)
-		l.setTracer(e.tracer)
+		l.setObserver(e.obs)
 		fresh = append(fresh, l)
 		st.lanes = append(st.lanes, l)
 	}
+	st.sinks = sinksOf(st.lanes)
 	e.state.Store(st)
 	// Lanes left in byName are replaced or removed: they finish what they
 	// hold, then stop; a replacement starts after its predecessor.
@@ -413,15 +418,9 @@ func (e *Engine) dispatch(ev *event.Event, key uint64, keyed bool, ack func()) {
 			ruleIdxs = append(ruleIdxs, idx)
 		}
 	}
-	if e.tracer != nil {
-		var own bool
-		if ack, own = e.traceChange(ev, ack); own {
-			defer e.EndDispatch(ev)
-		}
-	}
 	m := st.rules.route(ev, hit)
-	if e.tracer != nil {
-		e.traceRoute(st, ev, m.Rules, m.Sinks)
+	if e.obs != nil {
+		e.dispatched(st, ev, m.Rules, m.Sinks)
 	}
 	if ev.Txn != nil && ev.Txn.Last {
 		// Grouped lanes queue the transaction once its last event was
@@ -466,6 +465,7 @@ func (e *Engine) dispatch(ev *event.Event, key uint64, keyed bool, ack func()) {
 			// skip_empty_updates: nothing for this sink, which is done
 			// with the event (it is acknowledged with the others).
 			e.metrics.Deliveries.WithLabelValues(st.lanes[s].name, metrics.OutcomeSkippedEmpty).Inc()
+			st.lanes[s].skipped(v)
 			done()
 			continue
 		}
@@ -536,10 +536,7 @@ func (e *Engine) deliverNow(ctx context.Context, sink string, evs []*event.Event
 			continue // skip_empty_updates: nothing to deliver
 		}
 		it := newItem(ev)
-		if l.d.tracer != nil {
-			it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "replay")
-			defer it.trace.End()
-		}
+		it.obs = l.d.obs.replay()
 		items = append(items, it)
 	}
 	if len(items) == 0 {
@@ -549,15 +546,16 @@ func (e *Engine) deliverNow(ctx context.Context, sink string, evs []*event.Event
 		ctx = sinks.WithTxnGroup(ctx)
 	}
 	_, err := l.d.deliver(ctx, items, modeReplay, nil, 0)
-	for _, it := range items {
-		if err == nil {
-			it.trace.Outcome("delivered", "")
-		} else {
-			reason := "error"
+	if x := l.d.obs.replay(); x != nil {
+		o := observe.Outcome{Kind: observe.Delivered}
+		if err != nil {
+			o = observe.Outcome{Kind: observe.Failed, Reason: "error", Failure: failureOf(err)}
 			if de, ok := sinks.Classify(err); ok {
-				reason = de.Reason
+				o.Reason = de.Reason
 			}
-			it.trace.Outcome("failed", reason)
+		}
+		for _, it := range items {
+			x.outcome(it, o)
 		}
 	}
 	return err
@@ -590,12 +588,8 @@ func (e *Engine) DispatchTo(sink string, ev *event.Event, ack func()) bool {
 	if len(targets) == 0 {
 		return false
 	}
-	if e.tracer != nil {
-		var own bool
-		if ack, own = e.traceChange(ev, ack); own {
-			defer e.EndDispatch(ev)
-		}
-		e.traceRoute(st, ev, m.Rules, targets)
+	if e.obs != nil {
+		e.dispatched(st, ev, m.Rules, targets)
 	}
 	ev.Rules = m.Rules
 	done := ack
@@ -618,6 +612,7 @@ func (e *Engine) DispatchTo(sink string, ev *event.Event, ack func()) bool {
 		v, skip := ev.Shaped(st.rules.shapeFor(ruleIdxs, s))
 		if skip {
 			e.metrics.Deliveries.WithLabelValues(st.lanes[s].name, metrics.OutcomeSkippedEmpty).Inc()
+			st.lanes[s].skipped(v)
 			done()
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/observe"
 	"github.com/changegate/changegate/sinks"
 )
 
@@ -179,6 +180,13 @@ func fastRetry(n int) sinks.RetryPolicy {
 
 func newTestEngine(t *testing.T, dl DeadLetters, specs ...SinkSpec) *Engine {
 	t.Helper()
+	return startEngine(t, dl, nil, specs...)
+}
+
+// startEngine starts an engine, told to obs, whose rule "all" routes
+// source "orders" to every sink of specs.
+func startEngine(t *testing.T, dl DeadLetters, obs observe.Observer, specs ...SinkSpec) *Engine {
+	t.Helper()
 	var names []string
 	for _, s := range specs {
 		names = append(names, s.Sink.Name())
@@ -191,6 +199,7 @@ func newTestEngine(t *testing.T, dl DeadLetters, specs ...SinkSpec) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.SetObserver(obs)
 	ctx, cancel := context.WithCancel(context.Background())
 	e.Start(ctx)
 	t.Cleanup(func() { cancel(); e.Stop() })

@@ -14,6 +14,7 @@ import (
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/metrics"
+	"github.com/changegate/changegate/observe"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/limit"
 )
@@ -165,7 +166,6 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 		mFailures: m.DeliveryFailures,
 		mDuration: m.DeliveryDuration.WithLabelValues(name),
 		mLag:      m.EndToEndLag.WithLabelValues(name),
-		kind:      sp.Kind, noTraceContext: sp.NoTraceContext,
 	}
 	return l, nil
 }
@@ -334,10 +334,7 @@ func (l *Lane) waitIdle(ctx context.Context) {
 func (l *Lane) enqueue(ev *event.Event, key uint64, done func()) {
 	ev.Mem.Retain(1) // the item's reference, released once it is finished (item.release)
 	it := newItem(ev)
-	it.done, it.key = done, key
-	if ev.Trace != nil {
-		it.trace = ev.Trace.Delivery(l.name, l.spec.Kind)
-	}
+	it.done, it.key, it.obs = done, key, l.d.obs.live()
 	if l.spec.Group && ev.Txn != nil && l.collect(it) {
 		return // queued with its transaction's other events (endTxn)
 	}
@@ -466,7 +463,9 @@ func (l *Lane) dropLost(items []*item) []*item {
 			keep = append(make([]*item, 0, len(items)), items[:i]...)
 		}
 		l.mDropped.Inc()
-		it.trace.Outcome("dropped", "lease_lost")
+		if it.obs != nil {
+			it.obs.outcome(it, observe.Outcome{Kind: observe.Dropped, Reason: "lease_lost"})
+		}
 	}
 	if keep == nil {
 		return items
@@ -481,7 +480,9 @@ func (l *Lane) delivered(items []*item, now time.Time, lag prometheus.Observer) 
 	nowNanos := now.UnixNano()
 	for _, it := range items {
 		observeLag(lag, it, nowNanos)
-		it.trace.Outcome("delivered", "")
+		if it.obs != nil {
+			it.obs.outcome(it, observe.Outcome{Kind: observe.Delivered})
+		}
 		it.done()
 		it.release() // serve's releaseItems finds it released
 	}
@@ -540,12 +541,14 @@ func (l *Lane) deadLetter(items []*item, reason string) {
 		// Dead-lettering must complete even when the lane's live context
 		// was cancelled by parking; it stops only with the engine.
 		mem := l.budget.Force(writeBytes(e))
-		end := it.trace.Step("dead_letter "+l.name, tracingReason(reason))
+		start := time.Now()
 		wctx, cancel := tenureCtx(l.engineCtx(), []*item{it}) // as park's
 		ok := l.persist(wctx, "dead-letter", func(ctx context.Context) error { return fencedWrite(l.dl.Put(ctx, e), it) })
 		cancel()
-		end(persistErr(ok))
 		mem.Release()
+		if it.obs != nil {
+			it.obs.stored([]*item{it}, observe.DeadLettered, reason, "dead_letter", start, ok)
+		}
 		if !ok {
 			continue
 		}
@@ -555,7 +558,6 @@ func (l *Lane) deadLetter(items []*item, reason string) {
 		} else {
 			l.mDead.Inc()
 		}
-		it.trace.Outcome("dead_lettered", reason)
 		it.done()
 	}
 }

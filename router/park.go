@@ -13,6 +13,7 @@ import (
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
+	"github.com/changegate/changegate/observe"
 	"github.com/changegate/changegate/sinks"
 )
 
@@ -72,23 +73,16 @@ func (l *Lane) park(ctx context.Context, items []*item) {
 	// by a killed replica conflicts until MongoDB aborts it) stops then.
 	wctx, cancel := tenureCtx(ctx, items)
 	defer cancel()
-	var ends []func(error)
-	if l.d.tracer != nil {
-		ends = make([]func(error), len(items))
-		for i, it := range items {
-			ends[i] = it.trace.Step("park " + l.name)
-		}
-	}
+	start := time.Now()
 	ok := l.persist(wctx, "park", func(ctx context.Context) error { return fencedWrite(l.dl.PutMany(ctx, es), items...) })
-	for _, end := range ends {
-		end(persistErr(ok))
+	if x := l.d.obs.live(); x != nil {
+		x.stored(items, observe.Parked, "", "park", start, ok)
 	}
 	if !ok {
 		return
 	}
 	l.mParked.Add(float64(len(items)))
 	for _, it := range items {
-		it.trace.Outcome("parked", "")
 		it.done()
 	}
 }
@@ -543,13 +537,10 @@ func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool, t
 	ev.Tenure = tenure // on the shaped view too
 	it := newItem(ev)
 	it.attempts, it.first, it.firstErr, it.retryAt = int32(min(e.Attempts, math.MaxInt32)), e.FirstFailedAt, e.FirstError, e.RetryAt
-	if l.d.tracer != nil {
-		it.trace = l.d.tracer.Redelivery(changeInfo(ev), l.name, l.spec.Kind, "redrive")
-	}
+	it.obs = l.d.obs.redrive()
 	done = true
-	// The trace ends with the entry: outcome "abandoned" unless
-	// finishParked set one.
-	return &parkedItem{s: s, e: e, it: it, skip: skip, release: func() { it.trace.End(); release() }}, true
+	// Abandoned unless finishParked gave it an outcome.
+	return &parkedItem{s: s, e: e, it: it, skip: skip, release: func() { it.abandon(); release() }}, true
 }
 
 // finishParked records the outcome of a re-driven entry: err nil deletes
@@ -567,11 +558,15 @@ func (l *Lane) finishParked(laneCtx, ctx context.Context, p *parkedItem, err err
 		l.persist(ctx, "convert", func(ctx context.Context) error {
 			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, reason, err.Error())
 		})
-		it.trace.Outcome("dead_lettered", reason)
+		if it.obs != nil {
+			it.obs.outcome(it, observe.Outcome{Kind: observe.DeadLettered, Reason: reason, Failure: failureOf(err)})
+		}
 		l.mDead.Inc()
 		return
 	}
-	it.trace.Outcome("delivered", "")
+	if it.obs != nil {
+		it.obs.outcome(it, observe.Outcome{Kind: observe.Delivered})
+	}
 	var deleted bool
 	if l.persist(laneCtx, "delete", func(ctx context.Context) error {
 		var err error

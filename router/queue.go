@@ -12,7 +12,6 @@ import (
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
-	"github.com/changegate/changegate/tracing"
 )
 
 // item is one event waiting for one sink, with its delivery history. Make
@@ -29,11 +28,13 @@ type item struct {
 	mem    *memory.Charge // ev.Mem
 	tenure *event.Tenure  // ev.Tenure
 	wall   int64          // ev.WallTime in unix nanos; noWall when zero
-	// trace is the span of the item's delivery (nil: tracing off), ended
-	// by release.
-	trace    *tracing.Delivery
-	released bool  // release ran (the item's holder is the only one to call it)
-	attempts int32 // beside released: the item is 160 bytes, a size class
+	// obs is what the item's outcomes are told to (nil: no observer);
+	// finished: it had a final outcome (else release reports it
+	// abandoned).
+	obs      *edges
+	released bool // release ran (the item's holder is the only one to call it)
+	finished bool // beside released and attempts: the item is 160 bytes, a size class
+	attempts int32
 	first    time.Time
 	// retryAt is the earliest time of the next attempt: the backoff or
 	// Retry-After in force. It survives parking (deadletter.Entry.RetryAt).
@@ -69,7 +70,7 @@ func (it *item) release() {
 	}
 	it.released = true
 	it.mem.Release() // nil for a barrier, or an event nothing counts
-	it.trace.End()
+	it.abandon()
 }
 
 func releaseItems(items []*item) {

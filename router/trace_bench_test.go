@@ -54,7 +54,7 @@ func BenchmarkDispatchTraced(b *testing.B) {
 			if tc.sampler != nil {
 				tr := tracing.New(sdktrace.NewTracerProvider(sdktrace.WithSampler(tc.sampler), sdktrace.WithBatcher(discardSpans{})))
 				defer tr.Shutdown(context.Background())
-				e.SetTracer(tr)
+				e.SetObserver(tr)
 			}
 			hooks, _ := any(e).(dispatchHooks)
 			ctx, cancel := context.WithCancel(context.Background())

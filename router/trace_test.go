@@ -86,7 +86,7 @@ func tracedEngine(t *testing.T, dl DeadLetters, m *metrics.Metrics, specs ...Sin
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.SetTracer(tr)
+	e.SetObserver(tr)
 	ctx, cancel := context.WithCancel(context.Background())
 	e.Start(ctx)
 	var once sync.Once
@@ -401,7 +401,7 @@ func TestDispatchSpansOutsideLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng.SetTracer(tr)
+	eng.SetObserver(tr)
 	ctx, cancel := context.WithCancel(context.Background())
 	eng.Start(ctx)
 	defer func() { cancel(); eng.Stop() }()

@@ -41,7 +41,20 @@ type Error struct {
 	// Reason is a short machine-friendly cause used as a metric label and in
 	// dead letters, e.g. "http_503", "transport", "oversize", "throttled".
 	Reason string
+	// Status is the HTTP status of the receiver's answer (0: none, or
+	// not known), Code the error code of an AWS or Kafka answer ("":
+	// none), and Answer a printable excerpt of the receiver's answer (at
+	// most MaxAnswer bytes; "": none). They are what the delivery's
+	// observers record of the failure (package observe); Err's text may
+	// quote them too.
+	Status int
+	Code   string
+	Answer string
 }
+
+// MaxAnswer is the most bytes of a receiver's answer an Error keeps
+// (Answer).
+const MaxAnswer = 1 << 10
 
 // Error returns the failure's text, made printable (see Printable): the
 // text may quote what a receiver said (an HTTP reason phrase, a body, an

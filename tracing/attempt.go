@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/changegate/changegate/observe"
 )
 
 // Attempt is one request to a sink (kind client), for one delivery or a
@@ -73,7 +75,7 @@ func (t *Tracer) StartAttempt(ctx context.Context, ds []*Delivery, info AttemptI
 			as = append(as, semconv.MessagingBatchMessageCount(len(ds)))
 		}
 		a.span.SetAttributes(as...)
-		c.span, c.sc = a.span, a.span.SpanContext()
+		c.att, c.span, c.sc = a, a.span, a.span.SpanContext()
 	}
 	if info.Propagate {
 		if len(ds) == 1 {
@@ -101,15 +103,9 @@ func (a *Attempt) Admitted() {
 	a.span.SetAttributes(attrLimiterWait.Float64(time.Since(a.start).Seconds()))
 }
 
-// Failure is an attempt's classified failure (its reason, not its text).
-type Failure struct {
-	Reason     string
-	Permanent  bool
-	RetryAfter time.Duration
-	// Entries is the number of failed entries of a batch (0: the whole
-	// request failed).
-	Entries int
-}
+// Failure is an attempt's classified failure (its reason, not its text):
+// the router's (observe.Failure).
+type Failure = observe.Failure
 
 // End ends the attempt: f nil is a success.
 func (a *Attempt) End(f *Failure) {

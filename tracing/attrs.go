@@ -112,6 +112,7 @@ type sinkSpans struct {
 	publishOpts       []trace.SpanStartOption
 	sendAttrs         []attribute.KeyValue // without the attempt's number
 	redrive, replay   string
+	park, deadLetter  string // the store writes' spans
 	redriveA, replayA []attribute.KeyValue
 }
 
@@ -133,6 +134,7 @@ func (t *Tracer) sinkSpans(sink, kind string) *sinkSpans {
 			trace.WithAttributes(with(semconv.MessagingOperationTypeSend, opPublish)...)},
 		sendAttrs: with(semconv.MessagingOperationTypeSend, opSend),
 		redrive:   "redrive " + sink, replay: "replay " + sink,
+		park: "park " + sink, deadLetter: "dead_letter " + sink,
 		redriveA: with(attrRedelivery.String("redrive"), semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("redrive")),
 		replayA:  with(attrRedelivery.String("replay"), semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("replay")),
 	}

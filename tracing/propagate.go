@@ -19,6 +19,7 @@ type carrierKey struct{}
 // (nil: not recorded) and context (the request's), and each entry's
 // context.
 type carrier struct {
+	att       *Attempt // nil: not recorded
 	span      trace.Span
 	sc        trace.SpanContext
 	propagate bool

@@ -10,11 +10,19 @@
 // XRayHeader, SetHTTPStatus) find nothing in their context, so the
 // delivery path pays a nil check per hook.
 //
+// The router calls it at its stage edges only: a *Tracer is an
+// observe.Observer with observe.Hooks (observer.go), which turns a
+// change's dispatch, each request and each outcome into the spans below
+// (change.go, delivery.go, attempt.go). The trace context sinks carry is
+// in propagate.go, span names and attributes in attrs.go, configuration
+// from the environment in env.go.
+//
 // On, the sampler decides once per change, when its root span starts: an
 // unsampled change makes no other span and builds no attribute, but its
-// trace context (sampled flag off) is still propagated. The router starts
-// the root before its source's dispatch lock and makes the spans it
-// records under the lock after it (Change.HoldSpans, ReleaseSpans).
+// trace context (sampled flag off) is still propagated. The root starts
+// before its source's dispatch lock (BeforeDispatch) and the spans
+// recorded under the lock are made after it (AfterDispatch; Change.HoldSpans,
+// ReleaseSpans).
 //
 // Attributes are ids, namespaces, sizes and outcomes only, never document
 // data.
