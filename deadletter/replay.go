@@ -68,11 +68,12 @@ type ReplayResult struct {
 // holds it), later entries of the same document and sink are held back so
 // that per-document order is kept.
 //
-// Before delivering an entry Replay claims it atomically (a claim token and
-// an expiry, ClaimTTL by the server's clock, renewed while the delivery
-// runs), so concurrent replays, in one process or several, deliver each
-// entry once; the entry is deleted, or its failure recorded, only under
-// that claim.
+// Before delivering an entry Replay claims it atomically (a claim token, its
+// owner process and an expiry, ClaimTTL by the server's clock, renewed
+// while the delivery runs), so concurrent replays, in one process or
+// several, deliver each entry once; the entry is deleted, or its failure
+// recorded, only under that claim. A claim left by a process that died is
+// taken over when it expires, or at once from the dead process's machine.
 //
 // f.Kind selects what is replayed: failed entries when it is empty or
 // KindFailed (an empty Kind also counts the matching gaps as skipped);
@@ -455,8 +456,9 @@ func heldKey(e Entry) string {
 // ClaimTTL is how long a replay's claim on an entry lasts without renewal;
 // the replay renews it every ClaimTTL/3 while the delivery runs. A claim
 // left by a replay that died expires after at most ClaimTTL, and the entry
-// can be replayed again.
-const ClaimTTL = time.Minute
+// can be replayed again; from the dead replay's machine at once (the claim
+// carries its owner, see claimOwner).
+const ClaimTTL = 15 * time.Second
 
 // newClaimToken returns a random claim token, one per Replay call.
 func newClaimToken() string {
@@ -472,10 +474,12 @@ var unclaimed = bson.D{{Key: "$or", Value: bson.A{
 	bson.D{{Key: "$expr", Value: bson.D{{Key: "$lt", Value: bson.A{"$claimUntil", "$$NOW"}}}}},
 }}}
 
-// claimUpdate sets the claim token and its expiry (server clock + ClaimTTL).
+// claimUpdate sets the claim token, its owner (this process) and its expiry
+// (server clock + ClaimTTL).
 func claimUpdate(token string) bson.A {
 	return bson.A{bson.D{{Key: "$set", Value: bson.D{
 		{Key: "claim", Value: token},
+		{Key: "claimBy", Value: bson.D{{Key: "$literal", Value: self()}}},
 		{Key: "claimUntil", Value: bson.D{{Key: "$add", Value: bson.A{"$$NOW", ClaimTTL.Milliseconds()}}}},
 	}}}}
 }
@@ -495,9 +499,34 @@ func (s *Store) head(ctx context.Context, id string) (Entry, bool, error) {
 
 // claim atomically marks the failed entry id as being replayed with token,
 // unless another replay holds a live claim on it, and returns the entry;
-// false when it is not (or no longer) a failed entry or is claimed.
+// false when it is not (or no longer) a failed entry or is claimed. A claim
+// whose owner is known to be dead (claimOwner.dead: a killed replay on
+// this machine) is taken over, conditionally on its token, at once.
 func (s *Store) claim(ctx context.Context, id, token string) (Entry, bool, error) {
-	q := append(bson.D{{Key: "_id", Value: id}, {Key: "kind", Value: KindFailed}}, unclaimed...)
+	base := bson.D{{Key: "_id", Value: id}, {Key: "kind", Value: KindFailed}}
+	e, ok, err := s.claimIf(ctx, id, append(base, unclaimed...), token)
+	if ok || err != nil {
+		return e, ok, err
+	}
+	var cur struct {
+		Claim string      `bson:"claim"`
+		By    *claimOwner `bson:"claimBy"`
+	}
+	err = s.coll.FindOne(ctx, base, options.FindOne().SetProjection(bson.D{{Key: "claim", Value: 1}, {Key: "claimBy", Value: 1}})).Decode(&cur)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("dead letter %s: claim: %w", id, err)
+	}
+	if cur.Claim == "" || cur.By == nil || !cur.By.dead(self()) {
+		return Entry{}, false, nil
+	}
+	return s.claimIf(ctx, id, append(base, bson.E{Key: "claim", Value: cur.Claim}), token)
+}
+
+// claimIf claims the entry id matched by q with token.
+func (s *Store) claimIf(ctx context.Context, id string, q bson.D, token string) (Entry, bool, error) {
 	var r record
 	err := s.coll.FindOneAndUpdate(ctx, q, claimUpdate(token), options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&r)
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -549,7 +578,7 @@ func (s *Store) release(ctx context.Context, id, token string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_, _ = s.coll.UpdateOne(rctx, bson.D{{Key: "_id", Value: id}, {Key: "claim", Value: token}},
-		bson.D{{Key: "$unset", Value: bson.D{{Key: "claim", Value: ""}, {Key: "claimUntil", Value: ""}}}})
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "claim", Value: ""}, {Key: "claimBy", Value: ""}, {Key: "claimUntil", Value: ""}}}})
 }
 
 // recordFailure updates a failed entry after another failed delivery and
@@ -566,7 +595,7 @@ func (s *Store) recordFailure(ctx context.Context, id, token string, derr error)
 			{Key: "lastFailedAt", Value: time.Now().UTC()},
 		}},
 		{Key: "$inc", Value: bson.D{{Key: "attempts", Value: int64(n)}}},
-		{Key: "$unset", Value: bson.D{{Key: "claim", Value: ""}, {Key: "claimUntil", Value: ""}}},
+		{Key: "$unset", Value: bson.D{{Key: "claim", Value: ""}, {Key: "claimBy", Value: ""}, {Key: "claimUntil", Value: ""}}},
 	})
 	if err != nil {
 		return fmt.Errorf("dead letter %s: record failure: %w", id, err)
