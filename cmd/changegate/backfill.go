@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/changegate/changegate/app"
@@ -69,13 +66,11 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	client, ok := connect(cfg, stderr)
+	ctx, client, done, ok := connect(cfg, stderr)
 	if !ok {
 		return 1
 	}
-	defer client.Disconnect(context.Background())
+	defer done()
 	bar := progressBar{w: stderr, tty: isTerminal(stderr)}
 	var st backfill.Status
 	var err error

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/changegate/changegate/app"
@@ -75,13 +71,11 @@ func cmdCheckpoints(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "changegate checkpoints: no source %q in %s\n", *src, *path)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	client, ok := connect(cfg, stderr)
+	ctx, client, done, ok := connect(cfg, stderr)
 	if !ok {
 		return 1
 	}
-	defer client.Disconnect(context.Background())
+	defer done()
 	store, _ := app.Stores(cfg, client)
 	switch sub {
 	case "show":

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/changegate/changegate/app"
@@ -99,13 +95,11 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	client, ok := connect(cfg, stderr)
+	ctx, client, done, ok := connect(cfg, stderr)
 	if !ok {
 		return 1
 	}
-	defer client.Disconnect(context.Background())
+	defer done()
 	_, store := app.Stores(cfg, client)
 	enc := json.NewEncoder(stdout)
 	switch sub {

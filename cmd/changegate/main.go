@@ -278,12 +278,19 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, bool) {
 	return cfg, true
 }
 
-// connect opens the MongoDB client of cfg, printing why it cannot.
-func connect(cfg *config.Config, stderr io.Writer) (*mongo.Client, bool) {
+// connect opens the MongoDB client of cfg, printing why it cannot, and
+// returns it with a context that SIGINT or SIGTERM cancels; done
+// disconnects the client and stops catching the signals.
+func connect(cfg *config.Config, stderr io.Writer) (ctx context.Context, client *mongo.Client, done func(), ok bool) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	client, err := app.Connect(cfg)
 	if err != nil {
+		stop()
 		fmt.Fprintf(stderr, "changegate: %v\n", err)
-		return nil, false
+		return nil, nil, nil, false
 	}
-	return client, true
+	return ctx, client, func() {
+		client.Disconnect(context.Background())
+		stop()
+	}, true
 }
