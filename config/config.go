@@ -47,6 +47,8 @@ type Config struct {
 	Server Server
 	// Cluster is the [cluster] table: leases shared by several replicas.
 	Cluster Cluster
+	// DeliveryLog is the [delivery_log] table: per-attempt records.
+	DeliveryLog DeliveryLog
 	// Sources are the [[sources]] entries in file order; names are unique.
 	Sources []Source
 	// Sinks are the [[sinks]] entries in file order; names are unique.

@@ -82,6 +82,7 @@ func allKeys() []string {
 		"uri", "state_database", "checkpoint_collection", "deadletter_collection",
 		"listen", "shutdown_grace", "admin_token", "public_read", "allowed_hosts", "console", "console_auth",
 		"enabled", "lease_ttl", "renew_every", "instance", "leases_collection", "partitions",
+		"mode", "retention", "collection",
 		"name", "database", "collection", "full_document", "full_document_before_change", "pipeline",
 		"start_at", "on_history_lost", "split_large_events", "on_oversize_event", "batch_size", "max_await", "max_in_flight_events", "checkpoint_interval", "snapshot",
 		"type", "max_in_flight", "max_in_flight_min", "max_in_flight_max", "rate_limit", "rate_limit_burst", "circuit_max_cooldown", "ordering", "batch_wait", "json", "park_after", "oversize", "trace_context", "transactions",
@@ -131,6 +132,7 @@ sinks = ["hook"]
 			Instance:         cfg.Cluster.Instance, // random, checked below
 			LeasesCollection: "leases",
 		},
+		DeliveryLog: DeliveryLog{Mode: "failures", Retention: 72 * time.Hour, Collection: "deliveries"},
 		Sources: []Source{{
 			Name:                     "orders",
 			FullDocument:             "default",
@@ -221,6 +223,39 @@ leases_collection = "owners"
 	want = Cluster{Enabled: true, LeaseTTL: 3 * time.Second, RenewEvery: 1400 * time.Millisecond, Instance: "a", LeasesCollection: "owners"}
 	if cfg.Cluster != want {
 		t.Errorf("cluster = %+v, want %+v", cfg.Cluster, want)
+	}
+}
+
+func TestDeliveryLog(t *testing.T) {
+	cfg, err := Parse("config.toml", src(`
+[mongo]
+uri = "mongodb://localhost"
+
+[delivery_log]
+mode = "all"
+retention = "168h"
+collection = "attempts"
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DeliveryLog{Mode: DeliveryLogAll, Retention: 168 * time.Hour, Collection: "attempts"}
+	if cfg.DeliveryLog != want {
+		t.Errorf("delivery_log = %+v, want %+v", cfg.DeliveryLog, want)
+	}
+	cfg, err = Parse("config.toml", src(`
+[mongo]
+uri = "mongodb://localhost"
+
+[delivery_log]
+mode = "off"
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = DeliveryLog{Mode: DeliveryLogOff, Retention: 72 * time.Hour, Collection: "deliveries"}
+	if cfg.DeliveryLog != want {
+		t.Errorf("delivery_log = %+v, want %+v", cfg.DeliveryLog, want)
 	}
 }
 

@@ -262,6 +262,28 @@ cluster.instance: must not be empty (omit it to use $HOSTNAME or a random id) at
 cluster.leases_collection: must differ from mongo.checkpoint_collection and mongo.deadletter_collection at config.toml:8
 cluster.leese_ttl: unknown key (did you mean "lease_ttl"?) at config.toml:9`},
 
+		{"bad delivery_log", head + `
+[delivery_log]
+mode = "failure"
+retention = "30s"
+collection = "deadletters"
+mod = "all"
+`, nil, `delivery_log.mode: invalid value "failure" (did you mean "failures"?); allowed values: "failures", "all", "off" at config.toml:5
+delivery_log.retention: must be at least 1m0s, got 30s at config.toml:6
+delivery_log.collection: must differ from mongo.checkpoint_collection, mongo.deadletter_collection (and its _fences) and cluster.leases_collection at config.toml:7
+delivery_log.mod: unknown key (did you mean "mode"?) at config.toml:8`},
+
+		{"delivery_log beside the leases, retention too long", head + `
+[cluster]
+leases_collection = "owners"
+[delivery_log]
+retention = "600000h"
+collection = "owners"
+[delivery_log.x]
+`, nil, `delivery_log.retention: must be at most 596523h14m7s, got 600000h0m0s at config.toml:7
+delivery_log.collection: must differ from mongo.checkpoint_collection, mongo.deadletter_collection (and its _fences) and cluster.leases_collection at config.toml:8
+delivery_log.x: unknown key at config.toml:9`},
+
 		{"renew_every not below half the ttl", head + `
 [cluster]
 lease_ttl = "10s"

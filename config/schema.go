@@ -93,6 +93,7 @@ func (d *decoder) decodeTree(tree *table) (*Config, error) {
 	cfg.Mongo = d.mongo(root.section("mongo"))
 	cfg.Server = d.server(root.section("server"))
 	cfg.Cluster = d.cluster(root.section("cluster"), cfg.Mongo)
+	cfg.DeliveryLog = d.deliveryLog(root.section("delivery_log"), cfg.Mongo, cfg.Cluster)
 	sources := map[string]*value{}
 	for _, o := range root.tables("sources") {
 		s, nameVal := d.source(o, cfg.Mongo.StateDatabase)
