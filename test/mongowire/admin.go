@@ -2,6 +2,7 @@ package mongowire
 
 import (
 	"crypto/rand"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -483,6 +484,10 @@ func (s *Server) cmdCreateIndexes(cmd *command, dst []byte) ([]byte, error) {
 		}
 		unique, _ := spec.Lookup("unique").BooleanOK()
 		sparse, _ := spec.Lookup("sparse").BooleanOK()
+		ttl, err := indexTTL(spec, key)
+		if err != nil {
+			return nil, err
+		}
 		var existing *index
 		for _, ix := range c.indexes {
 			if ix.name == iname || string(ix.key) == string(key) {
@@ -496,9 +501,15 @@ func (s *Server) cmdCreateIndexes(cmd *command, dst []byte) ([]byte, error) {
 			if existing.name != iname || existing.unique != unique && iname != "_id_" {
 				return nil, cmdErr(codeIndexOptionsConflict, "Index already exists with a different name or options: %s", existing.name)
 			}
+			if existing.ttl.Type != ttl.Type || ttl.Type != 0 && num(existing.ttl) != num(ttl) {
+				return nil, cmdErr(codeIndexOptionsConflict, "An equivalent index already exists with the same name but different options. Requested index: %s, existing index: %s", spec, existing.spec)
+			}
 			continue
 		}
 		ix := newIndex(iname, key, unique, sparse)
+		if ttl.Type != 0 {
+			ix.withTTL(ttl)
+		}
 		if unique {
 			for _, e := range c.order {
 				if e.dead {
@@ -524,6 +535,27 @@ func (s *Server) cmdCreateIndexes(cmd *command, dst []byte) ([]byte, error) {
 	dst = s.appendTimes(dst, s.data.clock)
 	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)
 	return dst, nil
+}
+
+// indexTTL returns the expireAfterSeconds of an index spec (Type 0 when
+// absent), refusing what MongoDB refuses (index_key_validate.cpp): a value
+// that is not a number, one outside 0..2147483647, and a TTL on a compound
+// key.
+func indexTTL(spec, key bson.Raw) (bson.RawValue, error) {
+	ttl, err := spec.LookupErr("expireAfterSeconds")
+	if err != nil {
+		return bson.RawValue{}, nil
+	}
+	if !ttl.IsNumber() {
+		return bson.RawValue{}, cmdErr(codeCannotCreateIndex, "TTL index 'expireAfterSeconds' option must be numeric, but received a type of '%s'. Index spec: %s", typeName(ttl.Type), spec)
+	}
+	if n := num(ttl); n < 0 || n > math.MaxInt32 {
+		return bson.RawValue{}, cmdErr(codeCannotCreateIndex, "TTL index 'expireAfterSeconds' option must be within an acceptable range, try a lower number. Index spec: %s", spec)
+	}
+	if elems, _ := key.Elements(); len(elems) > 1 {
+		return bson.RawValue{}, cmdErr(codeCannotCreateIndex, "TTL indexes are single-field indexes, compound indexes do not support TTL. Index spec: %s", spec)
+	}
+	return ttl, nil
 }
 
 func (s *Server) cmdListIndexes(cmd *command, dst []byte) ([]byte, error) {

@@ -177,24 +177,6 @@ func applyStage(docs []bson.Raw, stage bson.Raw) ([]bson.Raw, error) {
 	return nil, cmdErr(codeLocation40324, "Unrecognized pipeline stage name: '%s' (mongowire supports $match $sort $skip $limit $project $unset $count $group $addFields $set $replaceRoot $replaceWith)", name)
 }
 
-// evalExpr evaluates a (small subset of an) aggregation expression: a
-// "$field.path" reference, {$literal: v}, or a constant.
-func evalExpr(doc bson.Raw, v bson.RawValue) bson.RawValue {
-	if s, ok := v.StringValueOK(); ok && strings.HasPrefix(s, "$") {
-		vals := lookupPath(doc, s[1:])
-		if len(vals) == 0 {
-			return bson.RawValue{}
-		}
-		return vals[0]
-	}
-	if d, ok := v.DocumentOK(); ok {
-		if lit, err := d.LookupErr("$literal"); err == nil {
-			return lit
-		}
-	}
-	return v
-}
-
 type accum struct {
 	op       string
 	expr     bson.RawValue
@@ -208,8 +190,11 @@ type accum struct {
 	seen     map[string]bool
 }
 
-func (a *accum) add(doc bson.Raw) {
-	v := evalExpr(doc, a.expr)
+func (a *accum) add(env *exprEnv) error {
+	v, err := evalExpression(env, a.expr)
+	if err != nil {
+		return err
+	}
 	switch a.op {
 	case "$sum", "$avg":
 		if v.IsNumber() {
@@ -226,7 +211,7 @@ func (a *accum) add(doc bson.Raw) {
 		a.count++
 	case "$min", "$max":
 		if v.Type == 0 || v.Type == bson.TypeNull {
-			return
+			return nil
 		}
 		c := compareValues(v, a.val)
 		if !a.set || a.op == "$min" && c < 0 || a.op == "$max" && c > 0 {
@@ -251,6 +236,7 @@ func (a *accum) add(doc bson.Raw) {
 			}
 		}
 	}
+	return nil
 }
 
 func (a *accum) appendResult(dst []byte, key string) []byte {
@@ -316,8 +302,13 @@ func group(docs []bson.Raw, spec bson.Raw) ([]bson.Raw, error) {
 	}
 	var order []*grp
 	groups := map[string]*grp{}
+	now := time.Now()
 	for _, d := range docs {
-		id := evalExpr(d, idExpr)
+		env := &exprEnv{root: d, now: now}
+		id, err := evalExpression(env, idExpr)
+		if err != nil {
+			return nil, err
+		}
 		if id.Type == 0 {
 			id = bson.RawValue{Type: bson.TypeNull}
 		}
@@ -333,7 +324,9 @@ func group(docs []bson.Raw, spec bson.Raw) ([]bson.Raw, error) {
 			order = append(order, g)
 		}
 		for _, a := range g.accs {
-			a.add(d)
+			if err := a.add(env); err != nil {
+				return nil, err
+			}
 		}
 	}
 	out := make([]bson.Raw, 0, len(order))

@@ -20,6 +20,7 @@ const (
 	codeNamespaceExists        = 48
 	codeCommandNotFound        = 59
 	codeImmutableField         = 66
+	codeCannotCreateIndex      = 67
 	codeInvalidOptions         = 72
 	codeInvalidNamespace       = 73
 	codeIndexOptionsConflict   = 85
@@ -54,6 +55,7 @@ var codeNames = map[int32]string{
 	codeNamespaceExists:        "NamespaceExists",
 	codeCommandNotFound:        "CommandNotFound",
 	codeImmutableField:         "ImmutableField",
+	codeCannotCreateIndex:      "CannotCreateIndex",
 	codeInvalidOptions:         "InvalidOptions",
 	codeInvalidNamespace:       "InvalidNamespace",
 	codeIndexOptionsConflict:   "IndexOptionsConflict",

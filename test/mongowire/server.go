@@ -8,11 +8,12 @@
 // lsid/txnNumber fields), listDatabases, listCollections, create, collMod
 // (changeStreamPreAndPostImages), drop, dropDatabase, renameCollection,
 // createIndexes/listIndexes/dropIndexes (unique and sparse indexes are
-// enforced, error 11000), insert, update (operators, replacement, update
+// enforced, error 11000; a TTL index's expireAfterSeconds is checked and
+// listed, but documents are not expired), insert, update (operators, replacement, update
 // pipelines, upsert, multi), delete, find (filter, sort, projection, skip,
 // limit, batchSize, singleBatch) and getMore, findAndModify, count,
 // distinct, aggregate ($match $sort $skip $limit $project $unset $count,
-// a simple $group, $addFields/$set $replaceRoot/$replaceWith), $expr in
+// $group with expressions for _id and the accumulators, $addFields/$set $replaceRoot/$replaceWith), $expr in
 // filters with the aggregation expressions listed in expr.go (among them
 // $$NOW and $toHashedIndexKey),
 // killCursors, configureFailPoint (failCommand with errorCode, errorLabels,

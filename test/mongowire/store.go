@@ -77,6 +77,9 @@ type index struct {
 	sparse  bool
 	entries map[string]string // unique key -> doc id key
 	spec    bson.Raw          // as listed by listIndexes
+	// ttl is expireAfterSeconds as given (Type 0: not a TTL index). It is
+	// listed and compared, but documents are not expired.
+	ttl bson.RawValue
 }
 
 func newStore(maxEntries int, maxAge time.Duration) *store {
@@ -183,6 +186,20 @@ func newIndex(name string, key bson.Raw, unique, sparse bool) *index {
 		b.AppendBoolean("sparse", true)
 	}
 	ix.spec = bson.Raw(b.Build())
+	return ix
+}
+
+// withTTL makes ix a TTL index (expireAfterSeconds ttl), listed as such.
+func (ix *index) withTTL(ttl bson.RawValue) *index {
+	ix.ttl = ttl
+	idx, b := bsoncore.AppendDocumentStart(nil)
+	elems, _ := ix.spec.Elements()
+	for _, e := range elems {
+		b = append(b, e...)
+	}
+	b = bsoncore.AppendValueElement(b, "expireAfterSeconds", bsoncore.Value{Type: bsoncore.Type(ttl.Type), Data: ttl.Value})
+	b, _ = bsoncore.AppendDocumentEnd(b, idx)
+	ix.spec = bson.Raw(b)
 	return ix
 }
 
