@@ -352,7 +352,38 @@ func (s *Server) cmdCollMod(cmd *command, dst []byte) ([]byte, error) {
 	if cs, ok := cmd.body.Lookup("changeStreamPreAndPostImages").DocumentOK(); ok {
 		c.prePost, _ = cs.Lookup("enabled").BooleanOK()
 	}
+	var ttlOld, ttlNew bson.RawValue
+	if spec, ok := cmd.body.Lookup("index").DocumentOK(); ok {
+		// {index: {name | keyPattern, expireAfterSeconds}}: change a TTL.
+		var ix *index
+		for _, x := range c.indexes {
+			if n, ok := spec.Lookup("name").StringValueOK(); ok && x.name == n {
+				ix = x
+			}
+			if k, ok := spec.Lookup("keyPattern").DocumentOK(); ok && string(x.key) == string(k) {
+				ix = x
+			}
+		}
+		if ix == nil {
+			return nil, cmdErr(codeIndexNotFound, "cannot find index %s for ns %s.%s", spec, cmd.db, name)
+		}
+		if ttl, err := spec.LookupErr("expireAfterSeconds"); err == nil {
+			if ix.ttl.Type == 0 {
+				return nil, cmdErr(codeInvalidOptions, "no expireAfterSeconds field to update")
+			}
+			if _, err := indexTTL(spec, ix.key); err != nil {
+				return nil, err
+			}
+			ttlOld, ttlNew = ix.ttl, ttl
+			ix.spec = newIndex(ix.name, ix.key, ix.unique, ix.sparse).withTTL(ttl).spec
+			ix.ttl = ttl
+		}
+	}
 	idx, dst := bsoncore.AppendDocumentStart(dst)
+	if ttlNew.Type != 0 {
+		dst = bsoncore.AppendValueElement(dst, "expireAfterSeconds_old", bsoncore.Value{Type: bsoncore.Type(ttlOld.Type), Data: ttlOld.Value})
+		dst = bsoncore.AppendValueElement(dst, "expireAfterSeconds_new", bsoncore.Value{Type: bsoncore.Type(ttlNew.Type), Data: ttlNew.Value})
+	}
 	dst = bsoncore.AppendDoubleElement(dst, "ok", 1)
 	dst = s.appendTimes(dst, s.data.clock)
 	dst, _ = bsoncore.AppendDocumentEnd(dst, idx)

@@ -82,7 +82,8 @@ func TestGroupByExpressions(t *testing.T) {
 
 // expireAfterSeconds makes a TTL index: listed with it, refused on a
 // compound key or when not a number, and in conflict with the same key
-// and another expiry (the documents are not expired by mongowire).
+// and another expiry, changed by collMod (the documents are not expired
+// by mongowire).
 func TestTTLIndex(t *testing.T) {
 	_, client, ctx := setup(t)
 	coll := client.Database("app").Collection("log")
@@ -122,5 +123,25 @@ func TestTTLIndex(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Code != c.code {
 			t.Errorf("%s: %v, want code %d", c.name, err, c.code)
 		}
+	}
+	// collMod changes the expiry.
+	var res bson.M
+	if err := client.Database("app").RunCommand(ctx, bson.D{{Key: "collMod", Value: "log"}, {Key: "index", Value: bson.D{{Key: "name", Value: "ttl"}, {Key: "expireAfterSeconds", Value: int32(60)}}}}).Decode(&res); err != nil {
+		t.Fatalf("collMod: %v", err)
+	}
+	if res["expireAfterSeconds_old"] != int32(3600) || res["expireAfterSeconds_new"] != int32(60) {
+		t.Errorf("collMod reply = %v", res)
+	}
+	if specs, err = coll.Indexes().ListSpecifications(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		if s.Name == "ttl" && (s.ExpireAfterSeconds == nil || *s.ExpireAfterSeconds != 60) {
+			t.Errorf("expireAfterSeconds after collMod = %v, want 60", s.ExpireAfterSeconds)
+		}
+	}
+	err = client.Database("app").RunCommand(ctx, bson.D{{Key: "collMod", Value: "log"}, {Key: "index", Value: bson.D{{Key: "name", Value: "nope"}, {Key: "expireAfterSeconds", Value: int32(60)}}}}).Err()
+	if ce := (mongo.CommandError{}); !errors.As(err, &ce) || ce.Code != 27 {
+		t.Errorf("collMod of a missing index: %v, want code 27", err)
 	}
 }
