@@ -71,6 +71,13 @@ type SinkSpec struct {
 	// NoTraceContext leaves the trace context out of the sink's requests
 	// and messages (trace_context = false).
 	NoTraceContext bool
+	// Held keeps the sink from receiving anything (a paused
+	// subscription): the lane starts parked and does not re-drive, so every
+	// event routed to it is parked in the dead-letter store and acked. A
+	// lane of the same sink without Held (a reload: the subscription
+	// resumed) re-drives them in stream order, then goes live. It needs the
+	// dead-letter store.
+	Held bool
 
 	// reshape shapes an event rebuilt from a parked entry with the
 	// engine's current shaping for this sink (set by the engine).
@@ -189,10 +196,10 @@ func NewEngine(rules *Rules, specs []SinkSpec, dl DeadLetters, m *metrics.Metric
 	for _, sp := range specs {
 		sp.reshape = e.reshaper(sp.Sink.Name())
 		l, err := newLane(sp, dl, m, log.With("sink", sp.Sink.Name()))
-		l.own = e.own
 		if err != nil {
 			return nil, err
 		}
+		l.own = e.own
 		st.lanes = append(st.lanes, l)
 	}
 	st.sinks = sinksOf(st.lanes)

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -110,6 +111,9 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 	if sp.MaxInFlight < 1 {
 		sp.MaxInFlight = 1
 	}
+	if sp.Held && dl == nil {
+		return nil, fmt.Errorf("sink %s: a held sink parks its events: it needs the dead-letter store", name)
+	}
 	if sp.Ordering == "" {
 		sp.Ordering = OrderKey
 	}
@@ -180,10 +184,13 @@ func (l *Lane) setBudget(b, redrive *memory.Budget) {
 
 // LaneStatus is a snapshot of a lane for status reports.
 type LaneStatus struct {
-	Name        string
-	Queued      int64
-	InProgress  int64
-	Parked      bool
+	Name       string
+	Queued     int64
+	InProgress int64
+	Parked     bool
+	// Held is set for a held sink (SinkSpec.Held: a paused
+	// subscription), which is parked until a reload releases it.
+	Held        bool
 	Failing     bool
 	LastError   string
 	LastSuccess time.Time
@@ -200,7 +207,7 @@ type LaneStatus struct {
 func (l *Lane) Status() LaneStatus {
 	s := LaneStatus{
 		Name: l.name, Queued: l.q.queued.Load(), InProgress: l.q.held.Load(),
-		Parked: l.parked.Load(), Failing: !l.d.failing().IsZero(),
+		Parked: l.parked.Load(), Held: l.spec.Held, Failing: !l.d.failing().IsZero(),
 	}
 	if p := l.d.lastErr.Load(); p != nil {
 		s.LastError = *p
@@ -233,7 +240,11 @@ func (l *Lane) start(ctx context.Context) {
 	l.liveMu.Unlock()
 	// A backlog parked by an earlier run must be re-driven before anything
 	// new is delivered, so the lane starts parked when one may exist.
-	if l.dl != nil {
+	switch {
+	case l.spec.Held:
+		l.setParked(true)
+		l.log.Info("sink held (paused): its events are parked until it is resumed")
+	case l.dl != nil:
 		// Bounded: with MongoDB unreachable the lane starts parked (safe)
 		// instead of holding up the start, or a stop, for the driver's
 		// server-selection timeout.

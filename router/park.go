@@ -160,6 +160,12 @@ func (l *Lane) redriveLoop(ctx context.Context) {
 	// The units whose entries the re-drive has listed: their sources'
 	// acknowledged positions are taken before each listing.
 	units := map[string]bool{}
+	if l.spec.Held {
+		// Parked until a reload replaces the lane with one not held,
+		// which re-drives what this one parked.
+		<-ctx.Done()
+		return
+	}
 	for {
 		if !l.parked.Load() {
 			select {
