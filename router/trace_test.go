@@ -332,8 +332,23 @@ func TestTraceOfRedriveLinksToEvent(t *testing.T) {
 	if p := otlp.Find(rcv.Trace(live[0].TraceID), "park sick"); len(p) != 1 {
 		t.Errorf("park spans in the live trace: %d, want 1", len(p))
 	}
-	if s := otlp.Find(rcv.Trace(redrive[0].TraceID), "send sick"); len(s) != 1 || s[0].ParentID != redrive[0].SpanID {
-		t.Errorf("re-drive's send spans: %+v", s)
+	// The re-drive may start before the sink is up again (a loaded machine
+	// flips isDown late): its failed tries are send spans of the same trace.
+	// Every one hangs off the re-drive's root, and the last one succeeded.
+	s := otlp.Find(rcv.Trace(redrive[0].TraceID), "send sick")
+	last := -1
+	for i := range s {
+		if last < 0 || s[i].Start > s[last].Start {
+			last = i
+		}
+	}
+	if last < 0 || s[last].Error {
+		t.Errorf("re-drive's send spans: %+v, want the last one without error", s)
+	}
+	for _, sp := range s {
+		if sp.ParentID != redrive[0].SpanID {
+			t.Errorf("re-drive's send span %+v is not a child of its root %s", sp, redrive[0].SpanID)
+		}
 	}
 }
 
