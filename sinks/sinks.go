@@ -56,6 +56,21 @@ type Error struct {
 // (Answer).
 const MaxAnswer = 1 << 10
 
+// Answer returns an excerpt of a receiver's answer for Error.Answer:
+// printable (see Printable), trimmed, at most MaxAnswer bytes (a cut on a
+// rune boundary, marked with "...").
+func Answer(b []byte) string {
+	s := strings.TrimSpace(Printable(string(b[:min(len(b), MaxAnswer+utf8.UTFMax)])))
+	if len(s) <= MaxAnswer {
+		return s
+	}
+	n := MaxAnswer - len("...")
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
 // Error returns the failure's text, made printable (see Printable): the
 // text may quote what a receiver said (an HTTP reason phrase, a body, an
 // entry's error message), and it ends up in logs, dead letters, the admin

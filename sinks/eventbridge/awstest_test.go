@@ -96,7 +96,9 @@ func TestAWSTestFaults(t *testing.T) {
 	err := b.Send(context.Background(), events(t, 5, 0))
 	be := sinktest.BatchFailures(t, err, 2)
 	sinktest.CheckError(t, "entry 1", be.Failed[1], false, "throttled")
-	sinktest.CheckError(t, "entry 3", be.Failed[3], true, "MalformedDetail")
+	if de := sinktest.CheckError(t, "entry 3", be.Failed[3], true, "MalformedDetail"); de != nil && (de.Code != "MalformedDetail" || de.Answer != "Detail is malformed.") {
+		t.Errorf("entry 3: code %q, answer %q", de.Code, de.Answer)
+	}
 	if n := len(srv.Events()); n != 3 {
 		t.Errorf("%d events accepted, want 3", n)
 	}

@@ -370,12 +370,15 @@ var permanentEntryCodes = map[string]bool{
 // retryable (reason "throttled" for throttling codes, else the code).
 func EntryError(prefix, eventID, code, message string) *sinks.Error {
 	err := fmt.Errorf("%s: event %s: %s: %s", prefix, eventID, code, message)
+	var de *sinks.Error
 	switch {
 	case permanentEntryCodes[code]:
-		return sinks.Permanent(code, err)
+		de = sinks.Permanent(code, err)
 	case awsutil.IsThrottle(code):
-		return sinks.Retryable("throttled", 0, err)
+		de = sinks.Retryable("throttled", 0, err)
 	default:
-		return sinks.Retryable(code, 0, err)
+		de = sinks.Retryable(code, 0, err)
 	}
+	de.Code, de.Answer = code, sinks.Answer([]byte(message))
+	return de
 }

@@ -641,10 +641,10 @@ func Classify(prefix, eventID string, err error) *sinks.Error {
 	switch {
 	case errors.As(err, &ke):
 		reason := strings.ToLower(ke.Message)
-		if permanentCodes[ke.Code] {
-			return sinks.Permanent(reason, werr)
-		}
-		return sinks.Retryable(reason, 0, werr)
+		de := sinks.Retryable(reason, 0, werr)
+		de.Permanent = permanentCodes[ke.Code]
+		de.Code = ke.Message // the broker's error name, as Kafka documents it
+		return de
 	case errors.Is(err, errSendTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, kgo.ErrRecordTimeout):
 		return sinks.Retryable("timeout", 0, werr)
 	case errors.Is(err, kgo.ErrRecordRetries):

@@ -367,20 +367,21 @@ func TestClassify(t *testing.T) {
 		err       error
 		permanent bool
 		reason    string
+		code      string // the broker's error name
 	}{
-		{kerr.UnknownTopicOrPartition, false, "unknown_topic_or_partition"},
-		{fmt.Errorf("wrapped: %w", kerr.ClusterAuthorizationFailed), true, "cluster_authorization_failed"},
-		{kerr.SaslAuthenticationFailed, false, "sasl_authentication_failed"},
-		{kerr.InvalidProducerEpoch, false, "invalid_producer_epoch"},
-		{context.DeadlineExceeded, false, "timeout"},
-		{kgo.ErrRecordTimeout, false, "timeout"},
-		{kgo.ErrClientClosed, false, "closed"},
-		{&netErr{}, false, "transport"},
-		{errors.New("odd"), false, "error"},
+		{kerr.UnknownTopicOrPartition, false, "unknown_topic_or_partition", "UNKNOWN_TOPIC_OR_PARTITION"},
+		{fmt.Errorf("wrapped: %w", kerr.ClusterAuthorizationFailed), true, "cluster_authorization_failed", "CLUSTER_AUTHORIZATION_FAILED"},
+		{kerr.SaslAuthenticationFailed, false, "sasl_authentication_failed", "SASL_AUTHENTICATION_FAILED"},
+		{kerr.InvalidProducerEpoch, false, "invalid_producer_epoch", "INVALID_PRODUCER_EPOCH"},
+		{context.DeadlineExceeded, false, "timeout", ""},
+		{kgo.ErrRecordTimeout, false, "timeout", ""},
+		{kgo.ErrClientClosed, false, "closed", ""},
+		{&netErr{}, false, "transport", ""},
+		{errors.New("odd"), false, "error", ""},
 	} {
 		de := Classify("kafka k", "orders:1", tc.err)
-		if de.Permanent != tc.permanent || de.Reason != tc.reason || !errors.Is(de, tc.err) {
-			t.Errorf("Classify(%v) = permanent %v reason %s, want %v %s", tc.err, de.Permanent, de.Reason, tc.permanent, tc.reason)
+		if de.Permanent != tc.permanent || de.Reason != tc.reason || de.Code != tc.code || !errors.Is(de, tc.err) {
+			t.Errorf("Classify(%v) = permanent %v reason %s code %q, want %v %s %q", tc.err, de.Permanent, de.Reason, de.Code, tc.permanent, tc.reason, tc.code)
 		}
 	}
 }

@@ -474,8 +474,10 @@ func (l *Lambda) invoke(ctx context.Context, payload []byte) error {
 		return Classify(ctx, l.prefix+": Invoke", err)
 	}
 	if out.FunctionError != nil {
-		return sinks.Retryable("function_error", 0, fmt.Errorf("%s: Invoke: function error (%s, version %s): %s",
+		de := sinks.Retryable("function_error", 0, fmt.Errorf("%s: Invoke: function error (%s, version %s): %s",
 			l.prefix, aws.ToString(out.FunctionError), aws.ToString(out.ExecutedVersion), quote(out.Payload, MaxFunctionErrorBytes)))
+		de.Status, de.Code, de.Answer = int(out.StatusCode), aws.ToString(out.FunctionError), sinks.Answer(out.Payload)
+		return de
 	}
 	return nil
 }

@@ -119,6 +119,11 @@ func TestFunctionError(t *testing.T) {
 			!strings.HasSuffix(msg, "...") || len(msg) > MaxFunctionErrorBytes+200 {
 			t.Errorf("message (%d bytes) %.300q", len(msg), msg)
 		}
+		// What the delivery's observers record: the function's error
+		// kind and at most 1 KiB of its answer.
+		if de.Code != "Unhandled" || de.Status != 200 || !strings.HasPrefix(de.Answer, `{"errorMessage":"state is not pending`) || len(de.Answer) > sinks.MaxAnswer {
+			t.Errorf("code %q, status %d, answer (%d bytes) %.80q", de.Code, de.Status, len(de.Answer), de.Answer)
+		}
 	}
 	if err := newSink(t, srv, nil).Send(ctx, events(t, 1, 0)); err != nil {
 		t.Errorf("async: %v", err)

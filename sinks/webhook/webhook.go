@@ -1042,8 +1042,12 @@ func (w *Webhook) classify(resp *http.Response) error {
 		drain(resp.Body)
 		return nil
 	}
-	snippet := readSnippet(resp.Body)
+	answer := readAnswer(resp.Body)
 	drain(resp.Body)
+	snippet := ""
+	if answer != "" {
+		snippet = ": " + truncate(answer, snippetMax)
+	}
 
 	// The reason phrase is the receiver's text: no control characters
 	// (terminal escapes) in what logs, dead letters and the CLI show.
@@ -1064,16 +1068,22 @@ func (w *Webhook) classify(resp *http.Response) error {
 		} else {
 			msg += " (redirects are not followed)"
 		}
-		return sinks.Permanent(reason, errors.New(msg+snippet))
+		return answered(sinks.Permanent(reason, errors.New(msg+snippet)), code, answer)
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500 || code < 200:
 		ra := retryAfter(resp.Header.Get("Retry-After"), w.now())
 		if ra > 0 {
 			msg += " (retry after " + ra.String() + ")"
 		}
-		return sinks.Retryable(reason, ra, errors.New(msg+snippet))
+		return answered(sinks.Retryable(reason, ra, errors.New(msg+snippet)), code, answer)
 	default: // other 4xx
-		return sinks.Permanent(reason, errors.New(msg+snippet))
+		return answered(sinks.Permanent(reason, errors.New(msg+snippet)), code, answer)
 	}
+}
+
+// answered sets the status and answer of the receiver's answer on de.
+func answered(de *sinks.Error, status int, answer string) *sinks.Error {
+	de.Status, de.Answer = status, answer
+	return de
 }
 
 // retryAfter parses a Retry-After value: delay seconds or an HTTP date
@@ -1100,15 +1110,11 @@ func retryAfter(v string, now time.Time) time.Duration {
 	return 0
 }
 
-// readSnippet reads up to respSnippetCap bytes of body and returns ": "
-// followed by at most snippetMax printable bytes of it ("" when empty).
-func readSnippet(body io.Reader) string {
+// readAnswer reads up to respSnippetCap bytes of body and returns them as
+// an answer's excerpt (sinks.Answer; "" when empty).
+func readAnswer(body io.Reader) string {
 	b, _ := io.ReadAll(io.LimitReader(body, respSnippetCap))
-	s := strings.TrimSpace(sinks.Printable(string(b)))
-	if s == "" {
-		return ""
-	}
-	return ": " + truncate(s, snippetMax)
+	return sinks.Answer(b)
 }
 
 // truncate shortens s to at most n bytes (on a rune boundary), marking the

@@ -567,6 +567,9 @@ func TestStatusClassification(t *testing.T) {
 			if !tt.permanent && de.RetryAfter != tt.wantAfter {
 				t.Errorf("RetryAfter = %v, want %v", de.RetryAfter, tt.wantAfter)
 			}
+			if want := fmt.Sprintf("status %d body", tt.status); de.Status != tt.status || de.Answer != want {
+				t.Errorf("Status, Answer = %d, %q; want %d, %q", de.Status, de.Answer, tt.status, want)
+			}
 			msg := err.Error()
 			for _, want := range []string{"webhook test: POST " + srv.URL + ": HTTP " + strconv.Itoa(tt.status), fmt.Sprintf("status %d body", tt.status)} {
 				if !strings.Contains(msg, want) {

@@ -309,16 +309,22 @@ func ClassifyCall(ctx context.Context, prefix string, err error) error {
 			reason = "http_" + strconv.Itoa(status)
 		}
 		msg := fmt.Errorf("%s: %w", prefix, err)
+		var de *sinks.Error
 		switch {
 		case IsThrottle(code) || status == http.StatusTooManyRequests:
-			return sinks.Retryable("throttled", 0, msg)
+			de = sinks.Retryable("throttled", 0, msg)
 		case transientCodes[code] || status == http.StatusRequestTimeout || status >= 500:
-			return sinks.Retryable(reason, 0, msg)
+			de = sinks.Retryable(reason, 0, msg)
 		case ae != nil && ae.ErrorFault() == smithy.FaultServer && status == 0:
-			return sinks.Retryable(reason, 0, msg)
+			de = sinks.Retryable(reason, 0, msg)
 		default:
-			return sinks.Permanent(reason, msg)
+			de = sinks.Permanent(reason, msg)
 		}
+		de.Status, de.Code = status, code
+		if ae != nil {
+			de.Answer = sinks.Answer([]byte(ae.ErrorMessage()))
+		}
+		return de
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {

@@ -256,14 +256,17 @@ func EntryError(prefix, eventID, code, message string, senderFault bool) *sinks.
 		code = "unknown"
 	}
 	err := fmt.Errorf("%s: event %s: %s: %s", prefix, eventID, code, message)
+	var de *sinks.Error
 	switch {
 	case senderFault:
-		return sinks.Permanent(code, err)
+		de = sinks.Permanent(code, err)
 	case IsThrottle(code):
-		return sinks.Retryable("throttled", 0, err)
+		de = sinks.Retryable("throttled", 0, err)
 	default:
-		return sinks.Retryable(code, 0, err)
+		de = sinks.Retryable(code, 0, err)
 	}
+	de.Code, de.Answer = code, sinks.Answer([]byte(message))
+	return de
 }
 
 // EntryFailure is one entry of the Failed list of a batch answer (SQS
