@@ -104,6 +104,7 @@ type Attempt struct {
 	Replica    string    `json:"replica,omitempty"`
 	Unit       string    `json:"unit,omitempty"`
 	TraceID    string    `json:"trace_id,omitempty"`
+	Redelivery string    `json:"redelivery,omitempty"`
 	// Batch is the number of events of the request, when it was a batch.
 	Batch int `json:"batch,omitempty"`
 }
@@ -111,7 +112,7 @@ type Attempt struct {
 func attemptOf(r *Record) Attempt {
 	a := Attempt{At: r.Time, Attempt: r.Attempt, Outcome: r.Outcome, Status: r.Status, Code: r.Code,
 		ErrorClass: r.ErrorClass, Error: r.Error, DurationMS: durationMS(r.Duration), Response: r.Response,
-		Replica: r.Replica, Unit: r.Unit, TraceID: r.TraceID}
+		Replica: r.Replica, Unit: r.Unit, TraceID: r.TraceID, Redelivery: r.Redelivery}
 	if r.BatchIDs != nil {
 		a.Batch = len(r.BatchIDs)
 	}
@@ -294,9 +295,13 @@ func (l *Log) Lifecycle(ctx context.Context, id string) (Lifecycle, error) {
 			s.State = StateDelivered
 		case recorded && lastOutcome == OutcomeSkipped:
 			s.State = StateSkipped
-		case known && acked && recorded && lastOutcome == OutcomeDeadLettered:
-			s.State, s.Derived = StateDeadLettered, true
-			s.Note = "its dead letter is no longer stored: replayed or purged"
+		case recorded && lastOutcome == OutcomeDeadLettered:
+			s.State = StateDeadLettered
+			if l.deps.DeadLetters != nil {
+				s.Derived, s.Note = true, "its dead letter is no longer stored: replayed or purged"
+			}
+		case recorded && lastOutcome == OutcomeParked && l.deps.DeadLetters == nil && !(known && acked):
+			s.State = StateParked
 		case known && acked:
 			s.State, s.Derived = StateDelivered, true
 			switch {
@@ -307,7 +312,7 @@ func (l *Log) Lifecycle(ctx context.Context, id string) (Lifecycle, error) {
 			default:
 				s.Note = "not recorded: the checkpoint is past it and nothing failed or is pending for this sink (delivered if its rules matched the change)"
 			}
-		case recorded && lastOutcome == OutcomeRetrying:
+		case recorded && (lastOutcome == OutcomeRetrying || lastOutcome == OutcomeFailed):
 			s.State = StateRetrying
 		case recorded || known:
 			s.State, s.Derived = StateInFlight, !recorded || lastOutcome != OutcomeAbandoned

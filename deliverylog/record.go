@@ -40,10 +40,14 @@ const (
 	// process stopped); the event is not acknowledged and is delivered
 	// again from the checkpoint.
 	OutcomeAbandoned Outcome = "abandoned"
+	// OutcomeFailed: the attempt failed; what follows (retrying, parked,
+	// dead_lettered) is a record of its own. Also a replay that did not
+	// deliver.
+	OutcomeFailed Outcome = "failed"
 )
 
 // Outcomes lists every outcome.
-var Outcomes = []Outcome{OutcomeDelivered, OutcomeRetrying, OutcomeDeadLettered, OutcomeParked, OutcomeSkipped, OutcomeAbandoned}
+var Outcomes = []Outcome{OutcomeDelivered, OutcomeRetrying, OutcomeDeadLettered, OutcomeParked, OutcomeSkipped, OutcomeAbandoned, OutcomeFailed}
 
 // Valid reports whether o is one of the outcomes.
 func (o Outcome) Valid() bool {
@@ -107,6 +111,9 @@ type Record struct {
 	Response string
 	// TraceID is the trace's id when the change is traced [trace_id].
 	TraceID string
+	// Redelivery is "redrive" (a parked entry) or "replay" (a dead
+	// letter), empty for a live delivery [redelivery].
+	Redelivery string
 	// Replica is the instance that made the attempt (set by the Writer)
 	// [replica]; Unit the unit of work that read the event [unit] and
 	// Epoch its lease epoch in cluster mode [epoch], for reading only:

@@ -29,6 +29,7 @@ type stored struct {
 	LatBucket   int            `bson:"lat_bucket"`
 	Response    string         `bson:"response,omitempty"`
 	TraceID     string         `bson:"trace_id,omitempty"`
+	Redelivery  string         `bson:"redelivery,omitempty"`
 	Replica     string         `bson:"replica,omitempty"`
 	Unit        string         `bson:"unit,omitempty"`
 	Epoch       int64          `bson:"epoch,omitempty"`
@@ -43,7 +44,7 @@ func (r *Record) store(replica string) stored {
 		Source: r.Source, DB: r.DB, Coll: r.Coll, Operation: r.Operation, Sink: r.Sink, Rules: r.Rules,
 		Attempt: r.Attempt, Outcome: r.Outcome, Status: r.Status, Code: r.Code, ErrorClass: r.ErrorClass,
 		Error: printable([]byte(r.Error), maxError), DurationMS: durationMS(r.Duration), LatBucket: latencyBucket(durationMS(r.Duration)),
-		Response: printable([]byte(r.Response), MaxExcerpt), TraceID: r.TraceID, Replica: r.Replica, Unit: r.Unit,
+		Response: printable([]byte(r.Response), MaxExcerpt), TraceID: r.TraceID, Redelivery: r.Redelivery, Replica: r.Replica, Unit: r.Unit,
 		Epoch: r.Epoch, ClusterTime: r.ClusterTime,
 	}
 	if s.Replica == "" {
@@ -63,7 +64,7 @@ func (s *stored) record() Record {
 	r := Record{
 		Source: s.Source, DB: s.DB, Coll: s.Coll, Operation: s.Operation, Sink: s.Sink, Rules: s.Rules,
 		Attempt: s.Attempt, Outcome: s.Outcome, Status: s.Status, Code: s.Code, ErrorClass: s.ErrorClass, Error: s.Error,
-		Duration: time.Duration(s.DurationMS * float64(time.Millisecond)), Response: s.Response, TraceID: s.TraceID,
+		Duration: time.Duration(s.DurationMS * float64(time.Millisecond)), Response: s.Response, TraceID: s.TraceID, Redelivery: s.Redelivery,
 		Replica: s.Replica, Unit: s.Unit, Epoch: s.Epoch, ClusterTime: s.ClusterTime, Time: s.At.UTC(),
 	}
 	if len(s.EventIDs) > 0 {
