@@ -137,19 +137,9 @@ func (modPred) expand() bool  { return true }
 type elemMatchObjPred struct{ m matcher }
 
 func (e *elemMatchObjPred) value(t bson.Type, v []byte) bool {
-	if t != bson.TypeArray {
-		return false
-	}
-	it := bsonraw.NewIter(v)
-	for {
-		_, et, ev, ok := it.Next()
-		if !ok {
-			return false
-		}
-		if (et == bson.TypeEmbeddedDocument || et == bson.TypeArray) && e.m.matches(ev) {
-			return true
-		}
-	}
+	return anyElement(t, v, func(et bson.Type, ev []byte) bool {
+		return (et == bson.TypeEmbeddedDocument || et == bson.TypeArray) && e.m.matches(ev)
+	})
 }
 func (*elemMatchObjPred) missing() bool { return false }
 func (*elemMatchObjPred) expand() bool  { return false }
@@ -157,6 +147,14 @@ func (*elemMatchObjPred) expand() bool  { return false }
 type elemMatchValPred struct{ p pred }
 
 func (e *elemMatchValPred) value(t bson.Type, v []byte) bool {
+	return anyElement(t, v, e.p.value)
+}
+func (*elemMatchValPred) missing() bool { return false }
+func (*elemMatchValPred) expand() bool  { return false }
+
+// anyElement reports whether v is an array (t) with an element for which
+// match holds ($elemMatch's test).
+func anyElement(t bson.Type, v []byte, match func(bson.Type, []byte) bool) bool {
 	if t != bson.TypeArray {
 		return false
 	}
@@ -166,13 +164,11 @@ func (e *elemMatchValPred) value(t bson.Type, v []byte) bool {
 		if !ok {
 			return false
 		}
-		if e.p.value(et, ev) {
+		if match(et, ev) {
 			return true
 		}
 	}
 }
-func (*elemMatchValPred) missing() bool { return false }
-func (*elemMatchValPred) expand() bool  { return false }
 
 type andPred []pred
 
