@@ -179,7 +179,9 @@ func (r *running) stop(t *testing.T) error {
 // now on are after its start).
 func (r *running) waitOpen(t *testing.T) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "the change stream to open", func() bool {
+	// A snapshot scan of 20,000 documents under -race on a loaded
+	// machine takes more than 10 s; this is a deadline, not a wait.
+	waitFor(t, 60*time.Second, "the change stream to open", func() bool {
 		return r.src.Status().State == source.StateOpen
 	})
 }

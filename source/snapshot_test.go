@@ -152,6 +152,11 @@ func TestSnapshotThenStream(t *testing.T) {
 	waitFor(t, 10*time.Second, "the first snapshot event", func() bool { return rec.count() > 0 })
 	stopUpd := make(chan struct{})
 	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	stopUpdates := func() { stopOnce.Do(func() { close(stopUpd) }); wg.Wait() }
+	// A failed wait below must not leave the updater calling t.Error
+	// after the test has returned (a panic that ends the package's run).
+	defer stopUpdates()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -169,8 +174,7 @@ func TestSnapshotThenStream(t *testing.T) {
 		}
 	}()
 	r.waitOpen(t)
-	close(stopUpd)
-	wg.Wait()
+	stopUpdates()
 	upMu.Lock()
 	totalUpdates := 0
 	for _, c := range updated {
