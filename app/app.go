@@ -1,7 +1,11 @@
-// Package app builds a running gateway from a config: MongoDB client,
-// stores, sinks, rules, sources and the admin HTTP server; and runs it with a
-// two-phase shutdown (stop reading and drain within the grace period, then
-// cancel).
+// Package app is the composition root: it builds a running gateway from a
+// config (MongoDB client, stores, sinks, rules, the engine, the units of
+// work and their sources, the backfill runner, and the admin HTTP server of
+// package api with the console's routes), runs it (every unit here, or the
+// cluster lease loop), reloads it, and stops it with a two-phase shutdown
+// (stop reading and drain within the grace period, then cancel). It also
+// builds the command line's one-shot tools from a config: check, replay,
+// backfill, tail and the rules dry run.
 package app
 
 import (
@@ -19,9 +23,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/changegate/changegate/api"
 	"github.com/changegate/changegate/backfill"
 	"github.com/changegate/changegate/checkpoint"
 	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/console"
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
@@ -40,8 +46,13 @@ import (
 	"github.com/changegate/changegate/tracing"
 )
 
-// The engine takes the ordering key's hash a source computed already.
-var _ source.KeyedDispatcher = (*router.Engine)(nil)
+// The engine takes the ordering key's hash a source computed already; the
+// admin API and the console read the gateway through their interfaces.
+var (
+	_ source.KeyedDispatcher = (*router.Engine)(nil)
+	_ api.Gateway            = (*gateway)(nil)
+	_ console.Gateway        = (*gateway)(nil)
+)
 
 // Options are the parts of a run that do not come from the config file.
 type Options struct {
@@ -93,16 +104,12 @@ type gateway struct {
 	defs     []unitDef    // every unit of the configuration
 	units    units        // the units whose sources run here
 	cl       *clusterLoop // nil outside cluster mode
-	samples  consoleRing  // the web console's sparkline samples
 
 	wg       sync.WaitGroup    // unit goroutines
 	unitDone chan *runningUnit // a unit's Run returned
 	stopped  chan struct{}     // closed when Run no longer reads unitDone
 
 	backfills *backfill.Runner // on-demand backfills (package backfill)
-	// payloads bounds the whole dead-letter entries read at once (the API's
-	// and the console's); handler creates it when nil.
-	payloads *payloadGate
 }
 
 // oversizePolicy returns the sink's oversize policy, counting in m (when
@@ -390,7 +397,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	// previous run left running (a stop, a kill, a crash) resume here.
 	resumeCtx, stopResume := context.WithCancel(ctx)
 	defer stopResume()
-	go g.backfills.ResumeAll(resumeCtx, g.config)
+	go g.backfills.ResumeAll(resumeCtx, g.Config)
 
 	for _, sc := range cfg.Sources {
 		g.stuckAfter = max(g.stuckAfter, sc.MaxAwait+5*time.Second)
@@ -401,6 +408,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		g.units.pushdowns[sc.Name] = push
 	}
 
+	if cfg.Cluster.Enabled {
+		// Before the admin server and the console's sampler, which read
+		// the loop's status.
+		g.cl = newClusterLoop(g, cfg.Cluster, client.Database(cfg.Mongo.StateDatabase))
+	}
 	var adminAddr string
 	var srv *http.Server
 	if cfg.Server.Listen != "" {
@@ -409,8 +421,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			return fmt.Errorf("server.listen: %w", err)
 		}
 		adminAddr = ln.Addr().String()
-		srv = g.newAdminServer(reg)
-		go g.sampleConsole(ctx, opts.ConsoleSampleEvery)
+		a := api.New(api.Options{Gateway: g, DeadLetters: dls, Backfills: g.backfills, Registry: reg, Log: log})
+		con := console.New(a, console.Options{Gateway: g, DeadLetters: dls, Metrics: m, SampleEvery: opts.ConsoleSampleEvery, Log: log})
+		srv = a.HTTPServer()
+		go con.Sample(ctx)
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("admin server failed", "err", err)
@@ -433,7 +447,6 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		// until the sources have stopped, so that it keeps renewing
 		// during the drain, and then releases every lease.
 		engine.SetOwnedUnits([]string{})
-		g.cl = newClusterLoop(g, cfg.Cluster, client.Database(cfg.Mongo.StateDatabase))
 		clCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		stopCluster = stop
 		go func() {
@@ -461,7 +474,7 @@ wait:
 	for {
 		select {
 		case <-ctx.Done():
-			log.Info("stopping: no new changes are read; draining deliveries in flight", "grace", g.config().Server.ShutdownGrace)
+			log.Info("stopping: no new changes are read; draining deliveries in flight", "grace", g.Config().Server.ShutdownGrace)
 			break wait
 		case u := <-g.unitDone:
 			if err := g.unitEnded(u); err != nil {
@@ -470,7 +483,7 @@ wait:
 				break wait
 			}
 		case <-opts.Reload:
-			if err := g.reload(); err != nil {
+			if err := g.Reload(); err != nil {
 				log.Error("reload failed", "err", err)
 			}
 		}
@@ -501,7 +514,7 @@ wait:
 	for _, u := range g.units.snapshot() {
 		u.src.StopReading()
 	}
-	g.drain(g.config().Server.ShutdownGrace, opts.Hard)
+	g.drain(g.Config().Server.ShutdownGrace, opts.Hard)
 	stopSources() // final checkpoint saves happen here
 	g.wg.Wait()
 	close(g.stopped)
@@ -573,6 +586,13 @@ func (o ReplayOptions) groups(e *router.Engine) deadletter.GroupDelivery {
 		g.Deliver = e.DeliverGroupUnrouted
 	}
 	return g
+}
+
+// Replay re-delivers the failed dead letters f selects through the running
+// engine, as the admin API and the console ask (api.Gateway).
+func (g *gateway) Replay(ctx context.Context, f deadletter.Filter, deliverUnrouted bool) (deadletter.ReplayResult, error) {
+	opts := ReplayOptions{DeliverUnrouted: deliverUnrouted}
+	return g.dls.ReplayGrouped(memory.WithBudget(ctx, g.budget), f, opts.deliverer(g.engine), opts.groups(g.engine))
 }
 
 // Replay re-delivers the dead letters matching f through their sinks (built

@@ -11,6 +11,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/changegate/changegate/api"
 	"github.com/changegate/changegate/cluster"
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/event"
@@ -375,7 +376,7 @@ func (cl *clusterLoop) handOver(ctx context.Context, unit string) {
 	o.leaving = true
 	cl.mu.Unlock()
 	cl.log.Info("handing a unit over to another replica (more than the fair share here)", "unit", unit, "epoch", o.lease.Epoch)
-	grace := cl.g.config().Server.ShutdownGrace
+	grace := cl.g.Config().Server.ShutdownGrace
 	go func() {
 		o.ru.src.StopReading()
 		t := time.NewTimer(grace)
@@ -460,29 +461,18 @@ func (cl *clusterLoop) releaseAll() {
 	}
 }
 
-// unitStatus is one unit in /api/v1/status.
-type unitStatus struct {
-	Name    string    `json:"name"`
-	Source  string    `json:"source"`
-	Owner   string    `json:"owner,omitempty"`
-	Epoch   int64     `json:"epoch,omitempty"`
-	Expires time.Time `json:"leaseExpires,omitzero"`
-	// Role is "active" when this replica runs the unit, else "standby".
-	Role string `json:"role"`
-}
-
 // status returns every unit's lease and role, whether the loop is healthy
 // (a heartbeat within the ttl) and the live members.
-func (cl *clusterLoop) status() ([]unitStatus, bool, []string) {
+func (cl *clusterLoop) status() ([]api.UnitStatus, bool, []string) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	byUnit := map[string]lease.Lease{}
 	for _, l := range cl.view {
 		byUnit[l.Unit] = l
 	}
-	out := make([]unitStatus, 0, len(cl.names))
+	out := make([]api.UnitStatus, 0, len(cl.names))
 	for _, d := range cl.g.defs {
-		us := unitStatus{Name: d.name, Source: d.source, Role: "standby"}
+		us := api.UnitStatus{Name: d.name, Source: d.source, Role: "standby"}
 		if l, ok := byUnit[d.name]; ok {
 			us.Owner, us.Epoch, us.Expires = l.Owner, l.Epoch, l.Expires
 		}

@@ -3,7 +3,6 @@ package app
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"reflect"
 	"strings"
 
@@ -17,20 +16,21 @@ import (
 // configuration stays in force.
 var ErrReloadRejected = errors.New("reload rejected; the running configuration stays in force")
 
-// reload re-reads the configuration and applies its rules and sinks in place:
+// Reload re-reads the configuration and applies its rules and sinks in place:
 // unchanged sinks keep their lanes, changed and new sinks get new ones,
 // sources whose pushed-down filter changed reopen their streams after the
 // last change they handed over. Checkpoints and events in flight are kept.
 // Changes to [mongo], [[sources]] or server.listen need a restart and make
-// the reload fail, as does an invalid file.
-func (g *gateway) reload() error {
+// the reload fail, as does an invalid file (an error wrapping
+// ErrReloadRejected, one reason a line: api.Refusal).
+func (g *gateway) Reload() error {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
 	next, err := g.loadConfig()
 	if err != nil {
 		return fmt.Errorf("%w:\n%v", ErrReloadRejected, err)
 	}
-	cur := g.config()
+	cur := g.Config()
 	var fixed []string
 	if !reflect.DeepEqual(cur.Mongo, next.Mongo) {
 		fixed = append(fixed, "[mongo]")
@@ -97,35 +97,8 @@ func (g *gateway) reload() error {
 	return nil
 }
 
-func (g *gateway) config() *config.Config { return g.cfgPtr.Load() }
-
-func (g *gateway) reloadHandler(w http.ResponseWriter, _ *http.Request) {
-	if err := g.reload(); err != nil {
-		g.log.Error("reload failed", "err", err)
-		writeJSON(w, http.StatusBadRequest, reloadError{Error: ErrReloadRejected.Error(), Problems: problems(err)})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "reloaded"})
-}
-
-type reloadError struct {
-	Error    string   `json:"error"`
-	Problems []string `json:"problems"`
-}
-
-// problems splits a reload error into its lines, without the rejection
-// preamble.
-func problems(err error) []string {
-	msg := strings.TrimPrefix(err.Error(), ErrReloadRejected.Error())
-	msg = strings.TrimLeft(msg, ":\n ")
-	var out []string
-	for _, l := range strings.Split(msg, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
-}
+// Config returns the configuration in force (a reload replaces it).
+func (g *gateway) Config() *config.Config { return g.cfgPtr.Load() }
 
 // pushdowns is the $match stage each source currently runs with.
 type pushdowns map[string]bson.D

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/changegate/changegate/api"
 	"github.com/changegate/changegate/config"
 )
 
@@ -97,14 +98,14 @@ func TestReloadRefusesRestartOnlyChanges(t *testing.T) {
 				return config.Parse("config.toml", []byte(tc.edit(reloadBase)), func(string) (string, bool) { return "", false })
 			}}
 			g.cfgPtr.Store(cur)
-			err := g.reload()
+			err := g.Reload()
 			if !errors.Is(err, ErrReloadRejected) {
 				t.Fatalf("reload = %v, want ErrReloadRejected", err)
 			}
-			if got := problems(err); !slices.Equal(got, tc.problems) {
-				t.Fatalf("problems %q, want %q (error: %v)", got, tc.problems, err)
+			if got := api.Refusal(err); got.Error != ErrReloadRejected.Error() || !slices.Equal(got.Problems, tc.problems) {
+				t.Fatalf("refusal %q, want %q and %q (error: %v)", got, ErrReloadRejected, tc.problems, err)
 			}
-			if g.config() != cur {
+			if g.Config() != cur {
 				t.Fatal("a refused reload replaced the running configuration")
 			}
 		})

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -124,6 +125,14 @@ func (us *units) acked(unit string) (bson.Timestamp, bool) {
 		}
 	}
 	return least, len(srcs) > 0
+}
+
+// Pushdowns returns a copy of the $match stage each source runs with, and
+// whether pushdown is off (-no-pushdown) (console.Gateway).
+func (g *gateway) Pushdowns() (map[string]bson.D, bool) {
+	g.units.mu.Lock()
+	defer g.units.mu.Unlock()
+	return maps.Clone(g.units.pushdowns), g.noPushdown
 }
 
 func compareStrings(a, b string) int {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/changegate/changegate/api"
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/sinks"
@@ -61,7 +62,7 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := newFlags("deadletters "+sub, deadlettersUsage, stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
-	var q app.DeadLetterQuery
+	var q api.DeadLetterQuery
 	fs.StringVar(&q.Sink, "sink", "", "only entries of this sink")
 	fs.StringVar(&q.Source, "source", "", "only entries of this source")
 	fs.StringVar(&q.Kind, "kind", "", "only entries of this kind: failed, parked or gap (replay: failed)")

@@ -1,4 +1,4 @@
-package app_test
+package api_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/api"
 )
 
 // TestDeadLetterQueryDocumentKey: document_key (API) and -document-key
@@ -28,7 +28,7 @@ func TestDeadLetterQueryDocumentKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
-			_, err := app.DeadLetterQuery{DocumentKey: tt.key}.Filter(time.Now(), 0)
+			_, err := api.DeadLetterQuery{DocumentKey: tt.key}.Filter(time.Now(), 0)
 			got := ""
 			if err != nil {
 				got = err.Error()
@@ -44,18 +44,18 @@ func TestDeadLetterQueryDocumentKey(t *testing.T) {
 // documentKeyBSON (the key's raw BSON, base64) for an exact look-up.
 func TestDeadLetterQueryDocumentKeyBSON(t *testing.T) {
 	key, _ := bson.Marshal(bson.D{{Key: "_id", Value: "a\xffb"}})
-	f, err := app.DeadLetterQuery{DocumentKeyBSON: base64.StdEncoding.EncodeToString(key)}.Filter(time.Now(), 0)
+	f, err := api.DeadLetterQuery{DocumentKeyBSON: base64.StdEncoding.EncodeToString(key)}.Filter(time.Now(), 0)
 	if err != nil || !bytes.Equal(f.ExactDocumentKey, key) {
 		t.Fatalf("Filter = %v, %v", f.ExactDocumentKey, err)
 	}
 	op, _ := bson.Marshal(bson.D{{Key: "_id", Value: bson.D{{Key: "$ne", Value: nil}}}})
 	for _, tt := range []struct {
-		q    app.DeadLetterQuery
+		q    api.DeadLetterQuery
 		want string
 	}{
-		{app.DeadLetterQuery{DocumentKeyBSON: "!!"}, `document key bson: "!!" is not the base64 of a BSON document (copy documentKeyBSON from a listing)`},
-		{app.DeadLetterQuery{DocumentKeyBSON: base64.StdEncoding.EncodeToString(key), DocumentKey: `{"_id":1}`}, `document key: give document_key or document_key_bson, not both`},
-		{app.DeadLetterQuery{DocumentKeyBSON: base64.StdEncoding.EncodeToString(op)}, `document key bson: field "_id.$ne" is a query operator: a document key is matched literally, write its value as (Extended) JSON, e.g. {"_id": {"$oid": "..."}}`},
+		{api.DeadLetterQuery{DocumentKeyBSON: "!!"}, `document key bson: "!!" is not the base64 of a BSON document (copy documentKeyBSON from a listing)`},
+		{api.DeadLetterQuery{DocumentKeyBSON: base64.StdEncoding.EncodeToString(key), DocumentKey: `{"_id":1}`}, `document key: give document_key or document_key_bson, not both`},
+		{api.DeadLetterQuery{DocumentKeyBSON: base64.StdEncoding.EncodeToString(op)}, `document key bson: field "_id.$ne" is a query operator: a document key is matched literally, write its value as (Extended) JSON, e.g. {"_id": {"$oid": "..."}}`},
 	} {
 		if _, err := tt.q.Filter(time.Now(), 0); err == nil || err.Error() != tt.want {
 			t.Errorf("Filter(%+v) = %v, want %s", tt.q, err, tt.want)

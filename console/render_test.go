@@ -1,4 +1,4 @@
-package app
+package console
 
 import (
 	"html/template"
@@ -12,8 +12,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/changegate/changegate/api"
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/router"
 )
 
 const hostile = `<script>alert(1)</script>"'><img src=x onerror=alert(2)>`
@@ -52,7 +54,7 @@ func noHostileMarkup(t *testing.T, name, body string) {
 
 func TestConsoleTemplatesEmpty(t *testing.T) {
 	pages := map[string]consolePage{
-		"overview":    {Overview: buildOverview(statusReport{Ready: true}, nil)},
+		"overview":    {Overview: buildOverview(api.Status{Ready: true}, nil)},
 		"deadletters": {DeadLetters: &consoleDeadLetters{}},
 		"deadletter":  {Error: "no dead letter"},
 		"rules":       {Rules: &consoleRules{}},
@@ -63,7 +65,7 @@ func TestConsoleTemplatesEmpty(t *testing.T) {
 		noHostileMarkup(t, name, body)
 	}
 	// The locked shell shows no data.
-	p := consolePage{Locked: true, Auth: config.ConsoleAuthToken, Instance: "secret-instance", Overview: buildOverview(statusReport{Sources: []sourceReport{{Name: "secret-source"}}}, nil)}
+	p := consolePage{Locked: true, Auth: config.ConsoleAuthToken, Instance: "secret-instance", Overview: buildOverview(api.Status{Sources: []api.SourceStatus{{Name: "secret-source"}}}, nil)}
 	body := render(t, "overview", p).Body.String()
 	if strings.Contains(body, "secret-source") || strings.Contains(body, "secret-instance") || !strings.Contains(body, "data-locked") {
 		t.Fatalf("locked shell shows data:\n%s", body)
@@ -85,10 +87,10 @@ func TestConsoleTemplatesNormal(t *testing.T) {
 			},
 		})
 	}
-	r := statusReport{Ready: false, Sources: []sourceReport{
+	r := api.Status{Ready: false, Sources: []api.SourceStatus{
 		{Name: "orders", Source: "orders", State: "open", Ready: true, CheckpointLagSec: 6, CheckpointTime: now},
 		{Name: "users", Source: "users", State: "reconnecting", Reason: "change stream is reconnecting"},
-	}, Sinks: []sinkReport{
+	}, Sinks: []api.SinkStatus{
 		{Name: "hook", Ready: true, Failing: true, LastError: "webhook hook: HTTP 503", ConcurrencyLimit: 8, Adaptive: true},
 		{Name: "bus", Ready: true},
 		{Name: "queue", Parked: true, Ready: true},
@@ -119,11 +121,11 @@ func TestConsoleTemplatesHostile(t *testing.T) {
 		DocumentKey: key, Reason: hostile, FirstError: hostile, LastError: hostile, Rules: []string{hostile}, Namespace: hostile,
 		CreatedAt: time.Now(),
 	}
-	r := statusReport{
+	r := api.Status{
 		Reason: hostile, Cluster: true, Members: []string{hostile},
-		Units:   []unitStatus{{Name: hostile, Owner: hostile}},
-		Sources: []sourceReport{{Name: hostile, Source: hostile, State: hostile, Reason: hostile}},
-		Sinks:   []sinkReport{{Name: hostile, LastError: hostile, Reason: hostile, Circuit: hostile}},
+		Units:   []api.UnitStatus{{Name: hostile, Owner: hostile}},
+		Sources: []api.SourceStatus{{Name: hostile, Source: hostile, State: hostile, Reason: hostile}},
+		Sinks:   []api.SinkStatus{{Name: hostile, LastError: hostile, Reason: hostile, Circuit: hostile}},
 	}
 	rules := &consoleRules{Sources: []consoleRuleSource{{Name: hostile, Stage: hostile, Rules: []consoleRule{{Name: hostile, Filter: hostile, Pushed: hostile, Sinks: hostile}}}}}
 	pages := map[string]consolePage{
@@ -175,7 +177,11 @@ sinks = ["hook"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := CompileRules(cfg)
+	var specs []router.RuleSpec
+	for _, r := range cfg.Rules {
+		specs = append(specs, ruleSpec(r))
+	}
+	rules, err := router.CompileRules(specs, []string{"hook"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,9 @@
-package app
+package api
 
 import (
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -12,8 +13,9 @@ import (
 )
 
 // DeadLetterQuery is a dead-letter selection as an operator writes it, on the
-// command line (flags) or in the admin API (query parameters). Both turn it
-// into a deadletter.Filter with Filter, so they select identically.
+// command line (flags), in the admin API or the console (query parameters).
+// All turn it into a deadletter.Filter with Filter, so they select
+// identically.
 type DeadLetterQuery struct {
 	Sink, Source string
 	Kind         string // failed, parked, gap or empty
@@ -27,13 +29,15 @@ type DeadLetterQuery struct {
 	After           string // paging: the id of the last entry of the previous page
 }
 
-// Listing limits: a listing (admin API and CLI) returns DefaultListLimit
-// entries unless limit says otherwise, and at most MaxListLimit; page with
-// after for more. Replay and purge take no default limit.
-const (
-	DefaultListLimit = 100
-	MaxListLimit     = 1000
-)
+// DeadLetterQueryOf returns the selection of r's query parameters (sink,
+// source, kind, since, document_key, document_key_bson, limit, after).
+func DeadLetterQueryOf(r *http.Request) DeadLetterQuery {
+	v := r.URL.Query()
+	return DeadLetterQuery{
+		Sink: v.Get("sink"), Source: v.Get("source"), Kind: v.Get("kind"), Since: v.Get("since"),
+		DocumentKey: v.Get("document_key"), DocumentKeyBSON: v.Get("document_key_bson"), Limit: v.Get("limit"), After: v.Get("after"),
+	}
+}
 
 // ListFilter is Filter for a listing: limit defaults to DefaultListLimit and
 // must be from 1 to MaxListLimit (0, "no limit", is refused: a listing is

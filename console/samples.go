@@ -1,4 +1,4 @@
-package app
+package console
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // consoleSample is one sample of the console's ring buffer: the counters
@@ -48,17 +47,14 @@ func (r *consoleRing) snapshot() []consoleSample {
 	return append([]consoleSample(nil), r.buf...)
 }
 
-// sampleConsole samples every interval (consoleSampleEvery when 0) until
+// Sample samples every SampleEvery, while server.console is set, until
 // ctx is done.
-func (g *gateway) sampleConsole(ctx context.Context, every time.Duration) {
-	if every <= 0 {
-		every = consoleSampleEvery
-	}
-	t := time.NewTicker(every)
+func (c *Console) Sample(ctx context.Context) {
+	t := time.NewTicker(c.every)
 	defer t.Stop()
 	for {
-		if g.config().Server.Console {
-			g.samples.add(g.takeSample(time.Now()))
+		if c.gw.Config().Server.Console {
+			c.samples.add(c.takeSample(time.Now()))
 		}
 		select {
 		case <-ctx.Done():
@@ -68,20 +64,16 @@ func (g *gateway) sampleConsole(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (g *gateway) takeSample(now time.Time) consoleSample {
+func (c *Console) takeSample(now time.Time) consoleSample {
 	s := consoleSample{
 		at: now, lag: map[string]float64{}, read: map[string]float64{}, delivered: map[string]float64{},
 		failed: map[string]float64{}, deadLetters: map[string]float64{},
 	}
-	for _, u := range g.units.snapshot() {
-		st := u.src.Status()
-		if !st.LastEvent.IsZero() && !st.Checkpoint.WallTime.IsZero() {
-			s.lag[st.Name] = max(0, st.LastEvent.Sub(st.Checkpoint.WallTime).Seconds())
-		} else {
-			s.lag[st.Name] = 0
-		}
+	st := c.gw.Status()
+	for _, src := range st.Sources {
+		s.lag[src.Name] = src.CheckpointLagSec
 	}
-	m := g.metrics
+	m := c.metrics
 	collect(m.EventsRead, func(l map[string]string, v float64) { s.read[l["source"]] += v })
 	collect(m.Deliveries, func(l map[string]string, v float64) {
 		if l["outcome"] == "delivered" {
@@ -92,11 +84,10 @@ func (g *gateway) takeSample(now time.Time) consoleSample {
 	collect(m.DeadLetters, func(l map[string]string, v float64) { s.deadLetters[l["sink"]+"\x00"+l["kind"]] = v })
 	// Every sink has a value from its first sample on, so its rates start
 	// at the second sample and not at its first delivery.
-	for _, l := range g.engine.Lanes() {
-		n := l.Status().Name
+	for _, k := range st.Sinks {
 		for _, mm := range []map[string]float64{s.delivered, s.failed} {
-			if _, ok := mm[n]; !ok {
-				mm[n] = 0
+			if _, ok := mm[k.Name]; !ok {
+				mm[k.Name] = 0
 			}
 		}
 	}
@@ -132,12 +123,4 @@ func collect(c prometheus.Collector, fn func(labels map[string]string, v float64
 			fn(labels, d.Gauge.GetValue())
 		}
 	}
-}
-
-// pushdownSnapshot returns a copy of the $match stage each source runs
-// with.
-func (us *units) pushdownSnapshot() map[string]bson.D {
-	us.mu.Lock()
-	defer us.mu.Unlock()
-	return maps.Clone(us.pushdowns)
 }

@@ -1,4 +1,4 @@
-package app
+package console
 
 import (
 	"context"
@@ -11,16 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/changegate/changegate/api"
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/test/mongotest"
 )
 
 // Many concurrent reads of a large dead letter, through the console's page
-// and the API together, hold at most maxPayloads whole entries at once (the
+// and the API together, hold at most api.MaxPayloads whole entries at once (the
 // others wait for a turn); the page shows a cut of the entry with a link to
 // the whole of it in the API, which returns it whole.
 func TestConsoleEntryReadsBounded(t *testing.T) {
@@ -39,11 +39,13 @@ func TestConsoleEntryReadsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	g := &gateway{dls: dls, payloads: newPayloadGate(maxPayloads)}
-	g.cfgPtr.Store(&config.Config{Server: config.Server{Console: true, PublicRead: true}})
+	gw := fixedGateway{cfg: &config.Config{Server: config.Server{Console: true, PublicRead: true}}}
+	admin := api.New(api.Options{Gateway: gw, DeadLetters: dls})
+	New(admin, Options{Gateway: gw, DeadLetters: dls})
+	payloads := admin.Payloads()
 	release := make(chan struct{})
-	g.payloads.held = func() { <-release }
-	srv := httptest.NewServer(g.handler(prometheus.NewRegistry()))
+	payloads.Held = func() { <-release }
+	srv := httptest.NewServer(admin)
 	t.Cleanup(srv.Close)
 
 	const pages, apis = 12, 4
@@ -72,20 +74,24 @@ func TestConsoleEntryReadsBounded(t *testing.T) {
 			results <- result{path, resp.StatusCode, string(b)}
 		}()
 	}
-	// Every request arrives: maxPayloads hold an entry, the rest wait.
+	// Every request arrives: api.MaxPayloads hold an entry, the rest wait.
 	deadline := time.Now().Add(30 * time.Second)
-	for g.payloads.inside.Load() != maxPayloads || g.payloads.waiting.Load() != pages+apis-maxPayloads {
+	for {
+		inside, waiting, _ := payloads.Counts()
+		if inside == api.MaxPayloads && waiting == pages+apis-api.MaxPayloads {
+			break
+		}
 		if time.Now().After(deadline) {
 			close(release)
-			t.Fatalf("%d reads hold an entry and %d wait, want %d and %d", g.payloads.inside.Load(), g.payloads.waiting.Load(), maxPayloads, pages+apis-maxPayloads)
+			t.Fatalf("%d reads hold an entry and %d wait, want %d and %d", inside, waiting, api.MaxPayloads, pages+apis-api.MaxPayloads)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	close(release)
 	wg.Wait()
 	close(results)
-	if m := g.payloads.most.Load(); m != maxPayloads {
-		t.Errorf("at most %d entries held at once, want %d", m, maxPayloads)
+	if _, _, most := payloads.Counts(); most != api.MaxPayloads {
+		t.Errorf("at most %d entries held at once, want %d", most, api.MaxPayloads)
 	}
 	for r := range results {
 		switch {
@@ -103,3 +109,19 @@ func TestConsoleEntryReadsBounded(t *testing.T) {
 		}
 	}
 }
+
+// fixedGateway is a gateway with a fixed configuration and nothing
+// running.
+type fixedGateway struct{ cfg *config.Config }
+
+func (g fixedGateway) Config() *config.Config { return g.cfg }
+
+func (fixedGateway) Status() api.Status { return api.Status{Ready: true} }
+
+func (fixedGateway) Reload() error { return nil }
+
+func (fixedGateway) Replay(context.Context, deadletter.Filter, bool) (deadletter.ReplayResult, error) {
+	return deadletter.ReplayResult{}, nil
+}
+
+func (fixedGateway) Pushdowns() (map[string]bson.D, bool) { return nil, false }

@@ -1,0 +1,98 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"net/http"
+	"strings"
+
+	"github.com/changegate/changegate/config"
+)
+
+// Principal is who a request acts for, as the auth layer resolved it from
+// its bearer token. Every handler finds it with PrincipalOf.
+type Principal struct {
+	// Name names the principal in logs: "admin" for the admin token, ""
+	// for a request without a token the server knows.
+	Name string
+	// Admin is set for server.admin_token: every route is open to it.
+	Admin bool
+}
+
+// Access is what a route needs from the request's principal.
+type Access int
+
+const (
+	// Open routes serve anyone who reaches the listener: the probes,
+	// /metrics, the console's pages (which render their data only for a
+	// principal that may read it) and its static files.
+	Open Access = iota
+	// Read routes serve data (status details, dead letters, backfills):
+	// the admin token, or anyone with server.public_read.
+	Read
+	// Mutate routes change state: the admin token, and no one while none
+	// is configured.
+	Mutate
+)
+
+type principalKey struct{}
+
+// PrincipalOf returns the principal of a request served by a Server (the
+// zero Principal, anonymous, for any other).
+func PrincipalOf(r *http.Request) Principal {
+	p, _ := r.Context().Value(principalKey{}).(Principal)
+	return p
+}
+
+// bearer returns the token of an Authorization header using the Bearer
+// scheme (matched case-insensitively, RFC 9110 §11.1), and false when the
+// header is absent or uses another scheme.
+func bearer(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// authenticate resolves r's principal under cfg: the admin token, or
+// anonymous (no token, a wrong one, or none configured).
+func authenticate(cfg *config.Config, r *http.Request) Principal {
+	token := cfg.Server.AdminToken.Value()
+	got, ok := bearer(r.Header.Get("Authorization"))
+	if token != "" && ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
+		return Principal{Name: "admin", Admin: true}
+	}
+	return Principal{}
+}
+
+// mayRead reports whether p may read data under cfg: with
+// server.public_read, or with the admin token.
+func mayRead(cfg *config.Config, p Principal) bool {
+	return cfg.Server.PublicRead || p.Admin
+}
+
+// guard serves h to the requests whose principal has access a under the
+// configuration in force (read per request, so a reload applies), with
+// the principal in the request's context; it refuses the others with 401
+// (a token would help) or 403 (none can).
+func (s *Server) guard(a Access, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		cfg := s.gw.Config()
+		p := authenticate(cfg, r)
+		switch {
+		case a == Read && !mayRead(cfg, p) && cfg.Server.AdminToken.Value() == "":
+			WriteError(w, http.StatusForbidden, "reading status and dead letters needs a token: set server.admin_token, or server.public_read = true to serve them to anyone who can reach the admin server")
+			return
+		case a == Mutate && cfg.Server.AdminToken.Value() == "":
+			WriteError(w, http.StatusForbidden, "mutating admin API calls are disabled: set server.admin_token to enable them")
+			return
+		case a == Read && !mayRead(cfg, p), a == Mutate && !p.Admin:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="changegate"`)
+			WriteError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	}
+}
