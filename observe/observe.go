@@ -31,9 +31,11 @@ package observe
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"time"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks"
 )
 
 // Observer is told what happens to changes at the router's stage edges
@@ -128,6 +130,37 @@ type Attempt struct {
 	// Failure is its classification.
 	Err     error
 	Failure Failure
+}
+
+// EntryFailure returns the failure of a.Events[i] in the attempt's
+// result: its entry's of a batch that failed in part (ok false for an
+// entry that was accepted), the request's otherwise (ok false when it
+// succeeded).
+func (a Attempt) EntryFailure(i int) (f Failure, ok bool) {
+	var be *sinks.BatchError
+	switch {
+	case a.Err == nil:
+		return Failure{}, false
+	case errors.As(a.Err, &be):
+		err, failed := be.Failed[i]
+		if !failed {
+			return Failure{}, false
+		}
+		if de, ok := sinks.Classify(err); ok {
+			return ErrorFailure(de), true
+		}
+		return Failure{Reason: "canceled"}, true
+	}
+	return a.Failure, true
+}
+
+// ErrorFailure returns the Failure of a sink's error.
+func ErrorFailure(de *sinks.Error) Failure {
+	if de == nil {
+		return Failure{}
+	}
+	return Failure{Reason: de.Reason, Permanent: de.Permanent, RetryAfter: de.RetryAfter,
+		Status: de.Status, Code: de.Code, Answer: de.Answer}
 }
 
 // Failure is a failed attempt's classification: its reason and what the

@@ -2,10 +2,12 @@ package observe
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/sinks"
 )
 
 // calls records the calls an observer gets, in a log shared by several.
@@ -116,4 +118,26 @@ func TestKeys(t *testing.T) {
 type plainState struct {
 	Slot
 	v string
+}
+
+// An attempt's failure per event: a batch's failed entry has its own, an
+// accepted one none; a request that failed whole gives every event its
+// failure.
+func TestEntryFailure(t *testing.T) {
+	refused := sinks.Permanent("http_400", errors.New("HTTP 400"))
+	refused.Status, refused.Answer = 400, "no"
+	a := Attempt{Err: &sinks.BatchError{Failed: map[int]error{1: refused}}, Failure: Failure{Reason: "partial", Entries: 1}}
+	if _, ok := a.EntryFailure(0); ok {
+		t.Error("an accepted entry has a failure")
+	}
+	if f, ok := a.EntryFailure(1); !ok || f.Reason != "http_400" || !f.Permanent || f.Status != 400 || f.Answer != "no" {
+		t.Errorf("entry 1: %+v %v", f, ok)
+	}
+	whole := Attempt{Err: refused, Failure: ErrorFailure(refused)}
+	if f, ok := whole.EntryFailure(3); !ok || f != whole.Failure {
+		t.Errorf("whole request: %+v %v", f, ok)
+	}
+	if _, ok := (Attempt{}).EntryFailure(0); ok {
+		t.Error("a success has a failure")
+	}
 }

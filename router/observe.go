@@ -130,17 +130,9 @@ func failureOf(err error) observe.Failure {
 		return observe.Failure{Reason: "partial", Entries: len(be.Failed)}
 	}
 	if de, ok := sinks.Classify(err); ok {
-		return failureOfError(de)
+		return observe.ErrorFailure(de)
 	}
 	return observe.Failure{Reason: "canceled"}
-}
-
-func failureOfError(de *sinks.Error) observe.Failure {
-	if de == nil {
-		return observe.Failure{}
-	}
-	return observe.Failure{Reason: de.Reason, Permanent: de.Permanent, RetryAfter: de.RetryAfter,
-		Status: de.Status, Code: de.Code, Answer: de.Answer}
 }
 
 // outcome is the outcome edge of it: final outcomes mark it finished, so
@@ -155,7 +147,7 @@ func (x *edges) outcome(it *item, o observe.Outcome) {
 
 // retrying is the outcome edge of items whose next attempt is in wait.
 func (x *edges) retrying(items []*item, wait time.Duration, de *sinks.Error) {
-	f := failureOfError(de)
+	f := observe.ErrorFailure(de)
 	for _, it := range items {
 		x.outcome(it, observe.Outcome{Kind: observe.Retrying, Wait: wait, RetryAfter: de.RetryAfter, Failure: f})
 	}
