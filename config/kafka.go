@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"os"
 	"time"
 
@@ -136,5 +137,18 @@ func decodeKafka(d *decoder, o *obj, s *Sink) {
 				d.errorf(o.keyPath(kv.key), kv.v.line, "must not be empty")
 			}
 		}
+	}
+
+	// Credentials in clear text and unverified certificates.
+	c := d.cleartext(o)
+	switch {
+	case k.SASLMechanism == "" || k.TLS || o.bad["tls"]:
+	case k.SASLMechanism == "PLAIN":
+		c.refuse("sasl_mechanism", `"PLAIN" sends the password in clear text without tls = true; set tls = true`)
+	default:
+		c.refuse("sasl_mechanism", fmt.Sprintf("%q without tls = true sends the user name and the exchange unencrypted (an eavesdropper can guess the password offline), and every record; set tls = true", k.SASLMechanism))
+	}
+	if k.TLSInsecureSkipVerify {
+		c.refuse("tls_insecure_skip_verify", insecureSkipVerify)
 	}
 }

@@ -32,6 +32,7 @@ timeout = "30s"
 oversize = "strip"
 tls = true
 tls_insecure_skip_verify = true
+allow_cleartext_credentials = true
 sasl_mechanism = "SCRAM-SHA-512"
 sasl_username = "${KAFKA_USER}"
 sasl_password = "file:pw"
@@ -106,6 +107,7 @@ sasl_password = "p"
 tls_cert_file = "/c.pem"
 tls = true
 `, `sinks[0].sasl_password: required with sasl_mechanism = "PLAIN" at config.toml:9
+sinks[0].sasl_mechanism: "PLAIN" sends the password in clear text without tls = true; set tls = true (or set allow_cleartext_credentials = true on the sink to accept the risk) at config.toml:9
 sinks[1].sasl_password: applies only with sasl_mechanism at config.toml:16
 sinks[1].tls_key_file: required with tls_cert_file at config.toml:17`},
 	}

@@ -342,6 +342,57 @@ func decodeWebhook(d *decoder, o *obj, s *Sink) {
 	}
 	w.TLSInsecureSkipVerify = o.boolean("tls_insecure_skip_verify", false)
 	d.webhookAuth(o, w)
+
+	// Credentials in clear text and unverified certificates.
+	c := d.cleartext(o)
+	if u, err := url.Parse(w.URL); err == nil && u.Scheme == "http" {
+		const https = "; use an https:// URL"
+		if o.t.get("basic_auth") != nil {
+			c.refuse("basic_auth", "the password is sent in clear text to an http:// URL"+https)
+		}
+		if o.t.get("bearer_token") != nil {
+			c.refuse("bearer_token", "the token is sent in clear text to an http:// URL"+https)
+		}
+		if h := o.sub("headers"); h != nil {
+			for _, k := range h.t.keys {
+				if textproto.CanonicalMIMEHeaderKey(k) == "Authorization" {
+					c.refuseAt(h.keyPath(k), h.t.get(k).line, "the credentials are sent in clear text to an http:// URL"+https)
+				}
+			}
+		}
+	}
+	if w.TLSInsecureSkipVerify {
+		c.refuse("tls_insecure_skip_verify", insecureSkipVerify)
+	}
+}
+
+// insecureSkipVerify is the risk of tls_insecure_skip_verify = true.
+const insecureSkipVerify = "the server's certificate is not verified: anyone on the network path can pose as the server and read what is sent, credentials included"
+
+// cleartextCheck refuses, for one sink, the settings that let credentials
+// cross the network in clear text or leave the server's certificate
+// unverified, each at its key and line, unless the sink says
+// allow_cleartext_credentials = true.
+type cleartextCheck struct {
+	d     *decoder
+	o     *obj
+	allow bool
+}
+
+// cleartext reads the sink's allow_cleartext_credentials.
+func (d *decoder) cleartext(o *obj) cleartextCheck {
+	return cleartextCheck{d: d, o: o, allow: o.boolean("allow_cleartext_credentials", false)}
+}
+
+// refuse refuses the sink's key k for risk (a sentence without the remedy).
+func (c cleartextCheck) refuse(k, risk string) {
+	c.refuseAt(c.o.keyPath(k), c.o.lineOf(k), risk)
+}
+
+func (c cleartextCheck) refuseAt(path string, line int, risk string) {
+	if !c.allow {
+		c.d.errorf(path, line, "%s (or set allow_cleartext_credentials = true on the sink to accept the risk)", risk)
+	}
 }
 
 func checkHTTPURL(s string) string {

@@ -204,7 +204,10 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		"Validates the config file (syntax, types, names, filters, secrets) and builds\n"+
 		"every sink exactly as run does, without connecting to anything, and prints the\n"+
 		"byte budget (max_in_flight_bytes) and GOMEMLIMIT that apply in this container\n"+
-		"and where they come from. Exits 0 when valid, 1 with every problem listed.", stderr)
+		"and where they come from. Exits 0 when valid, 1 with every problem listed.\n"+
+		"Credentials that would cross the network in clear text or go to a server whose\n"+
+		"certificate is not verified are refused (by run too), unless the sink sets\n"+
+		"allow_cleartext_credentials = true.", stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	if ok, code := parseFlags(fs, args); !ok {
 		return code

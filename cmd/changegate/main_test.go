@@ -143,3 +143,36 @@ sinks = ["hook"]
 		}
 	}
 }
+
+// TestCleartextCredentialsRefusedByCheckAndRun: basic authentication to an
+// http:// URL is refused by check and by run alike, with the key and
+// file:line (run before it connects to anything), and accepted by both with
+// allow_cleartext_credentials = true.
+func TestCleartextCredentialsRefusedByCheckAndRun(t *testing.T) {
+	const base = `[mongo]
+uri = "mongodb://127.0.0.1:1/?replicaSet=rs0&serverSelectionTimeoutMS=200"
+[[sinks]]
+name = "hook"
+type = "webhook"
+url = "http://hooks.internal/x"
+basic_auth = { username = "u", password = "p" }
+%s`
+	path := filepath.Join(t.TempDir(), "c.toml")
+	if err := os.WriteFile(path, []byte(strings.Replace(base, "%s", "", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := "sinks[0].basic_auth: the password is sent in clear text to an http:// URL; use an https:// URL (or set allow_cleartext_credentials = true on the sink to accept the risk) at " + path + ":7"
+	for _, cmd := range []string{"check", "run"} {
+		var out, errOut bytes.Buffer
+		if code := run([]string{cmd, "-config", path}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), want) {
+			t.Errorf("%s: exit %d, stderr %q; want 1 and %q", cmd, code, errOut.String(), want)
+		}
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(base, "%s", "allow_cleartext_credentials = true\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := run([]string{"check", "-config", path}, &out, &errOut); code != 0 {
+		t.Errorf("check with allow_cleartext_credentials: exit %d: %s", code, errOut.String())
+	}
+}
