@@ -582,3 +582,50 @@ func TestSplitCallFailureStopsTxn(t *testing.T) {
 		t.Errorf("%d calls after a failed one, want 1", n)
 	}
 }
+
+// In a transaction's batch an entry refused for good (MalformedDetail)
+// refuses the transaction: the later calls are not made and their entries
+// fail for good with its answer; the other entries of its call were
+// accepted. In a plain batch the later calls go on.
+func TestSplitEntryRefusedStopsTxn(t *testing.T) {
+	for _, txn := range []bool{true, false} {
+		f := &fakeBus{answer: func(call int, es []putEntry) (int, string, []string) {
+			if call == 0 {
+				return 200, "", []string{"", "MalformedDetail"}
+			}
+			return 200, "", nil
+		}}
+		b := newTestSink(t, f, func(c *Config) { c.MaxRequestBytes = 2000 })
+		ctx := context.Background()
+		if txn {
+			ctx = sinks.WithTxnGroup(ctx)
+		}
+		err := b.Send(ctx, sinktest.Txn(events(t, 6, 500)))
+		calls := len(f.snapshot())
+		if !txn {
+			be := sinktest.BatchFailures(t, err, 1)
+			sinktest.CheckError(t, "entry 1", be.Failed[1], true, "MalformedDetail")
+			if calls < 2 {
+				t.Fatalf("plain batch: %d calls, want the later ones made", calls)
+			}
+			continue
+		}
+		if calls != 1 {
+			t.Fatalf("%d calls, want 1 (none after the refused entry)", calls)
+		}
+		perCall := len(f.snapshot()[0])
+		be := sinktest.BatchFailures(t, err, 6-perCall+1)
+		for i := range 6 {
+			if i == 0 || (i > 1 && i < perCall) {
+				if be.Failed[i] != nil {
+					t.Errorf("entry %d of the first call failed: %v", i, be.Failed[i])
+				}
+				continue
+			}
+			de := sinktest.CheckError(t, fmt.Sprint("entry ", i), be.Failed[i], true, "MalformedDetail")
+			if de != nil && !strings.Contains(de.Error(), "injected MalformedDetail") {
+				t.Errorf("entry %d: %v does not carry the answer", i, de)
+			}
+		}
+	}
+}

@@ -341,7 +341,8 @@ func ClassifyCall(ctx context.Context, prefix string, err error) error {
 // failed as a whole. Once a call has failed, later chunks are not sent (that
 // would put them before the failed ones): their entries fail as
 // sinks.NotSent says (a refused call of a transaction's batch fails them for
-// good with its answer). what names the operation in those errors
+// good with its answer; in such a batch an entry the destination refused
+// for good stops the later calls the same way). what names the operation in those errors
 // ("eventbridge bus: PutEvents").
 //
 // It returns nil when every entry was accepted; the call error when every
@@ -349,14 +350,20 @@ func ClassifyCall(ctx context.Context, prefix string, err error) error {
 // otherwise; or ctx's error when ctx was cancelled during a call.
 func SendInChunks(ctx context.Context, what string, n int, sizes []int, maxEntries, maxBytes int, failed map[int]error,
 	send func(ctx context.Context, idx []int, fail func(int, error)) error) error {
+	txn := sinks.TxnGroup(ctx)
+	// refused is, in a transaction's batch, the first entry the
+	// destination refused for good: the later calls are not made.
+	var refused error
 	fail := func(i int, err error) {
 		if failed == nil {
 			failed = make(map[int]error, n)
 		}
 		failed[i] = err
+		if de, ok := err.(*sinks.Error); ok && de.Permanent && txn && refused == nil {
+			refused = err
+		}
 	}
 	idx := make([]int, 0, maxEntries)
-	txn := sinks.TxnGroup(ctx)
 	var callErr error
 	calls, callFailed := 0, 0
 	flush := func() error {
@@ -373,6 +380,9 @@ func SendInChunks(ctx context.Context, what string, n int, sizes []int, maxEntri
 		}
 		err := send(ctx, idx, fail)
 		calls++
+		if err == nil && refused != nil {
+			callErr = refused // a refused entry refuses its transaction
+		}
 		if err != nil {
 			if Cancelled(ctx) {
 				return err
