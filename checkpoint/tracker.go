@@ -58,6 +58,9 @@ type Tracker struct {
 	// mask is len(ring)-1: the ring's length is a power of two, so a
 	// sequence number's slot is seq&mask.
 	mask uint64
+	// gate, when set, is waited for by Add before it takes a slot
+	// (SetGate).
+	gate func(context.Context) error
 }
 
 // spanFactor bounds the events the watermark has not passed, acknowledged or
@@ -117,10 +120,21 @@ func (t *Tracker) grow() {
 	t.ring, t.mask = ring, mask
 }
 
+// SetGate sets a wait that Add makes first, before it waits for room:
+// the router's read-ahead bound (router.Engine.ReadAhead), which holds the
+// source back while a sink it routes to has read far enough ahead of its
+// deliveries. AddOver does not wait for it. Call it before the first Add.
+func (t *Tracker) SetGate(gate func(context.Context) error) { t.gate = gate }
+
 // Add registers a newly read event and returns its sequence number. It blocks
-// while the cap of events in flight is reached, until an Ack frees a slot or
-// ctx is done.
+// while the gate (SetGate) holds it back, and while the cap of events in
+// flight is reached, until an Ack frees a slot or ctx is done.
 func (t *Tracker) Add(ctx context.Context, token bson.Raw, ct bson.Timestamp, wall time.Time) (uint64, error) {
+	if t.gate != nil {
+		if err := t.gate(ctx); err != nil {
+			return 0, err
+		}
+	}
 	for {
 		t.mu.Lock()
 		if t.room() {

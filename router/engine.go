@@ -133,6 +133,8 @@ type engineState struct {
 	matched []atomic.Pointer[prometheus.Counter]
 	// sinks are the lanes as the observers see them (observe.Dispatch).
 	sinks []observe.Sink
+	// sourceLanes: per source, the lanes its rules route to (ReadAhead).
+	sourceLanes map[string][]int
 }
 
 // endTxn tells every grouped lane that ev's transaction ended.
@@ -145,7 +147,7 @@ func (st *engineState) endTxn(ev *event.Event) {
 }
 
 func newEngineState(rules *Rules) *engineState {
-	return &engineState{rules: rules, matched: make([]atomic.Pointer[prometheus.Counter], len(rules.rules))}
+	return &engineState{rules: rules, matched: make([]atomic.Pointer[prometheus.Counter], len(rules.rules)), sourceLanes: sourceLanes(rules)}
 }
 
 // countMatch counts an event matched by rule idx.

@@ -28,7 +28,8 @@ func TestTakeGathersFromReadyPartitions(t *testing.T) {
 		return it
 	}
 	// Partitions 0, 1 and 2 get two events each (documents 0..5), in the
-	// ready order 0, 1, 2; partition 3 a transaction group behind them.
+	// ready order 0, 1, 2 (the order of their heads); partition 3 a
+	// transaction group behind them.
 	var want []*item
 	for k := range uint64(3) {
 		want = append(want, push(k, int(2*k)), push(k+4, int(2*k+1)))
@@ -60,31 +61,44 @@ func TestTakeGathersFromReadyPartitions(t *testing.T) {
 			t.Error("a partition the batch took from is not busy")
 		}
 	}
-	if q.ready[q.readyAt] != q.parts[3] || q.readyAt+1 != len(q.ready) {
+	if len(q.ready) != 1 || q.ready[0].p != q.parts[3] {
 		t.Fatal("the group's partition is not the only one left ready")
 	}
 
-	// The next batch of a busy worker takes the group alone, though it
-	// does not fill the batch and partition 2 is not busy any more.
+	// Partitions are served oldest head first: what partition 2 kept was
+	// handed to the lane before the group, and its batch, which it fills
+	// alone, leaves the group for a batch of its own (and reports no more).
 	q.done(p)
 	for _, o := range extra {
 		q.done(o)
 	}
 	p = q.next(ctx)
+	if p != q.parts[2] {
+		t.Fatal("partition 2, whose head is older than the group, is not next")
+	}
+	extra = extra[:0]
+	batch, more = q.take(ctx, p, 5, 0, &extra)
+	if !slices.Equal(batch, want[5:]) || more || len(extra) != 0 {
+		t.Fatalf("batch: %d items, more %v, %d extra; want partition 2's last item", len(batch), more, len(extra))
+	}
+	q.done(p)
+	later := push(2, 7) // newer than the group
+
+	// The next batch of a busy worker takes the group alone, though it
+	// does not fill the batch and partition 2 is ready.
+	p = q.next(ctx)
 	if p != q.parts[3] {
 		t.Fatal("the group's partition is not next")
 	}
-	extra = extra[:0]
 	batch, more = q.take(ctx, p, 5, 0, &extra)
 	if len(batch) != 1 || batch[0] != git || len(extra) != 0 || more {
 		t.Fatalf("group batch: %d items, %d extra partitions, more %v; want the group alone", len(batch), len(extra), more)
 	}
 	q.done(p)
-	// Then what partition 2 kept; a batch it fills alone reports no more.
 	p = q.next(ctx)
-	batch, more = q.take(ctx, p, 5, 0, &extra)
-	if !slices.Equal(batch, want[5:]) || more || len(extra) != 0 {
-		t.Fatalf("last batch: %d items, more %v, %d extra; want partition 2's last item", len(batch), more, len(extra))
+	batch, _ = q.take(ctx, p, 5, 0, &extra)
+	if len(batch) != 1 || batch[0] != later {
+		t.Fatalf("last batch: %d items; want the event queued after the group", len(batch))
 	}
 }
 

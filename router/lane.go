@@ -140,6 +140,7 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 		mGroups:      m.TxnGroups.WithLabelValues(name),
 		mGroupEvents: m.TxnGroupEvents.WithLabelValues(name),
 	}
+	l.q.win = newWindow()
 	// A lane that sends one event per request keeps no more workers
 	// active than the limiter admits (keyQueue.follow).
 	l.q.follow = sp.BatchSize == 1

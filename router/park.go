@@ -114,7 +114,8 @@ func (l *Lane) setParked(on bool) {
 }
 
 // watch parks the lane when the sink has been failing for ParkAfter, or is
-// failing with ParkBacklog events queued.
+// failing with ParkBacklog events queued or not yet passed by its
+// read-ahead window.
 func (l *Lane) watch(ctx context.Context) {
 	tick := l.spec.ParkAfter / 10
 	if tick > time.Second {
@@ -132,7 +133,9 @@ func (l *Lane) watch(ctx context.Context) {
 			continue
 		}
 		failingFor := l.clk.Now().Sub(since)
-		backlog := l.q.backlog()
+		// The read-ahead window counts what holds the source back: the
+		// events from the oldest unfinished one on, delivered or not.
+		backlog := max(l.q.backlog(), int64(l.q.win.span()))
 		if failingFor >= l.spec.ParkAfter || (l.spec.ParkBacklog > 0 && backlog >= int64(l.spec.ParkBacklog)) {
 			l.log.Warn("sink keeps failing: parking its backlog in the dead-letter store for an ordered re-drive",
 				"failing_for", failingFor.Round(time.Millisecond), "backlog", backlog)

@@ -47,6 +47,12 @@ type item struct {
 	// holds its partition (where later changes of one of the group's
 	// documents queue) until the group is finished.
 	grp, bar *txnGroup
+	// seq is the item's place in the order the lane was handed its items
+	// (keyQueue.push): ready partitions are served oldest head first. win
+	// is the lane's read-ahead window the item counts in until released
+	// (nil: it does not, as a barrier or an item of a re-drive).
+	seq uint64
+	win *window
 }
 
 // noWall is item.wall for an event without a wall time.
@@ -71,6 +77,9 @@ func (it *item) release() {
 	it.released = true
 	it.mem.Release() // nil for a barrier, or an event nothing counts
 	it.abandon()
+	if it.win != nil {
+		it.win.finish(it.seq)
+	}
 }
 
 func releaseItems(items []*item) {
@@ -82,7 +91,7 @@ func releaseItems(items []*item) {
 // partition is a FIFO of items delivered one batch at a time, in order. Its
 // fields are guarded by the keyQueue's mu.
 type partition struct {
-	q     []*item
+	q     []*item // q[0].seq is its place in the ready heap
 	state partState
 	seen  keySet // distinctKeys' scratch space
 }
@@ -99,12 +108,21 @@ const (
 // keyQueue is the queue stage of a lane: it keeps per-key order by sending
 // every event of an ordering key to the same partition, and schedules
 // partitions onto a pool of workers, mailbox-style: a partition with items
-// waits in a FIFO ready list until a worker takes it, and is busy (not
+// waits among the ready ones until a worker takes it, and is busy (not
 // ready) while that worker delivers one batch from it, in which no key
 // appears twice (a batching lane's batch also takes from the next ready
 // partitions, which are then busy too: gather). So a partition has at most
 // one batch in flight, which keeps per-key order, and a busy worker takes
 // the next ready partition instead of sleeping.
+//
+// Ready partitions are served oldest first: the one whose head item was
+// handed to the lane first (item.seq), so that events go out in about the
+// order they were read across documents, as far as per-document order
+// allows, and the source's checkpoint, which waits for the oldest event
+// not yet delivered, follows the deliveries closely. (A FIFO of partitions
+// served a partition's later items a whole round of the ready list after
+// its first: with thousands of events queued, a crash re-sent most of what
+// had been delivered.)
 //
 // The pool grows on demand up to one worker per partition, but keeps the
 // workers that are not waiting (for a backoff, a Retry-After or to fill a
@@ -121,8 +139,9 @@ type keyQueue struct {
 	clk      clock
 
 	mu      sync.Mutex
-	ready   []*partition // FIFO from readyAt
-	readyAt int
+	ready   readyHeap  // partitions with items, not busy: oldest head first
+	nextSeq uint64     // item.seq of the next item pushed
+	win     *window    // the read-ahead window items count in (nil: none)
 	cond    *sync.Cond // idle workers wait on it
 	workers int        // alive
 	idle    int        // in next, waiting for a ready partition
@@ -190,7 +209,10 @@ func (q *keyQueue) discard() []*item {
 		p.q = p.q[:0]
 		q.queued.Add(-int64(n))
 		q.mQueue.Sub(float64(n))
+		p.state = partIdle
 	}
+	clear(q.ready)
+	q.ready = q.ready[:0]
 	return out
 }
 
@@ -205,10 +227,22 @@ func (q *keyQueue) partitionFor(key uint64) *partition {
 	}
 }
 
+// stamp gives it its place in the lane's order and in the read-ahead
+// window. Must be called with mu held.
+func (q *keyQueue) stamp(it *item) {
+	it.seq = q.nextSeq
+	q.nextSeq++
+	if q.win != nil {
+		q.win.add(it.seq)
+		it.win = q.win
+	}
+}
+
 // push queues it behind the earlier items of its key.
 func (q *keyQueue) push(it *item) {
 	p := q.partitionFor(it.key)
 	q.mu.Lock()
+	q.stamp(it)
 	p.q = append(p.q, it)
 	q.queued.Add(1)
 	if p.state == partIdle {
@@ -233,6 +267,7 @@ func (q *keyQueue) pushGroup(g *txnGroup) {
 	n := 0
 	for _, it := range g.items {
 		it.grp = g
+		q.stamp(it)
 		p.q = append(p.q, it)
 		n++
 	}
@@ -242,7 +277,9 @@ func (q *keyQueue) pushGroup(g *txnGroup) {
 			if o == p || slicesContainsBar(o, g) {
 				continue
 			}
-			o.q = append(o.q, &item{bar: g, key: it.key})
+			// A barrier takes the place of the group's next item, outside
+			// the read-ahead window (it holds no event).
+			o.q = append(o.q, &item{bar: g, key: it.key, seq: q.nextSeq})
 			g.bars++
 			n++
 			if o.state == partIdle {
@@ -268,11 +305,11 @@ func slicesContainsBar(p *partition, g *txnGroup) bool {
 	return len(p.q) > 0 && p.q[len(p.q)-1].bar == g
 }
 
-// makeReady appends p to the ready list and finds it a worker. Must be
-// called with mu held.
+// makeReady adds p, which has items, to the ready partitions and finds it
+// a worker. Must be called with mu held.
 func (q *keyQueue) makeReady(p *partition) {
 	p.state = partReady
-	q.ready = append(q.ready, p)
+	q.ready.push(p)
 	q.schedule()
 }
 
@@ -280,7 +317,7 @@ func (q *keyQueue) makeReady(p *partition) {
 // and fewer workers than the target are active. Must be called with mu
 // held.
 func (q *keyQueue) schedule() {
-	if len(q.ready) == q.readyAt || q.closed || q.spawn == nil {
+	if len(q.ready) == 0 || q.closed || q.spawn == nil {
 		return
 	}
 	if q.workers-q.idle-q.waiting >= q.targetLocked() {
@@ -333,8 +370,8 @@ func (q *keyQueue) next(ctx context.Context) *partition {
 		// than take a partition: it would only queue in the limiter, a
 		// park and a wake-up per request. The caller is active, so at
 		// least one other worker stays active when it does.
-		if q.readyAt < len(q.ready) && (!q.follow || q.workers-q.idle-q.waiting <= q.targetLocked()) {
-			p := q.popReady()
+		if len(q.ready) > 0 && (!q.follow || q.workers-q.idle-q.waiting <= q.targetLocked()) {
+			p := q.ready.pop()
 			p.state = partBusy
 			// More ready than this worker: maybe another one should run.
 			q.schedule()
@@ -344,22 +381,6 @@ func (q *keyQueue) next(ctx context.Context) *partition {
 		q.cond.Wait()
 		q.idle--
 	}
-}
-
-// popReady removes the first partition of the ready list and returns it.
-// Must be called with mu held and the list not empty.
-func (q *keyQueue) popReady() *partition {
-	p := q.ready[q.readyAt]
-	q.ready[q.readyAt] = nil
-	q.readyAt++
-	if q.readyAt == len(q.ready) {
-		q.ready, q.readyAt = q.ready[:0], 0
-	} else if q.readyAt >= 1024 && q.readyAt*2 >= len(q.ready) {
-		n := copy(q.ready, q.ready[q.readyAt:])
-		clear(q.ready[n:])
-		q.ready, q.readyAt = q.ready[:n], 0
-	}
-	return p
 }
 
 // done returns p, whose batch the caller finished, to the schedule.
@@ -442,12 +463,12 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 		batch = make([]*item, 0, min(n, max))
 	}
 	batch, more = q.takeFrom(p, batch, max, !plain)
-	for gather && len(batch) < max && q.readyAt < len(q.ready) {
-		o := q.ready[q.readyAt]
+	for gather && len(batch) < max && len(q.ready) > 0 {
+		o := q.ready[0].p
 		if head := o.q[0]; head.bar != nil || head.grp != nil {
 			break // a batch of its own: the next worker takes it
 		}
-		q.popReady()
+		q.ready.pop()
 		o.state = partBusy
 		*extra = append(*extra, o)
 		var m bool
@@ -463,8 +484,8 @@ func (q *keyQueue) take(ctx context.Context, p *partition, max int, wait time.Du
 // no further than limit. Must be called with mu held.
 func (q *keyQueue) readyItems(limit int) int {
 	n := 0
-	for _, o := range q.ready[q.readyAt:] {
-		if n += len(o.q); n >= limit {
+	for _, r := range q.ready {
+		if n += len(r.p.q); n >= limit {
 			return n
 		}
 	}
@@ -595,4 +616,57 @@ func distinctKeysSlow(q []*item) int {
 		seen[k] = struct{}{}
 	}
 	return len(q)
+}
+
+// readyHeap is the ready partitions, a binary min-heap by the seq of each
+// one's head item (copied into the entry: a partition's head does not
+// change while it is ready, and the comparisons then read the heap's own
+// memory).
+type readyHeap []readyEntry
+
+type readyEntry struct {
+	seq uint64
+	p   *partition
+}
+
+// push adds p, which has items.
+func (h *readyHeap) push(p *partition) {
+	*h = append(*h, readyEntry{seq: p.q[0].seq, p: p})
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		up := (i - 1) / 2
+		if s[up].seq <= s[i].seq {
+			break
+		}
+		s[up], s[i] = s[i], s[up]
+		i = up
+	}
+}
+
+// pop removes the partition with the oldest head and returns it. The heap
+// must not be empty.
+func (h *readyHeap) pop() *partition {
+	s := *h
+	p := s[0].p
+	n := len(s) - 1
+	s[0] = s[n]
+	s[n] = readyEntry{}
+	s = s[:n]
+	for i := 0; ; {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if c+1 < n && s[c+1].seq < s[c].seq {
+			c++
+		}
+		if s[i].seq <= s[c].seq {
+			break
+		}
+		s[i], s[c] = s[c], s[i]
+		i = c
+	}
+	*h = s
+	return p
 }

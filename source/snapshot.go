@@ -362,7 +362,7 @@ func (s *Source) runSnapshot(ctx context.Context, cp checkpoint.Checkpoint, foun
 	}
 	st.eventCT = beforeTS(st.startCT)
 
-	tr := checkpoint.NewTracker(s.spec.MaxInFlight, checkpoint.Position{})
+	tr := s.newTracker(checkpoint.Position{})
 	s.mu.Lock()
 	s.tracker = tr
 	s.status.State = StateSnapshot

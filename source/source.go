@@ -401,7 +401,7 @@ func (s *Source) Run(ctx context.Context) error {
 		start = checkpoint.Position{Token: cp.Token, ClusterTime: cp.ClusterTime, WallTime: cp.WallTime}
 		s.log.Info("resuming from checkpoint", "cluster_time", cp.ClusterTime, "saved_at", cp.UpdatedAt)
 	}
-	tr := checkpoint.NewTracker(s.spec.MaxInFlight, start)
+	tr := s.newTracker(start)
 	s.mu.Lock()
 	s.tracker = tr
 	s.streaming = true
