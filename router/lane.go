@@ -164,6 +164,7 @@ func newLaneClock(sp SinkSpec, dl DeadLetters, m *metrics.Metrics, log *slog.Log
 	} else {
 		m.SinkConcurrency.WithLabelValues(name).Set(float64(n))
 	}
+	notifyOverload(sp.Sink, l.spec.Limiter)
 	l.d = &deliverer{
 		name: name, sink: sp.Sink, policy: sp.Retry, clk: clk, log: log, limit: sp.Limiter,
 		mAttempts: m.Attempts.WithLabelValues(name),

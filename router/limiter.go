@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/limit"
 )
 
@@ -46,4 +47,16 @@ func (a adaptive) Acquire(ctx context.Context) (func(error), error) {
 		return nil, err
 	}
 	return func(err error) { tok.Release(limit.OutcomeOf(err)) }, nil
+}
+
+// notifyOverload registers lim, when it is the lane's adaptive limiter
+// stage, with sink, when the sink reports signs of overload that its
+// outcomes do not show (sinks.OverloadNotifier: refused, reset or slow
+// connection attempts).
+func notifyOverload(sink sinks.Sink, lim Limiter) {
+	n, ok := sink.(sinks.OverloadNotifier)
+	a, adaptiveStage := lim.(adaptive)
+	if ok && adaptiveStage {
+		n.NotifyOverload(a.l.Overload)
+	}
 }

@@ -186,6 +186,7 @@ type Webhook struct {
 	aws         *awsSigner    // nil: no SigV4
 
 	transport *http.Transport
+	overload  *overloadWatch
 	timeout   time.Duration
 	client    *retryablehttp.Client
 	log       *slog.Logger
@@ -274,9 +275,10 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 	if !cfg.AllowPrivateNetworks {
 		dialer.Control = guardControl
 	}
+	ow := &overloadWatch{dial: dialer.DialContext}
 	tr := &http.Transport{
 		Proxy:                  nil, // never from the environment, see the package doc
-		DialContext:            dialer.DialContext,
+		DialContext:            ow.dialContext,
 		TLSClientConfig:        tlsCfg,
 		ForceAttemptHTTP2:      true,
 		MaxIdleConns:           maxConns,
@@ -306,6 +308,7 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 		signer:    sg,
 		aws:       as,
 		transport: tr,
+		overload:  ow,
 		timeout:   timeout,
 		log:       logger,
 		now:       time.Now,
@@ -984,6 +987,9 @@ func (w *Webhook) checkRetry(ctx context.Context, resp *http.Response, err error
 	}
 	if _, retry := transportReason(err); !retry {
 		return false, nil
+	}
+	if refusedOrReset(err) {
+		w.overload.signal(time.Now())
 	}
 	if w.log.Enabled(ctx, slog.LevelDebug) {
 		w.log.DebugContext(ctx, "webhook transport error, retrying request", "error", unwrapURLError(err))
