@@ -76,6 +76,8 @@ type Options struct {
 	Registry *prometheus.Registry
 	// Log receives the handlers' log lines; nil discards.
 	Log *slog.Logger
+	// Subscriptions nil: /api/v1/subscriptions is not served.
+	Subscriptions *Subscriptions
 }
 
 // Server is the admin server's handler: the API's routes and those other
@@ -88,6 +90,7 @@ type Server struct {
 	log      *slog.Logger
 	mux      *http.ServeMux
 	payloads *PayloadGate
+	subs     *Subscriptions
 }
 
 // New returns a Server with the API's routes registered.
@@ -102,6 +105,10 @@ func New(o Options) *Server {
 	s.deadLetterRoutes(all)
 	if s.bfs != nil {
 		s.backfillRoutes(all)
+	}
+	if o.Subscriptions != nil {
+		s.subs = o.Subscriptions
+		s.subscriptionRoutes()
 	}
 	all.Handle("POST /api/v1/reload", Mutate, s.ServeReload)
 	return s

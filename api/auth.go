@@ -17,6 +17,14 @@ type Principal struct {
 	Name string
 	// Admin is set for server.admin_token: every route is open to it.
 	Admin bool
+	// Prefix is set for a [[server.tokens]] token (Name is its name): it
+	// may manage only the subscriptions whose names start with Prefix.
+	Prefix string
+}
+
+// Manages reports whether p may manage the subscription named name.
+func (p Principal) Manages(name string) bool {
+	return p.Admin || p.Prefix != "" && strings.HasPrefix(name, p.Prefix)
 }
 
 // Access is what a route needs from the request's principal.
@@ -33,6 +41,9 @@ const (
 	// Mutate routes change state: the admin token, and no one while none
 	// is configured.
 	Mutate
+	// Scoped routes (the subscriptions') serve the admin token and the
+	// [[server.tokens]] tokens; the handler checks a token's prefix.
+	Scoped
 )
 
 type principalKey struct{}
@@ -64,6 +75,13 @@ func authenticate(cfg *config.Config, r *http.Request) Principal {
 	if token != "" && ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
 		return Principal{Name: "admin", Admin: true}
 	}
+	if ok {
+		for _, t := range cfg.Server.Tokens {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(t.Token.Value())) == 1 {
+				return Principal{Name: t.Name, Prefix: t.Prefix}
+			}
+		}
+	}
 	return Principal{}
 }
 
@@ -88,7 +106,10 @@ func (s *Server) guard(a Access, h http.HandlerFunc) http.HandlerFunc {
 		case a == Mutate && cfg.Server.AdminToken.Value() == "":
 			WriteError(w, http.StatusForbidden, "mutating admin API calls are disabled: set server.admin_token to enable them")
 			return
-		case a == Read && !mayRead(cfg, p), a == Mutate && !p.Admin:
+		case a == Scoped && cfg.Server.AdminToken.Value() == "" && len(cfg.Server.Tokens) == 0:
+			WriteError(w, http.StatusForbidden, "subscriptions need a token: set server.admin_token or [[server.tokens]]")
+			return
+		case a == Read && !mayRead(cfg, p), a == Mutate && !p.Admin, a == Scoped && !p.Admin && p.Prefix == "":
 			w.Header().Set("WWW-Authenticate", `Bearer realm="changegate"`)
 			WriteError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return

@@ -109,6 +109,7 @@ type gateway struct {
 	unitDone chan *runningUnit // a unit's Run returned
 	stopped  chan struct{}     // closed when Run no longer reads unitDone
 
+	subs      *subscriptions   // nil without [subscriptions] enabled
 	backfills *backfill.Runner // on-demand backfills (package backfill)
 }
 
@@ -262,6 +263,7 @@ func buildSink(cfg *config.Config, sc config.Sink, log *slog.Logger, m *metrics.
 		ParkBacklog:    parkBacklog(cfg),
 		UseLimit:       true,
 		Group:          sc.Transactions == config.TransactionsGroup,
+		Held:           sc.Held,
 		Limit: limit.Config{
 			Min: sc.MaxInFlightMin, Max: adaptiveCeiling(cfg, sc),
 			Cap:  maxInFlightEvents(cfg),
@@ -357,6 +359,14 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	}
 	cancel()
 
+	// The stored subscriptions run beside the file's sinks and rules: the
+	// configuration in force is their merge.
+	subs, err := openSubscriptions(ctx, cfg, client, log)
+	if err != nil {
+		return err
+	}
+	cfg = subs.merge(cfg, log)
+
 	rules, err := CompileRules(cfg)
 	if err != nil {
 		return err
@@ -380,7 +390,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	g := &gateway{log: log, metrics: m, budget: budget, sizing: sizing, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, stuckAfter: 5 * time.Second,
 		loadConfig: opts.LoadConfig, instance: cfg.Cluster.Instance, defs: unitDefs(cfg),
 		units:    units{running: map[string]*runningUnit{}, pushdowns: pushdowns{}},
-		unitDone: make(chan *runningUnit), stopped: make(chan struct{})}
+		unitDone: make(chan *runningUnit), stopped: make(chan struct{}), subs: subs}
 	g.cfgPtr.Store(cfg)
 	engine.SetAcked(g.acked)
 	if g.loadConfig == nil {
@@ -421,7 +431,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			return fmt.Errorf("server.listen: %w", err)
 		}
 		adminAddr = ln.Addr().String()
-		a := api.New(api.Options{Gateway: g, DeadLetters: dls, Backfills: g.backfills, Registry: reg, Log: log})
+		var subsAPI *api.Subscriptions
+		if subs != nil {
+			subsAPI = &api.Subscriptions{Store: subs.store, File: subs.fileConfig}
+		}
+		a := api.New(api.Options{Gateway: g, DeadLetters: dls, Backfills: g.backfills, Registry: reg, Log: log, Subscriptions: subsAPI})
 		con := console.New(a, console.Options{Gateway: g, DeadLetters: dls, Metrics: m, SampleEvery: opts.ConsoleSampleEvery, Log: log})
 		srv = a.HTTPServer()
 		go con.Sample(ctx)
@@ -469,6 +483,20 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		opts.Started(adminAddr)
 	}
 
+	// Subscriptions are followed until the stop begins: a change applied
+	// during the drain would start lanes that are about to stop.
+	subsCtx, stopSubs := context.WithCancel(ctx)
+	subsDone := make(chan struct{})
+	if subs != nil {
+		go func() {
+			defer close(subsDone)
+			g.watchSubscriptions(subsCtx)
+		}()
+	} else {
+		close(subsDone)
+	}
+	defer func() { stopSubs(); <-subsDone }()
+
 	var runErr error
 wait:
 	for {
@@ -488,6 +516,8 @@ wait:
 			}
 		}
 	}
+	stopSubs()
+	<-subsDone
 	// From here on units that end are only collected.
 	var endMu sync.Mutex
 	collected := make(chan struct{})

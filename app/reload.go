@@ -26,10 +26,17 @@ var ErrReloadRejected = errors.New("reload rejected; the running configuration s
 func (g *gateway) Reload() error {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
-	next, err := g.loadConfig()
+	file, err := g.loadConfig()
 	if err != nil {
 		return fmt.Errorf("%w:\n%v", ErrReloadRejected, err)
 	}
+	return g.apply(file)
+}
+
+// apply runs the configuration of file, with the stored subscriptions
+// added (when enabled), as Reload describes. The caller holds reloadMu.
+func (g *gateway) apply(file *config.Config) error {
+	next := g.subs.merge(file, g.log)
 	cur := g.Config()
 	var fixed []string
 	if !reflect.DeepEqual(cur.Mongo, next.Mongo) {
@@ -46,6 +53,9 @@ func (g *gateway) Reload() error {
 	}
 	if cur.Server.Listen != next.Server.Listen {
 		fixed = append(fixed, "server.listen")
+	}
+	if cur.Subscriptions.Enabled != next.Subscriptions.Enabled || cur.Subscriptions.Key != next.Subscriptions.Key {
+		fixed = append(fixed, "subscriptions.enabled or its key")
 	}
 	if len(fixed) > 0 {
 		return fmt.Errorf("%w: %s changed, which takes a restart", ErrReloadRejected, strings.Join(fixed, ", "))
@@ -93,6 +103,11 @@ func (g *gateway) Reload() error {
 	}
 	g.units.mu.Unlock()
 	g.cfgPtr.Store(next)
+	if g.subs != nil {
+		g.subs.mu.Lock()
+		g.subs.file = file
+		g.subs.mu.Unlock()
+	}
 	g.log.Info("configuration reloaded", "sinks", len(next.Sinks), "rules", len(next.Rules))
 	return nil
 }

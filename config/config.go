@@ -425,6 +425,11 @@ type Sink struct {
 	SNS *SNSSink
 	// Kafka holds the options of a kafka sink; nil for other types.
 	Kafka *KafkaSink
+
+	// Held keeps the sink from receiving anything: what is routed to it is
+	// parked until a configuration without Held releases it. Never read
+	// from a file: subscription.Merge sets it for a paused subscription.
+	Held bool
 }
 
 // Retry is a sink's retry policy: exponential backoff with jitter.

@@ -21,11 +21,12 @@ type Skipped struct {
 // decoded against cfg by the code that validated them, each sink signing
 // with the subscription's signing secrets at now. A rule only matches
 // changes at or after the subscription's creation cluster time (a source
-// resuming from an older checkpoint does not send it older changes).
-// Paused and disabled subscriptions are left out, and so is one that cfg
-// no longer accepts (its source removed from the file, its name now the
-// file's) or whose secrets the sealer cannot open; those are returned in
-// skipped. cfg is not modified.
+// resuming from an older checkpoint does not send it older changes). The
+// sink of a paused or disabled subscription is held (config.Sink.Held): its
+// events are parked until it is resumed. One that cfg no longer accepts
+// (its source removed from the file, its name now the file's) or whose
+// secrets the sealer cannot open is left out and returned in skipped. cfg
+// is not modified.
 func Merge(cfg *config.Config, subs []Subscription, sealer *Sealer, now time.Time) (merged *config.Config, skipped []Skipped) {
 	out := *cfg
 	out.Sinks = append([]config.Sink(nil), cfg.Sinks...)
@@ -33,9 +34,6 @@ func Merge(cfg *config.Config, subs []Subscription, sealer *Sealer, now time.Tim
 	taken := TakenByConfig(cfg)
 	for i := range subs {
 		s := &subs[i]
-		if s.Status != StatusActive {
-			continue
-		}
 		if taken(s.Name) {
 			skipped = append(skipped, Skipped{s.Name, "its name is now a sink or rule of the configuration file"})
 			continue
@@ -55,6 +53,7 @@ func Merge(cfg *config.Config, subs []Subscription, sealer *Sealer, now time.Tim
 			continue
 		}
 		route.Sink.Webhook.Secrets = secrets
+		route.Sink.Held = s.Status != StatusActive
 		if !s.CreatedClusterTime.IsZero() {
 			since := bson.D{{Key: "clusterTime", Value: bson.D{{Key: "$gte", Value: s.CreatedClusterTime}}}}
 			if route.Rule.Filter == nil {

@@ -33,8 +33,12 @@ func TestMerge(t *testing.T) {
 	if len(cfg.Sinks) != 1 || len(cfg.Rules) != 1 {
 		t.Fatalf("Merge changed its input: %d sinks, %d rules", len(cfg.Sinks), len(cfg.Rules))
 	}
-	if len(merged.Sinks) != 2 || len(merged.Rules) != 2 || merged.Sinks[1].Name != "team-a-x" || merged.Rules[1].Name != "team-a-x" {
+	if len(merged.Sinks) != 3 || len(merged.Rules) != 3 || merged.Sinks[1].Name != "team-a-x" || merged.Rules[1].Name != "team-a-x" ||
+		merged.Sinks[2].Name != "team-a-p" || merged.Rules[2].Name != "team-a-p" {
 		t.Fatalf("merged sinks %v, rules %v", merged.Sinks, merged.Rules)
+	}
+	if merged.Sinks[1].Held || !merged.Sinks[2].Held {
+		t.Errorf("held: active %v, paused %v", merged.Sinks[1].Held, merged.Sinks[2].Held)
 	}
 	sink := merged.Sinks[1]
 	if sink.BatchSize != 5 || len(sink.Webhook.Secrets) != 1 || !strings.HasPrefix(sink.Webhook.Secrets[0].Value(), "whsec_") {

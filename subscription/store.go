@@ -312,6 +312,10 @@ type Page struct {
 	Next string
 }
 
+// CursorAfter returns the List cursor of the page after the subscription
+// named name.
+func CursorAfter(name string) string { return base64.RawURLEncoding.EncodeToString([]byte(name)) }
+
 // List returns a page of subscriptions in name order.
 func (s *Store) List(ctx context.Context, o ListOptions) (Page, error) {
 	limit := o.Limit
@@ -344,8 +348,7 @@ func (s *Store) List(ctx context.Context, o ListOptions) (Page, error) {
 	var p Page
 	for cur.Next(ctx) {
 		if len(p.Subscriptions) == limit {
-			last := p.Subscriptions[limit-1].Name
-			p.Next = base64.RawURLEncoding.EncodeToString([]byte(last))
+			p.Next = CursorAfter(p.Subscriptions[limit-1].Name)
 			break
 		}
 		sub, err := readRecord(cur.Current)
@@ -360,9 +363,9 @@ func (s *Store) List(ctx context.Context, o ListOptions) (Page, error) {
 	return p, nil
 }
 
-// all returns every subscription, in name order. A document this release
+// All returns every subscription, in name order. A document this release
 // cannot read is logged and left out (the others still apply).
-func (s *Store) all(ctx context.Context) ([]Subscription, error) {
+func (s *Store) All(ctx context.Context) ([]Subscription, error) {
 	cur, err := s.subs.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("subscriptions: read: %w", err)

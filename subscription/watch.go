@@ -52,7 +52,7 @@ func (s *Store) Watch(ctx context.Context, interval time.Duration, apply func([]
 		cur, err := s.versions(ctx)
 		if err == nil && (last == nil || !sameVersions(last, cur) || !nextAt.IsZero() && !s.now().Before(nextAt)) {
 			var subs []Subscription
-			if subs, err = s.all(ctx); err == nil {
+			if subs, err = s.All(ctx); err == nil {
 				// last is what the poll read: a document this release cannot
 				// read (left out of subs) does not make every poll re-read.
 				now := s.now()

@@ -1,0 +1,380 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/subscription"
+)
+
+// Subscriptions is what /api/v1/subscriptions serves: the store, and the
+// operator's file (names, sources and [subscriptions] of the configuration
+// without the subscriptions merged in).
+type Subscriptions struct {
+	Store *subscription.Store
+	// File returns the operator's configuration in force.
+	File func() *config.Config
+}
+
+// maxActionBody bounds the body of pause, resume and rotate-secret.
+const maxActionBody = 4 << 10
+
+// subscriptionRoutes registers /api/v1/subscriptions, served while
+// [subscriptions] enabled, to the admin token and the scoped tokens.
+func (s *Server) subscriptionRoutes() {
+	rs := s.Routes(func() bool { return s.subs.File().Subscriptions.Enabled })
+	rs.Handle("POST /api/v1/subscriptions", Scoped, s.createSubscription)
+	rs.Handle("GET /api/v1/subscriptions", Scoped, s.listSubscriptions)
+	rs.Handle("GET /api/v1/subscriptions/{name}", Scoped, s.named(s.showSubscription))
+	rs.Handle("PATCH /api/v1/subscriptions/{name}", Scoped, s.named(s.patchSubscription))
+	rs.Handle("DELETE /api/v1/subscriptions/{name}", Scoped, s.named(s.deleteSubscription))
+	rs.Handle("POST /api/v1/subscriptions/{name}/pause", Scoped, s.named(s.statusAction(subscription.StatusPaused)))
+	rs.Handle("POST /api/v1/subscriptions/{name}/resume", Scoped, s.named(s.statusAction(subscription.StatusActive)))
+	rs.Handle("POST /api/v1/subscriptions/{name}/rotate-secret", Scoped, s.named(s.rotateSecret))
+}
+
+// named serves h for a subscription the principal manages, 403 otherwise.
+func (s *Server) named(h func(http.ResponseWriter, *http.Request, Principal, string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, name := PrincipalOf(r), r.PathValue("name")
+		if !p.Manages(name) {
+			WriteError(w, http.StatusForbidden, fmt.Sprintf("token %s manages only subscriptions whose names start with %q", p.Name, p.Prefix))
+			return
+		}
+		h(w, r, p, name)
+	}
+}
+
+// validator checks bodies against the operator's file.
+func (s *Server) validator() *subscription.Validator {
+	return &subscription.Validator{Config: s.subs.File(), Resolve: subscription.DefaultResolve}
+}
+
+// readBody reads a body of at most n bytes; false after answering 400 or
+// 413.
+func readBody(w http.ResponseWriter, r *http.Request, n int64) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, n))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", n))
+		return nil, false
+	}
+	if err != nil {
+		WriteError(w, http.StatusBadRequest, "cannot read the body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// writeProblems answers 400 with each problem as "<JSONPath>: <message>".
+func writeProblems(w http.ResponseWriter, problems []subscription.Problem) {
+	e := Error{Error: "invalid subscription"}
+	for _, p := range problems {
+		e.Problems = append(e.Problems, p.String())
+	}
+	WriteJSON(w, http.StatusBadRequest, e)
+}
+
+// writeStoreError answers a store error with its status.
+func writeStoreError(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, subscription.ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, subscription.ErrExists), errors.Is(err, subscription.ErrConflict), errors.Is(err, subscription.ErrLimit):
+		code = http.StatusConflict
+	case errors.Is(err, subscription.ErrNoKey):
+		code = http.StatusServiceUnavailable
+	case errors.Is(err, subscription.ErrBadCursor):
+		code = http.StatusBadRequest
+	}
+	WriteError(w, code, err.Error())
+}
+
+// withSecret renders sub, plus "secret" when secret is set: the only
+// answers that carry it (creation, rotation).
+func withSecret(sub subscription.Subscription, secret config.Secret) (map[string]json.RawMessage, error) {
+	b, err := json.Marshal(sub)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	if secret != "" {
+		m["secret"], _ = json.Marshal(secret.Value())
+	}
+	return m, nil
+}
+
+func (s *Server) answer(w http.ResponseWriter, code int, sub subscription.Subscription, secret config.Secret) {
+	m, err := withSecret(sub, secret)
+	if err != nil {
+		WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	WriteJSON(w, code, m)
+}
+
+// expectedRevision reads If-Match (a revision, quoted or not); 0 without
+// one, false after answering 400.
+func expectedRevision(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	h := strings.Trim(strings.TrimSpace(r.Header.Get("If-Match")), `"`)
+	if h == "" || h == "*" {
+		return 0, true
+	}
+	rev, err := strconv.ParseInt(h, 10, 64)
+	if err != nil || rev < 1 {
+		WriteError(w, http.StatusBadRequest, "If-Match must be a subscription's revision, e.g. \"3\"")
+		return 0, false
+	}
+	return rev, true
+}
+
+func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
+	p := PrincipalOf(r)
+	body, ok := readBody(w, r, config.MaxSubscriptionJSONBytes)
+	if !ok {
+		return
+	}
+	route, spec, problems := s.validator().Validate(r.Context(), body)
+	if problems != nil {
+		writeProblems(w, problems)
+		return
+	}
+	name := route.Rule.Name
+	if !p.Manages(name) {
+		WriteError(w, http.StatusForbidden, fmt.Sprintf("token %s manages only subscriptions whose names start with %q", p.Name, p.Prefix))
+		return
+	}
+	if route.Backfill {
+		writeProblems(w, []subscription.Problem{{Path: "$.backfill", Message: "backfills of subscriptions are not available yet: leave it out"}})
+		return
+	}
+	sub, secret, err := s.subs.Store.Create(r.Context(), p.Name, name, spec, s.subs.File().Subscriptions.MaxSubscriptions)
+	if err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	w.Header().Set("Location", "/api/v1/subscriptions/"+name)
+	s.answer(w, http.StatusCreated, sub, secret)
+}
+
+func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
+	p := PrincipalOf(r)
+	q := r.URL.Query()
+	limit := DefaultListLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			WriteError(w, http.StatusBadRequest, fmt.Sprintf("limit must be a number from 1 to %d", MaxListLimit))
+			return
+		}
+		limit = n
+	}
+	prefix := q.Get("prefix")
+	if !p.Admin && !strings.HasPrefix(prefix, p.Prefix) {
+		prefix = p.Prefix // a scoped token lists its own
+	}
+	page, err := s.subs.Store.List(r.Context(), subscription.ListOptions{Prefix: prefix, Cursor: q.Get("after"), Limit: limit})
+	if err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	out := NewPage(w, "subscriptions", limit)
+	out.Begin()
+	for _, sub := range page.Subscriptions {
+		b, err := json.Marshal(sub)
+		if err != nil {
+			out.End(err)
+			return
+		}
+		if err := out.Add(b, subscription.CursorAfter(sub.Name)); err != nil {
+			return
+		}
+	}
+	out.End(nil)
+}
+
+func (s *Server) showSubscription(w http.ResponseWriter, r *http.Request, _ Principal, name string) {
+	sub, err := s.subs.Store.Get(r.Context(), name)
+	if err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	w.Header().Set("ETag", strconv.Quote(strconv.FormatInt(sub.Revision, 10)))
+	s.answer(w, http.StatusOK, sub, "")
+}
+
+// patchSubscription applies a JSON merge patch (RFC 7396) to the stored
+// JSON form and stores the result once it validates; If-Match makes it
+// conditional on a revision.
+func (s *Server) patchSubscription(w http.ResponseWriter, r *http.Request, p Principal, name string) {
+	expected, ok := expectedRevision(w, r)
+	if !ok {
+		return
+	}
+	patch, ok := readBody(w, r, config.MaxSubscriptionJSONBytes)
+	if !ok {
+		return
+	}
+	cur, err := s.subs.Store.Get(r.Context(), name)
+	if err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	if expected > 0 && cur.Revision != expected {
+		writeStoreError(w, fmt.Errorf("subscription %s: %w (revision %d, not %d)", name, subscription.ErrConflict, cur.Revision, expected))
+		return
+	}
+	merged, err := mergePatch(cur.Spec, patch)
+	if err != nil {
+		writeProblems(w, []subscription.Problem{{Path: "$", Message: err.Error()}})
+		return
+	}
+	route, spec, problems := s.validator().Validate(r.Context(), merged)
+	if problems == nil && route.Rule.Name != name {
+		problems = []subscription.Problem{{Path: "$.name", Message: "a subscription's name cannot change: create another"}}
+	}
+	if problems == nil && route.Backfill {
+		problems = []subscription.Problem{{Path: "$.backfill", Message: "backfills of subscriptions are not available yet: leave it out"}}
+	}
+	if problems != nil {
+		writeProblems(w, problems)
+		return
+	}
+	sub, err := s.subs.Store.Update(r.Context(), p.Name, name, cur.Revision, spec)
+	if err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	s.answer(w, http.StatusOK, sub, "")
+}
+
+// mergePatch applies patch (RFC 7396) to doc.
+func mergePatch(doc, patch []byte) ([]byte, error) {
+	var d, p any
+	if err := json.Unmarshal(doc, &d); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(patch))
+	dec.UseNumber()
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("the patch is not JSON: %v", err)
+	}
+	if _, ok := p.(map[string]any); !ok {
+		return nil, errors.New("the patch must be a JSON object (RFC 7396 merge patch)")
+	}
+	return json.Marshal(applyPatch(d, p))
+}
+
+func applyPatch(doc, patch any) any {
+	pm, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	dm, ok := doc.(map[string]any)
+	if !ok {
+		dm = map[string]any{}
+	}
+	for k, v := range pm {
+		if v == nil {
+			delete(dm, k)
+			continue
+		}
+		dm[k] = applyPatch(dm[k], v)
+	}
+	return dm
+}
+
+func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request, p Principal, name string) {
+	expected, ok := expectedRevision(w, r)
+	if !ok {
+		return
+	}
+	if err := s.subs.Store.Delete(r.Context(), p.Name, name, expected); err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, map[string]string{
+		"deleted":      name,
+		"dead_letters": "kept: its parked and dead-lettered events stay in the dead-letter store until purged (DELETE /api/v1/deadletters?sink=" + name + ")",
+	})
+}
+
+// statusAction pauses or resumes; a pause's body may give {"reason"}.
+func (s *Server) statusAction(st subscription.Status) func(http.ResponseWriter, *http.Request, Principal, string) {
+	return func(w http.ResponseWriter, r *http.Request, p Principal, name string) {
+		expected, ok := expectedRevision(w, r)
+		if !ok {
+			return
+		}
+		body, ok := readBody(w, r, maxActionBody)
+		if !ok {
+			return
+		}
+		var req struct {
+			Reason string `json:"reason"`
+		}
+		if len(bytes.TrimSpace(body)) > 0 {
+			dec := json.NewDecoder(bytes.NewReader(body))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&req); err != nil {
+				writeProblems(w, []subscription.Problem{{Path: "$", Message: `want {"reason": "..."} or no body: ` + err.Error()}})
+				return
+			}
+		}
+		sub, err := s.subs.Store.SetStatus(r.Context(), p.Name, name, expected, st, req.Reason)
+		if err != nil {
+			writeStoreError(w, err)
+			return
+		}
+		s.answer(w, http.StatusOK, sub, "")
+	}
+}
+
+func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request, p Principal, name string) {
+	expected, ok := expectedRevision(w, r)
+	if !ok {
+		return
+	}
+	body, ok := readBody(w, r, maxActionBody)
+	if !ok {
+		return
+	}
+	var req struct {
+		Overlap string `json:"overlap"`
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeProblems(w, []subscription.Problem{{Path: "$", Message: `want {"overlap": "24h"} or no body: ` + err.Error()}})
+			return
+		}
+	}
+	overlap := subscription.DefaultOverlap
+	if req.Overlap != "" {
+		d, err := time.ParseDuration(req.Overlap)
+		if err != nil || d < 0 || d > subscription.MaxOverlap {
+			writeProblems(w, []subscription.Problem{{Path: "$.overlap", Message: fmt.Sprintf("want a duration from \"0s\" to %q", subscription.MaxOverlap.String())}})
+			return
+		}
+		overlap = d
+	}
+	sub, secret, err := s.subs.Store.RotateSecret(r.Context(), p.Name, name, expected, overlap)
+	if err != nil {
+		writeStoreError(w, err)
+		return
+	}
+	s.answer(w, http.StatusOK, sub, secret)
+}

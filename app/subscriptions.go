@@ -1,0 +1,99 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/subscription"
+)
+
+// subscriptions are the stored subscriptions the gateway runs beside the
+// operator's file ([subscriptions] enabled): the configuration in force is
+// subscription.Merge of the file and the last set read. Every replica
+// follows the collection (Store.Watch) and applies a change through the
+// reload path, so kept sinks keep their lanes and positions.
+type subscriptions struct {
+	store  *subscription.Store
+	sealer *subscription.Sealer // nil without a key: subscriptions whose secrets cannot open are left out
+
+	mu   sync.Mutex
+	list []subscription.Subscription // the last set read
+	file *config.Config              // the operator's file as last applied
+}
+
+// openSubscriptions returns the gateway's subscriptions with the stored
+// ones read, or nil when [subscriptions] is not enabled.
+func openSubscriptions(ctx context.Context, cfg *config.Config, client *mongo.Client, log *slog.Logger) (*subscriptions, error) {
+	if !cfg.Subscriptions.Enabled {
+		return nil, nil
+	}
+	s := &subscriptions{file: cfg}
+	if cfg.Subscriptions.Key != "" {
+		var err error
+		if s.sealer, err = subscription.NewSealer([]byte(cfg.Subscriptions.Key.Value())); err != nil {
+			return nil, fmt.Errorf("subscriptions: %w", err)
+		}
+	} else {
+		log.Warn("subscriptions: no key (CHANGEGATE_SECRET_KEY or [subscriptions] key_file): none can be created, and stored ones are not applied")
+	}
+	s.store = subscription.NewStore(client.Database(cfg.Mongo.StateDatabase), subscription.Options{Sealer: s.sealer, Log: log})
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.store.EnsureIndexes(rctx); err != nil {
+		log.Warn("subscriptions: cannot create the audit index (will work without it)", "err", err)
+	}
+	// Read before anything runs: a restart must not route a change
+	// without the subscriptions it was routed to before.
+	list, err := s.store.All(rctx)
+	if err != nil {
+		return nil, fmt.Errorf("subscriptions: %w", err)
+	}
+	s.list = list
+	return s, nil
+}
+
+// merge returns file with the current subscriptions added, logging those
+// left out; it records file as the operator's file in force.
+func (s *subscriptions) merge(file *config.Config, log *slog.Logger) *config.Config {
+	if s == nil {
+		return file
+	}
+	s.mu.Lock()
+	list := s.list
+	s.mu.Unlock()
+	merged, skipped := subscription.Merge(file, list, s.sealer, time.Now())
+	for _, sk := range skipped {
+		log.Error("subscription not applied", "subscription", sk.Name, "reason", sk.Reason)
+	}
+	return merged
+}
+
+// watchSubscriptions applies every change of the stored subscriptions
+// until ctx ends.
+func (g *gateway) watchSubscriptions(ctx context.Context) {
+	_ = g.subs.store.Watch(ctx, 0, func(list []subscription.Subscription) {
+		g.subs.mu.Lock()
+		g.subs.list = list
+		file := g.subs.file
+		g.subs.mu.Unlock()
+		g.reloadMu.Lock()
+		defer g.reloadMu.Unlock()
+		if err := g.apply(file); err != nil {
+			g.log.Error("subscriptions: applying the stored subscriptions failed; the running configuration stays in force", "err", err)
+		}
+	})
+}
+
+// fileConfig returns the operator's file in force (without the
+// subscriptions).
+func (s *subscriptions) fileConfig() *config.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.file
+}

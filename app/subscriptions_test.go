@@ -1,0 +1,350 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/receive"
+	"github.com/changegate/changegate/subscription"
+	"github.com/changegate/changegate/test/mongotest"
+)
+
+// docReceiver records the documentKey _id of every event it receives, and
+// the signature headers.
+type docReceiver struct {
+	mu   sync.Mutex
+	ids  []int
+	reqs []http.Header
+	body [][]byte
+	srv  *httptest.Server
+}
+
+func newDocReceiver(t *testing.T) *docReceiver {
+	r := &docReceiver{}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		var ev struct {
+			DocumentKey struct {
+				ID int `json:"_id"`
+			} `json:"documentKey"`
+		}
+		_ = json.Unmarshal(body, &ev)
+		r.mu.Lock()
+		r.ids = append(r.ids, ev.DocumentKey.ID)
+		r.reqs = append(r.reqs, req.Header.Clone())
+		r.body = append(r.body, body)
+		r.mu.Unlock()
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *docReceiver) got() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ids)
+}
+
+// sinkParked reads the sink's parked flag from /api/v1/status.
+func sinkParked(t *testing.T, admin, sink string) (parked, found bool) {
+	req, _ := http.NewRequest("GET", "http://"+admin+"/api/v1/status", nil)
+	req.Header.Set("Authorization", "Bearer s3cret-admin-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, false
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Sinks []struct {
+			Name   string `json:"name"`
+			Parked bool   `json:"parked"`
+		} `json:"sinks"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	for _, s := range st.Sinks {
+		if s.Name == sink {
+			return s.Parked, true
+		}
+	}
+	return false, false
+}
+
+// TestRunAppliesStoredSubscriptions: a subscription stored while the
+// gateway runs is applied within 2 s (its sink receives the next changes,
+// signed with its secret); paused, it receives nothing while changes are
+// written, and resumed, all of them in order; rotated, both secrets verify;
+// deleted, nothing more arrives. The file's sink receives every change
+// exactly once throughout (one document each: their order may differ).
+func TestRunAppliesStoredSubscriptions(t *testing.T) {
+	e := newEnv(t)
+	hook := newDocReceiver(t)
+	sub := newDocReceiver(t)
+	cfg := e.config(hook.srv.URL, "5s")
+	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 10, AllowPrivateNetworks: true}
+	g := start(t, cfg, app.Options{})
+
+	client := mongotest.Client(t, e.uri)
+	sealer, err := subscription.NewSealer([]byte(strings.Repeat("k", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := subscription.NewStore(client.Database(e.state), subscription.Options{Sealer: sealer, Log: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	n := 0
+	insert := func(k int) {
+		t.Helper()
+		for range k {
+			if err := e.insert(); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+	}
+	insert(2)
+	waitFor(t, 10*time.Second, "the file's sink receives the first changes", func() bool { return len(hook.got()) == 2 })
+
+	body := fmt.Sprintf(`{"name":"team-a-items","source":"items","sink":{"type":"webhook","url":%q}}`, sub.srv.URL)
+	v := &subscription.Validator{Config: cfg}
+	_, spec, problems := v.Validate(ctx, []byte(body))
+	if problems != nil {
+		t.Fatal(problems)
+	}
+	created, secret, err := store.Create(ctx, "team-a", "team-a-items", spec, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appliedAt := time.Now()
+	waitFor(t, 2*time.Second, "the subscription applied", func() bool { _, ok := sinkParked(t, g.admin, "team-a-items"); return ok })
+	t.Logf("applied %v after the create", time.Since(appliedAt).Round(time.Millisecond))
+	insert(1)
+	waitFor(t, 10*time.Second, "the subscription receives the next change", func() bool { return slices.Equal(sub.got(), []int{3}) })
+	verifier, err := receive.NewVerifier(secret.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.mu.Lock()
+	req0, body0 := sub.reqs[0], sub.body[0]
+	sub.mu.Unlock()
+	if _, err := verifier.Verify(req0, body0); err != nil {
+		t.Errorf("the subscription's request does not verify with its secret: %v", err)
+	}
+
+	if _, err := store.SetStatus(ctx, "team-a", "team-a-items", created.Revision, subscription.StatusPaused, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "the pause applied", func() bool { p, _ := sinkParked(t, g.admin, "team-a-items"); return p })
+	insert(3)
+	waitFor(t, 10*time.Second, "the file's sink receives the changes written during the pause", func() bool { return len(hook.got()) == 6 })
+	time.Sleep(300 * time.Millisecond)
+	if got := sub.got(); !slices.Equal(got, []int{3}) {
+		t.Fatalf("a paused subscription received %v", got)
+	}
+	if _, err := store.SetStatus(ctx, "team-a", "team-a-items", 0, subscription.StatusActive, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the resumed subscription receives what was written during the pause", func() bool { return len(sub.got()) == 4 })
+	// Different documents: each one's changes in order, not across them.
+	if got := sub.got(); got[0] != 3 || !slices.Equal(slices.Sorted(slices.Values(got)), []int{3, 4, 5, 6}) {
+		t.Errorf("after the resume: %v, want 3, then 4, 5 and 6", got)
+	}
+
+	_, second, err := store.RotateSecret(ctx, "team-a", "team-a-items", 0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rotation is applied by the next poll; a change after it is
+	// signed with both secrets.
+	time.Sleep(2 * time.Second)
+	insert(1)
+	waitFor(t, 10*time.Second, "a change after the rotation", func() bool { return len(sub.got()) == 5 })
+	sub.mu.Lock()
+	req, b := sub.reqs[4], sub.body[4]
+	sub.mu.Unlock()
+	for _, s := range []config.Secret{secret, second} {
+		vf, _ := receive.NewVerifier(s.Value())
+		if _, err := vf.Verify(req, b); err != nil {
+			t.Errorf("during the overlap a receiver with one of the secrets fails: %v", err)
+		}
+	}
+
+	if err := store.Delete(ctx, "team-a", "team-a-items", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "the delete applied", func() bool { _, ok := sinkParked(t, g.admin, "team-a-items"); return !ok })
+	insert(2)
+	waitFor(t, 10*time.Second, "the file's sink receives everything", func() bool { return len(hook.got()) == n })
+	time.Sleep(300 * time.Millisecond)
+	if got := sub.got(); len(got) != 5 {
+		t.Errorf("a deleted subscription received %v", got)
+	}
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i + 1
+	}
+	if got := hook.got(); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+		t.Errorf("the file's sink received %v, want each change once: %v", got, want)
+	}
+	if err := g.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// apiCall sends a request to the admin server with token and returns the
+// status and the decoded JSON body.
+func apiCall(t *testing.T, admin, method, path, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+admin+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// TestSubscriptionsAPI: the routes of /api/v1/subscriptions, with a token
+// scoped to team-a- and the admin token.
+func TestSubscriptionsAPI(t *testing.T) {
+	e := newEnv(t)
+	hook := newDocReceiver(t)
+	sub := newDocReceiver(t)
+	cfg := e.config(hook.srv.URL, "5s")
+	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 2}
+	cfg.Server.Tokens = []config.Token{{Name: "team-a", Token: "team-a-token-0123456789", Prefix: "team-a-"}}
+	g := start(t, cfg, app.Options{})
+	const a, admin = "team-a-token-0123456789", "s3cret-admin-token"
+	body := func(name, url string) string {
+		return fmt.Sprintf(`{"name":%q,"source":"items","sink":{"type":"webhook","url":%q}}`, name, url)
+	}
+
+	// Bad requests: 400 with the JSON path of each problem.
+	code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions", a, `{"name":"team-a-x","source":"items","sink":{"type":"webhook","url":"`+sub.srv.URL+`"},"colour":"red"}`)
+	if code != 400 || fmt.Sprint(out["problems"]) != `[$.colour: unknown field]` {
+		t.Errorf("unknown field: %d %v", code, out)
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions", a, body("team-a-x", sub.srv.URL))
+	if code != 400 || fmt.Sprint(out["problems"]) != `[$.sink.url: refused: 127.0.0.1 is a loopback address; private, loopback and link-local targets need [subscriptions] allow_private_networks in the operator's configuration]` {
+		t.Errorf("loopback target: %d %v", code, out)
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions", a, `{"name":"team-a-x","source":"items","filter":{"fullDocument.n":{"$bad":1}},"sink":{"type":"webhook","url":"https://a.example.com/"}}`)
+	if code != 400 || !strings.HasPrefix(fmt.Sprint(out["problems"]), `[$.filter: invalid filter: unknown operator $bad`) {
+		t.Errorf("bad filter: %d %v", code, out)
+	}
+	code, _ = apiCall(t, g.admin, "POST", "/api/v1/subscriptions", a, `{"name":"`+strings.Repeat("x", 70<<10)+`"}`)
+	if code != 413 {
+		t.Errorf("oversized body: %d, want 413", code)
+	}
+	code, _ = apiCall(t, g.admin, "POST", "/api/v1/subscriptions", "", body("team-a-x", "https://a.example.com/"))
+	if code != 401 {
+		t.Errorf("no token: %d, want 401", code)
+	}
+	// Scopes: team-a's token may not touch team-b's names.
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions", a, body("team-b-x", "https://b.example.com/"))
+	if code != 403 {
+		t.Errorf("team-a creating team-b-x: %d %v, want 403", code, out)
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions", a, body("team-a-x", "https://a.example.com/"))
+	secret, _ := out["secret"].(string)
+	if code != 201 || !strings.HasPrefix(secret, "whsec_") || out["status"] != "active" || out["revision"] != float64(1) {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	code, _ = apiCall(t, g.admin, "POST", "/api/v1/subscriptions", a, body("team-a-x", "https://a.example.com/"))
+	if code != 409 {
+		t.Errorf("duplicate: %d, want 409", code)
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions", admin, body("team-b-x", "https://b.example.com/"))
+	if code != 201 {
+		t.Fatalf("admin creating team-b-x: %d %v", code, out)
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions", admin, body("team-b-y", "https://b.example.com/"))
+	if code != 409 || !strings.Contains(fmt.Sprint(out["error"]), "max_subscriptions") {
+		t.Errorf("past max_subscriptions: %d %v", code, out)
+	}
+	code, out = apiCall(t, g.admin, "GET", "/api/v1/subscriptions/team-b-x", a, "")
+	if code != 403 {
+		t.Errorf("team-a reading team-b-x: %d %v", code, out)
+	}
+	for _, p := range []string{"/pause", "/resume", "/rotate-secret", ""} {
+		method := "POST"
+		if p == "" {
+			method = "DELETE"
+		}
+		if code, _ := apiCall(t, g.admin, method, "/api/v1/subscriptions/team-b-x"+p, a, ""); code != 403 {
+			t.Errorf("team-a %s team-b-x%s: %d, want 403", method, p, code)
+		}
+	}
+	code, out = apiCall(t, g.admin, "GET", "/api/v1/subscriptions", a, "")
+	if list, _ := out["subscriptions"].([]any); code != 200 || len(list) != 1 || list[0].(map[string]any)["name"] != "team-a-x" {
+		t.Errorf("team-a's list: %d %v", code, out)
+	}
+	code, out = apiCall(t, g.admin, "GET", "/api/v1/subscriptions?limit=1", admin, "")
+	if list, _ := out["subscriptions"].([]any); code != 200 || len(list) != 1 || out["next"] == nil {
+		t.Errorf("admin's first page: %d %v", code, out)
+	}
+
+	// PATCH merges, keeps the name, needs the revision it read.
+	code, out = apiCall(t, g.admin, "PATCH", "/api/v1/subscriptions/team-a-x", a, `{"envelope":"key","sink":{"batch_size":5}}`)
+	if code != 200 || out["envelope"] != "key" || out["revision"] != float64(2) || out["sink"].(map[string]any)["url"] != "https://a.example.com/" {
+		t.Errorf("patch: %d %v", code, out)
+	}
+	code, out = apiCall(t, g.admin, "PATCH", "/api/v1/subscriptions/team-a-x", a, `{"name":"team-a-y"}`)
+	if code != 400 || fmt.Sprint(out["problems"]) != `[$.name: a subscription's name cannot change: create another]` {
+		t.Errorf("renaming patch: %d %v", code, out)
+	}
+	req, _ := http.NewRequest("PATCH", "http://"+g.admin+"/api/v1/subscriptions/team-a-x", strings.NewReader(`{"envelope":"full"}`))
+	req.Header.Set("Authorization", "Bearer "+a)
+	req.Header.Set("If-Match", `"1"`)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 409 {
+		t.Errorf("patch of an old revision: %v %v, want 409", resp.StatusCode, err)
+	}
+
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions/team-a-x/pause", a, `{"reason":"maintenance"}`)
+	if code != 200 || out["status"] != "paused" || out["reason"] != "maintenance" {
+		t.Errorf("pause: %d %v", code, out)
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions/team-a-x/resume", a, "")
+	if code != 200 || out["status"] != "active" {
+		t.Errorf("resume: %d %v", code, out)
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions/team-a-x/rotate-secret", a, `{"overlap":"1h"}`)
+	rotated, _ := out["secret"].(string)
+	if code != 200 || !strings.HasPrefix(rotated, "whsec_") || rotated == secret || len(out["signing_secrets"].([]any)) != 2 {
+		t.Errorf("rotate: %d %v", code, out)
+	}
+	code, out = apiCall(t, g.admin, "GET", "/api/v1/subscriptions/team-a-x", a, "")
+	if code != 200 || out["secret"] != nil || strings.Contains(fmt.Sprint(out), strings.TrimPrefix(rotated, "whsec_")) {
+		t.Errorf("show: %d %v", code, out)
+	}
+	code, out = apiCall(t, g.admin, "DELETE", "/api/v1/subscriptions/team-a-x", a, "")
+	if code != 200 || out["deleted"] != "team-a-x" {
+		t.Errorf("delete: %d %v", code, out)
+	}
+	if code, _ := apiCall(t, g.admin, "GET", "/api/v1/subscriptions/team-a-x", a, ""); code != 404 {
+		t.Errorf("after delete: %d, want 404", code)
+	}
+	if err := g.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
