@@ -311,27 +311,38 @@ func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request, p Pr
 	})
 }
 
+// actionRequest reads the If-Match revision and the optional body of an
+// action into req (strictly; want shows its form in the error); false
+// after answering 400 or 413.
+func actionRequest(w http.ResponseWriter, r *http.Request, req any, want string) (int64, bool) {
+	expected, ok := expectedRevision(w, r)
+	if !ok {
+		return 0, false
+	}
+	body, ok := readBody(w, r, maxActionBody)
+	if !ok {
+		return 0, false
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(req); err != nil {
+			writeProblems(w, []subscription.Problem{{Path: "$", Message: "want " + want + " or no body: " + err.Error()}})
+			return 0, false
+		}
+	}
+	return expected, true
+}
+
 // statusAction pauses or resumes; a pause's body may give {"reason"}.
 func (s *Server) statusAction(st subscription.Status) func(http.ResponseWriter, *http.Request, Principal, string) {
 	return func(w http.ResponseWriter, r *http.Request, p Principal, name string) {
-		expected, ok := expectedRevision(w, r)
-		if !ok {
-			return
-		}
-		body, ok := readBody(w, r, maxActionBody)
-		if !ok {
-			return
-		}
 		var req struct {
 			Reason string `json:"reason"`
 		}
-		if len(bytes.TrimSpace(body)) > 0 {
-			dec := json.NewDecoder(bytes.NewReader(body))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&req); err != nil {
-				writeProblems(w, []subscription.Problem{{Path: "$", Message: `want {"reason": "..."} or no body: ` + err.Error()}})
-				return
-			}
+		expected, ok := actionRequest(w, r, &req, `{"reason": "..."}`)
+		if !ok {
+			return
 		}
 		sub, err := s.subs.Store.SetStatus(r.Context(), p.Name, name, expected, st, req.Reason)
 		if err != nil {
@@ -343,24 +354,12 @@ func (s *Server) statusAction(st subscription.Status) func(http.ResponseWriter, 
 }
 
 func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request, p Principal, name string) {
-	expected, ok := expectedRevision(w, r)
-	if !ok {
-		return
-	}
-	body, ok := readBody(w, r, maxActionBody)
-	if !ok {
-		return
-	}
 	var req struct {
 		Overlap string `json:"overlap"`
 	}
-	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeProblems(w, []subscription.Problem{{Path: "$", Message: `want {"overlap": "24h"} or no body: ` + err.Error()}})
-			return
-		}
+	expected, ok := actionRequest(w, r, &req, `{"overlap": "24h"}`)
+	if !ok {
+		return
 	}
 	overlap := subscription.DefaultOverlap
 	if req.Overlap != "" {
