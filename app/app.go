@@ -29,9 +29,11 @@ import (
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/console"
 	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/deliverylog"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/metrics"
+	"github.com/changegate/changegate/observe"
 	"github.com/changegate/changegate/router"
 	"github.com/changegate/changegate/sinks"
 	"github.com/changegate/changegate/sinks/eventbridge"
@@ -95,6 +97,8 @@ type gateway struct {
 	client     *mongo.Client
 	cps        *checkpoint.Store
 	dls        *deadletter.Store
+	dlog       *deliverylog.Log    // the delivery log's reads
+	dlw        *deliverylog.Writer // its writer; nil in mode "off"
 	engine     *router.Engine
 	budget     *memory.Budget // max_in_flight_bytes, shared by every unit, lane and replay
 	sizing     memory.Sizing  // where the budget and GOMEMLIMIT came from
@@ -383,9 +387,6 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	engine.SetBudget(budget)
-	if opts.Tracer != nil {
-		engine.SetObserver(opts.Tracer)
-	}
 	log = log.With("instance", cfg.Cluster.Instance)
 	g := &gateway{log: log, metrics: m, budget: budget, sizing: sizing, noPushdown: opts.NoPushdown, client: client, cps: cps, dls: dls, engine: engine, stuckAfter: 5 * time.Second,
 		loadConfig: opts.LoadConfig, instance: cfg.Cluster.Instance, defs: unitDefs(cfg),
@@ -393,6 +394,19 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		unitDone: make(chan *runningUnit), stopped: make(chan struct{}), subs: subs}
 	g.cfgPtr.Store(cfg)
 	engine.SetAcked(g.acked)
+	// The delivery log observes beside the tracer; its writer stops after
+	// the engine (deferred before engine.Stop), so the last outcomes are
+	// written.
+	var dlObs observe.Observer
+	g.dlog, g.dlw, dlObs = newDeliveryLog(ctx, cfg, client, deliverylog.Deps{Checkpoints: cps, DeadLetters: dls}, g.Config, reg, log)
+	defer stopDeliveryLog(g.dlw, log)
+	var obs []observe.Observer
+	if opts.Tracer != nil {
+		obs = append(obs, opts.Tracer)
+	}
+	if o := observe.Fanout(append(obs, dlObs)...); o != nil {
+		engine.SetObserver(o)
+	}
 	if g.loadConfig == nil {
 		g.loadConfig = func() (*config.Config, error) { return config.Load(cfg.File) }
 	}

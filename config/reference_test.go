@@ -80,7 +80,7 @@ var keyDocs = map[string]keyDoc{
 	"cluster.instance":          {Doc: "This replica's name in leases, logs, status and metrics; unique per replica.", Default: "`$HOSTNAME`, else a random id"},
 	"cluster.leases_collection": {Doc: "Collection of lease and membership documents in `mongo.state_database`; must differ from the checkpoint and dead-letter collections."},
 
-	"delivery_log":            {Doc: "The delivery log: one record per delivery attempt (per request for a batch, listing its event ids) with its outcome, status or error code, duration and an excerpt of the receiver's answer, never a payload; written off the delivery path, dropped and counted (`changegate_delivery_log_dropped_total`) when MongoDB cannot keep up. Not fed by the delivery path yet in this build: the records' store, writer and queries exist (package `deliverylog`), the router's observer comes next."},
+	"delivery_log":            {Doc: "The delivery log: one record per delivery attempt (per request for a batch, listing its event ids) with its outcome, status or error code, duration and an excerpt of the receiver's answer, never a payload; written off the delivery path, dropped and counted (`changegate_delivery_log_dropped_total`) when MongoDB cannot keep up."},
 	"delivery_log.mode":       {Doc: "`\"failures\"`: every attempt that did not end in success (retries, parks, dead letters, skips by shaping); `\"all\"`: successes too; `\"off\"`: nothing."},
 	"delivery_log.retention":  {Doc: "How long a record is kept: a TTL index (MongoDB removes expired records about once a minute).", Range: "1m to 2147483647s"},
 	"delivery_log.collection": {Doc: "Collection of records in `mongo.state_database`; must differ from the other state collections."},

@@ -1,0 +1,78 @@
+package app_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/changegate/changegate/app"
+	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/deliverylog"
+	"github.com/changegate/changegate/test/mongotest"
+)
+
+// The gateway feeds the delivery log (mode "failures" by default): a 503
+// then a 200 leave the failed attempt and its retry, and the lifecycle
+// answers delivered, derived from the checkpoint; a 400 leaves a dead
+// letter, linked.
+func TestDeliveryLogThroughRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var n atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		switch n.Add(1) {
+		case 1:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("busy, \x00 later"))
+		case 2:
+		default:
+			w.WriteHeader(http.StatusBadRequest)
+		}
+	}))
+	t.Cleanup(hook.Close)
+	cfg := e.config(hook.URL, "5s")
+	g := start(t, cfg, app.Options{})
+	if err := e.insert(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "two requests", func() bool { return n.Load() >= 2 })
+	if err := e.insert(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "the third request", func() bool { return n.Load() >= 3 })
+	client := mongotest.Client(t, e.uri)
+	state := client.Database(e.state)
+	l := deliverylog.NewLog(state.Collection("deliveries"), cfg.DeliveryLog.Retention, cfg.DeliveryLog.Mode, deliverylog.Deps{
+		Checkpoints: e.cps, DeadLetters: deadletter.NewStore(state, "deadletters"),
+	})
+	ctx := context.Background()
+	var p deliverylog.Page
+	waitFor(t, 15*time.Second, "four records", func() bool {
+		var err error
+		p, err = l.List(ctx, deliverylog.Filter{})
+		return err == nil && len(p.Records) >= 4
+	})
+	first, second := p.Records[3], p.Records[1]
+	if first.Outcome != deliverylog.OutcomeFailed || first.Status != 503 || !strings.HasPrefix(first.Response, "busy,") || strings.ContainsRune(first.Response, 0) || first.Attempt != 1 ||
+		p.Records[2].Outcome != deliverylog.OutcomeRetrying || first.Replica != cfg.Cluster.Instance || first.Sink != "hook" {
+		t.Errorf("records of the first change = %+v, %+v", first, p.Records[2])
+	}
+	if second.Outcome != deliverylog.OutcomeFailed || second.Status != 400 || p.Records[0].Outcome != deliverylog.OutcomeDeadLettered {
+		t.Errorf("records of the second change = %+v, %+v", second, p.Records[0])
+	}
+	waitFor(t, 15*time.Second, "the first change delivered (derived)", func() bool {
+		lc, err := l.Lifecycle(ctx, first.EventID)
+		return err == nil && len(lc.Sinks) == 1 && lc.Sinks[0].State == deliverylog.StateDelivered && lc.Sinks[0].Derived
+	})
+	lc, err := l.Lifecycle(ctx, second.EventID)
+	if err != nil || len(lc.Sinks) != 1 || lc.Sinks[0].State != deliverylog.StateDeadLettered || lc.Sinks[0].DeadLetter == nil {
+		t.Errorf("lifecycle of the refused change = %+v, %v", lc, err)
+	}
+	if err := g.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
