@@ -42,6 +42,17 @@ func newDeliveryLog(ctx context.Context, cfg *config.Config, client *mongo.Clien
 	return l, w, deliverylog.NewObserver(w)
 }
 
+// DeliveryLog returns the delivery log of cfg on client, for reading:
+// Lifecycle places events against cfg's checkpoints, dead letters and
+// rules.
+func DeliveryLog(cfg *config.Config, client *mongo.Client) *deliverylog.Log {
+	cps, dls := Stores(cfg, client)
+	dc := cfg.DeliveryLog
+	return deliverylog.NewLog(client.Database(cfg.Mongo.StateDatabase).Collection(dc.Collection), dc.Retention, dc.Mode, deliverylog.Deps{
+		Checkpoints: cps, DeadLetters: dls, Routes: func(source string) []deliverylog.Route { return routesOf(cfg, source) },
+	})
+}
+
 // routesOf returns the sinks the rules of source route to in cfg, each
 // with those rules, in configuration order.
 func routesOf(cfg *config.Config, source string) []deliverylog.Route {

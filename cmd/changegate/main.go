@@ -38,6 +38,10 @@ Usage:
   changegate check -config FILE         validate the config; connects to nothing
   changegate deadletters list|show|replay|purge -config FILE [filters]
   changegate checkpoints show|reset -config FILE [-source NAME]
+  changegate events show ID -config FILE
+                                        what became of an event at each sink
+  changegate deliveries list -config FILE [filters]
+                                        the delivery log's records, newest first
   changegate backfill -config FILE -source S [-sink K] [-filter JSON] [-rate N]
                                         send existing documents again
   changegate rules test -config FILE -events FILE.jsonl [-json]
@@ -75,6 +79,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDeadletters(rest, stdout, stderr)
 	case "checkpoints":
 		return cmdCheckpoints(rest, stdout, stderr)
+	case "events":
+		return cmdEvents(rest, stdout, stderr)
+	case "deliveries":
+		return cmdDeliveries(rest, stdout, stderr)
 	case "backfill":
 		return cmdBackfill(rest, stdout, stderr)
 	case "rules":

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/changegate/changegate/deliverylog"
+	"github.com/changegate/changegate/test/mongotest"
+)
+
+// deliveries list and events show read the delivery log of the config's
+// state database.
+func TestDeliveriesListAndEventsShow(t *testing.T) {
+	uri, _ := mongotest.URI(t)
+	state := mongotest.UniqueName("cgclistate_")
+	db := mongotest.Client(t, uri).Database(state)
+	t.Cleanup(func() { _ = db.Drop(context.Background()) })
+	path := filepath.Join(t.TempDir(), "c.toml")
+	cfg := fmt.Sprintf(`[mongo]
+uri = %q
+state_database = %q
+[[sources]]
+name = "orders"
+database = "shop"
+[[sinks]]
+name = "billing"
+type = "webhook"
+url = "https://example.com/hook"
+[[rules]]
+name = "paid"
+source = "orders"
+sinks = ["billing"]
+`, uri, state)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := deliverylog.NewLog(db.Collection("deliveries"), 72*time.Hour, "failures", deliverylog.Deps{})
+	w := deliverylog.NewWriter(l.Collection(), deliverylog.WriterOptions{Mode: "failures"})
+	w.Start()
+	key, _ := bson.Marshal(bson.D{{Key: "_id", Value: 42}})
+	id := "orders:8264F1A2B3000000012B0229296E04"
+	for i, o := range []deliverylog.Outcome{deliverylog.OutcomeFailed, deliverylog.OutcomeRetrying, deliverylog.OutcomeFailed} {
+		w.Enqueue(deliverylog.Record{EventID: id, Source: "orders", Sink: "billing", Rules: []string{"paid"}, DocumentKey: key,
+			Attempt: 1 + i/2, Outcome: o, Status: 503, Time: time.Now().Add(time.Duration(i) * time.Millisecond)})
+	}
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	var out, errOut bytes.Buffer
+	if code := run([]string{"deliveries", "list", "-config", path, "-status", "failed", "-document-key", `{"_id": 42}`, "-limit", "1"}, &out, &errOut); code != 0 {
+		t.Fatalf("deliveries list: exit %d: %s", code, errOut.String())
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(out.Bytes(), &rec); err != nil {
+		t.Fatalf("deliveries list printed %q: %v", out.String(), err)
+	}
+	if rec["outcome"] != "failed" || rec["attempt"] != 2.0 || rec["status"] != 503.0 || rec["sink"] != "billing" || !strings.HasPrefix(errOut.String(), "next: ") {
+		t.Errorf("deliveries list: %s (stderr %q)", out.String(), errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"deliveries", "list", "-config", path, "-document-key", `{"_id": {"$gt": 0}}`}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "query operator") {
+		t.Errorf("an operator in -document-key: exit %d, %q", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"events", "show", id, "-config", path}, &out, &errOut); code != 0 {
+		t.Fatalf("events show: exit %d: %s", code, errOut.String())
+	}
+	var lc deliverylog.Lifecycle
+	if err := json.Unmarshal(out.Bytes(), &lc); err != nil || len(lc.Sinks) != 1 || lc.Sinks[0].Sink != "billing" ||
+		lc.Sinks[0].State != deliverylog.StateRetrying || len(lc.Sinks[0].Attempts) != 3 {
+		t.Errorf("events show: %s (%v)", out.String(), err)
+	}
+	if code := run([]string{"events", "show", "orders:82FF", "-config", path}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "event not found") {
+		t.Errorf("events show of an unknown event: exit %d, %q", code, errOut.String())
+	}
+}
