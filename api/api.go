@@ -4,7 +4,8 @@
 // rebinding, the server's limits (timeouts, headers, bounded request
 // bodies), the one JSON error shape every handler answers with, cursor
 // pagination, and the handlers of /api/v1 (status, dead letters, replay,
-// purge, reload, backfills) and of the probes and /metrics.
+// purge, reload, backfills, the delivery log's events, deliveries and
+// analytics) and of the probes and /metrics.
 //
 // The API reads and acts on the running gateway through small interfaces
 // (Gateway, DeadLetters, Backfills) that package app implements or passes;
@@ -72,6 +73,12 @@ type Options struct {
 	DeadLetters DeadLetters
 	// Backfills nil: /api/v1/backfills is not served.
 	Backfills Backfills
+	// Deliveries nil: /api/v1/events, /deliveries and /analytics are not
+	// served.
+	Deliveries Deliveries
+	// DeliveryLogDropped returns the records this process dropped, for
+	// the analytics' covers (nil: unknown).
+	DeliveryLogDropped func() int64
 	// Registry is served at /metrics (nil: not served).
 	Registry *prometheus.Registry
 	// Log receives the handlers' log lines; nil discards.
@@ -84,18 +91,21 @@ type Options struct {
 // packages register. Register every route before serving; it is then safe
 // for concurrent use.
 type Server struct {
-	gw       Gateway
-	dls      DeadLetters
-	bfs      Backfills
-	log      *slog.Logger
-	mux      *http.ServeMux
-	payloads *PayloadGate
-	subs     *Subscriptions
+	gw  Gateway
+	dls DeadLetters
+	bfs Backfills
+	// deliveries and dropped: Options.Deliveries, DeliveryLogDropped.
+	deliveries Deliveries
+	dropped    func() int64
+	log        *slog.Logger
+	mux        *http.ServeMux
+	payloads   *PayloadGate
+	subs       *Subscriptions
 }
 
 // New returns a Server with the API's routes registered.
 func New(o Options) *Server {
-	s := &Server{gw: o.Gateway, dls: o.DeadLetters, bfs: o.Backfills, log: o.Log, mux: http.NewServeMux(),
+	s := &Server{gw: o.Gateway, dls: o.DeadLetters, bfs: o.Backfills, deliveries: o.Deliveries, dropped: o.DeliveryLogDropped, log: o.Log, mux: http.NewServeMux(),
 		payloads: NewPayloadGate(MaxPayloads)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -105,6 +115,9 @@ func New(o Options) *Server {
 	s.deadLetterRoutes(all)
 	if s.bfs != nil {
 		s.backfillRoutes(all)
+	}
+	if s.deliveries != nil {
+		s.deliveryRoutes(all)
 	}
 	if o.Subscriptions != nil {
 		s.subs = o.Subscriptions

@@ -449,7 +449,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		if subs != nil {
 			subsAPI = &api.Subscriptions{Store: subs.store, File: subs.fileConfig}
 		}
-		a := api.New(api.Options{Gateway: g, DeadLetters: dls, Backfills: g.backfills, Registry: reg, Log: log, Subscriptions: subsAPI})
+		a := api.New(api.Options{Gateway: g, DeadLetters: dls, Backfills: g.backfills, Deliveries: g.dlog, DeliveryLogDropped: g.dlw.Dropped,
+			Registry: reg, Log: log, Subscriptions: subsAPI})
 		con := console.New(a, console.Options{Gateway: g, DeadLetters: dls, Metrics: m, SampleEvery: opts.ConsoleSampleEvery, Log: log})
 		srv = a.HTTPServer()
 		go con.Sample(ctx)

@@ -21,7 +21,7 @@ dead_lettered|delivered -since TIME -until TIME (RFC 3339 or a duration such as
 24h, meaning that long ago) -document-key JSON (the key as the sink's shape
 shows it, as Extended JSON, matched literally; $ operators are refused)
 -min-attempts N -min-duration D (e.g. 500ms) -limit N (1 to 1000, default 50)
--cursor CURSOR (the next page).
+-after CURSOR (the next page).
 `
 
 func cmdDeliveries(args []string, stdout, stderr io.Writer) int {
@@ -45,7 +45,7 @@ func cmdDeliveries(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&q.MinAttempts, "min-attempts", "", "only attempts numbered at least this")
 	fs.StringVar(&q.MinDuration, "min-duration", "", "only attempts that took at least this long (e.g. 500ms)")
 	fs.StringVar(&q.Limit, "limit", "", "at most this many records (1 to 1000, default 50)")
-	fs.StringVar(&q.Cursor, "cursor", "", "the next page: the cursor a listing printed")
+	fs.StringVar(&q.Cursor, "after", "", "the next page: the cursor a listing printed (next: ...)")
 	if ok, code := parseFlags(fs, args[1:]); !ok {
 		return code
 	}
