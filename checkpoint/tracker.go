@@ -40,7 +40,7 @@ type Tracker struct {
 	space chan struct{} // signalled when an in-flight slot frees up
 	ring  []slot
 	max   uint64 // the cap of Add on events not acknowledged
-	span  uint64 // the cap of Add on events the watermark has not passed; the ring grows past it only for AddOver
+	span  uint64 // the cap of Add on events the watermark has not passed; the ring grows past it only for AddBeside
 	ahead uint64 // events acknowledged that the watermark has not passed
 	base  uint64 // lowest sequence number not yet covered by the watermark
 	next  uint64 // next sequence number to assign
@@ -123,13 +123,23 @@ func (t *Tracker) grow() {
 // SetGate sets a wait that Add makes first, before it waits for room:
 // the router's read-ahead bound (router.Engine.ReadAhead), which holds the
 // source back while a sink it routes to has read far enough ahead of its
-// deliveries. AddOver does not wait for it. Call it before the first Add.
+// deliveries. Call it before the first Add.
 func (t *Tracker) SetGate(gate func(context.Context) error) { t.gate = gate }
 
 // Add registers a newly read event and returns its sequence number. It blocks
 // while the gate (SetGate) holds it back, and while the cap of events in
 // flight is reached, until an Ack frees a slot or ctx is done.
 func (t *Tracker) Add(ctx context.Context, token bson.Raw, ct bson.Timestamp, wall time.Time) (uint64, error) {
+	return t.AddBeside(ctx, token, ct, wall, 0)
+}
+
+// AddBeside is Add for a source that holds own events in flight that are
+// acknowledged only once it has read more (what the grouped sinks keep of
+// an open transaction, source/txn.go): it also admits the event when no
+// more than own events are in flight, so the source cannot wait for
+// itself. With own = 0 it is Add. The gate is waited for first, as by Add
+// (it counts no event a grouped sink keeps: those are not queued yet).
+func (t *Tracker) AddBeside(ctx context.Context, token bson.Raw, ct bson.Timestamp, wall time.Time, own int) (uint64, error) {
 	if t.gate != nil {
 		if err := t.gate(ctx); err != nil {
 			return 0, err
@@ -137,7 +147,7 @@ func (t *Tracker) Add(ctx context.Context, token bson.Raw, ct bson.Timestamp, wa
 	}
 	for {
 		t.mu.Lock()
-		if t.room() {
+		if t.room() || t.next-t.base-t.ahead <= uint64(max(own, 0)) {
 			t.grow()
 			seq := t.next
 			t.ring[seq&t.mask] = slot{token: token, ct: ct, wall: wall}
@@ -152,21 +162,6 @@ func (t *Tracker) Add(ctx context.Context, token bson.Raw, ct bson.Timestamp, wa
 			return 0, ctx.Err()
 		}
 	}
-}
-
-// AddOver registers a newly read event as Add does, without waiting for
-// room: past the cap the tracker grows. A source uses it for the events of a
-// transaction after its first, which a sink with transactions = "group"
-// acknowledges only together: waiting for room they hold themselves would
-// never end. Add still waits until the events in flight are below the cap.
-func (t *Tracker) AddOver(token bson.Raw, ct bson.Timestamp, wall time.Time) uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.grow()
-	seq := t.next
-	t.ring[seq&t.mask] = slot{token: token, ct: ct, wall: wall}
-	t.next++
-	return seq
 }
 
 // Ack marks event seq as fully handled (delivered to or dead-lettered for

@@ -197,10 +197,11 @@ func TestTrackerResumePointTime(t *testing.T) {
 	}
 }
 
-// AddOver admits past the cap (a grouped transaction's later events),
-// keeps the watermark contiguous across the growth, and Add still waits
-// until the events in flight are below the cap.
-func TestTrackerAddOverGrows(t *testing.T) {
+// AddBeside admits past the cap while no more than its own events are in
+// flight (what grouped sinks keep of an open transaction), keeps the
+// watermark contiguous across the growth, waits otherwise, and Add still
+// waits until the events in flight are below the cap.
+func TestTrackerAddBesideGrows(t *testing.T) {
 	tr := NewTracker(3, Position{})
 	ctx := context.Background()
 	var seqs []uint64
@@ -212,7 +213,19 @@ func TestTrackerAddOverGrows(t *testing.T) {
 		seqs = append(seqs, s)
 	}
 	for i := 2; i < 10; i++ {
-		seqs = append(seqs, tr.AddOver(tok(i), bson.Timestamp{T: uint32(i + 1)}, time.Time{}))
+		s, err := tr.AddBeside(ctx, tok(i), bson.Timestamp{T: uint32(i + 1)}, time.Time{}, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	{
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		_, err := tr.AddBeside(short, tok(98), bson.Timestamp{T: 98}, time.Time{}, 9)
+		cancel()
+		if err == nil {
+			t.Fatal("AddBeside admitted with more events in flight than its own")
+		}
 	}
 	if n := tr.InFlight(); n != 10 {
 		t.Fatalf("in flight %d, want 10", n)

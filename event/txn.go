@@ -113,8 +113,9 @@ const TxnPartReserve = len(`,"part":999999999,"parts":999999999`)
 // MarkTxnPart returns a copy of env, an encoded envelope or record of an
 // event with transaction metadata t, whose "txn" object also says which part
 // of a transaction split over several requests it is in:
-// {"id":…,"index":…,"part":part,"parts":parts} (part counted from 1). It
-// returns env itself when env does not hold t's "txn" object.
+// {"id":…,"index":…,"part":part,"parts":parts} (part counted from 1;
+// "parts" left out when parts is 0: not known yet). It returns env itself
+// when env does not hold t's "txn" object.
 func MarkTxnPart(env []byte, t *Txn, part, parts int) []byte {
 	obj := appendTxnJSON([]byte(`"txn":`), t)
 	at := bytes.Index(env, obj)
@@ -126,7 +127,9 @@ func MarkTxnPart(env []byte, t *Txn, part, parts int) []byte {
 	out = append(out, env[:end]...)
 	out = append(out, `,"part":`...)
 	out = strconv.AppendInt(out, int64(part), 10)
-	out = append(out, `,"parts":`...)
-	out = strconv.AppendInt(out, int64(parts), 10)
+	if parts > 0 {
+		out = append(out, `,"parts":`...)
+		out = strconv.AppendInt(out, int64(parts), 10)
+	}
 	return append(out, env[end:]...)
 }

@@ -29,6 +29,12 @@ import (
 // reading is held back by it.
 const HeldBackLogAfter = 10 * time.Second
 
+// TxnPartShare is the share of the budget (1/TxnPartShare) that one part
+// of a transaction may hold when a transaction too large to be held whole
+// goes out in parts: on the live path (source/txn.go), the parked re-drive
+// (router/park.go) and replays (deadletter/replay.go).
+const TxnPartShare = 16
+
 // Budget is a byte budget: Acquire admits bytes while the bytes held stay
 // within the limit. A nil *Budget admits everything and counts nothing. A
 // Budget is safe for concurrent use.
@@ -129,13 +135,23 @@ func (b *Budget) Waiting() time.Time {
 // reader in the "held back" log line. A nil budget returns a nil Charge
 // (whose methods do nothing) at once.
 func (b *Budget) Acquire(ctx context.Context, n int64, what string) (*Charge, error) {
+	return b.AcquireBeside(ctx, n, what, 0)
+}
+
+// AcquireBeside is Acquire for a reader that itself holds own bytes it can
+// return only once it has read more (the source's held transaction event,
+// and what the grouped sinks keep of that transaction, source/txn.go): it
+// waits until n more bytes fit in the budget, or the bytes held are no
+// more than own (so the reader cannot wait for itself). With own = 0 it is
+// Acquire.
+func (b *Budget) AcquireBeside(ctx context.Context, n int64, what string, own int64) (*Charge, error) {
 	if b == nil {
 		return nil, nil
 	}
 	if n < 0 {
 		n = 0
 	}
-	if b.tryCharge(n) {
+	if b.tryCharge(n, own) {
 		return b.newCharge(n), nil
 	}
 	start := time.Now()
@@ -160,7 +176,7 @@ func (b *Budget) Acquire(ctx context.Context, n int64, what string) (*Charge, er
 		b.mu.Lock()
 		freed := b.freed
 		b.mu.Unlock()
-		if b.tryCharge(n) {
+		if b.tryCharge(n, own) {
 			return b.newCharge(n), nil
 		}
 		select {
@@ -183,7 +199,7 @@ func (b *Budget) TryAcquire(n int64) (*Charge, bool) {
 		return nil, true
 	}
 	n = max(n, 0)
-	if !b.tryCharge(n) {
+	if !b.tryCharge(n, 0) {
 		return nil, false
 	}
 	return b.newCharge(n), true
@@ -201,12 +217,13 @@ func (b *Budget) Force(n int64) *Charge {
 	return b.newCharge(n)
 }
 
-// tryCharge adds n to the bytes held if they fit: nothing is held, or
-// the sum stays within the limit.
-func (b *Budget) tryCharge(n int64) bool {
+// tryCharge adds n to the bytes held if they fit: no more than own bytes
+// are held (nothing, for a reader holding none), or the sum stays within
+// the limit.
+func (b *Budget) tryCharge(n, own int64) bool {
 	for {
 		used := b.used.Load()
-		if used != 0 && used+n > b.limit {
+		if used > own && used+n > b.limit {
 			return false
 		}
 		if b.used.CompareAndSwap(used, used+n) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,6 +145,26 @@ func (st *engineState) endTxn(ev *event.Event) {
 			l.endTxn(ev)
 		}
 	}
+}
+
+// FlushTxn implements source.TxnFlusher: every grouped lane queues what it
+// collected of unit's open transaction id as a part of it, and keeps its
+// newest event of it (router/txn.go). It returns the bytes and the number
+// of the distinct events kept.
+func (e *Engine) FlushTxn(unit, id string) (keptBytes int64, kept int) {
+	st := e.state.Load()
+	k := txnKeyOf(unit, id)
+	var seen []*event.Event
+	for _, l := range st.lanes {
+		if !l.spec.Group {
+			continue
+		}
+		if ev := l.flushTxn(k); ev != nil && !slices.Contains(seen, ev) {
+			seen = append(seen, ev)
+			keptBytes += ev.Mem.Bytes()
+		}
+	}
+	return keptBytes, len(seen)
 }
 
 func newEngineState(rules *Rules) *engineState {

@@ -405,8 +405,9 @@ func (l *Lane) serve(ctx context.Context, p *partition, extra []*partition) []*p
 	}
 	if g := batch[0].grp; g != nil {
 		// The group's barriers hold the later changes of its
-		// documents until it is finished, whatever the outcome.
-		defer g.finish()
+		// documents until it is finished, whatever the outcome (and a
+		// transaction's next part waits behind it).
+		defer g.finishPart()
 		if !l.waitArrived(ctx, g) {
 			releaseItems(batch)
 			l.q.release(taken)

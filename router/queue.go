@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,9 +262,21 @@ func (q *keyQueue) push(it *item) {
 // under one lock, so the barriers and groups of a lane form one order and
 // a group waits only for what was queued before it: no cycle, whatever the
 // partitions.
+//
+// The parts of one transaction (g.chain, router/txn.go) are all queued in
+// the first part's partition, so each is taken only once the one before
+// is finished, and each has a barrier in every partition that holds a
+// document of that part or an earlier one.
 func (q *keyQueue) pushGroup(g *txnGroup) {
 	p := q.partitionFor(g.items[0].key)
 	q.mu.Lock()
+	c := g.chain
+	if c != nil {
+		if c.home == nil {
+			c.home = p
+		}
+		p = c.home
+	}
 	n := 0
 	for _, it := range g.items {
 		it.grp = g
@@ -272,18 +285,29 @@ func (q *keyQueue) pushGroup(g *txnGroup) {
 		n++
 	}
 	if q.ordering == OrderKey && len(q.parts) > 1 {
-		for _, it := range g.items {
-			o := q.partitionFor(it.key)
+		bar := func(o *partition, key uint64) {
 			if o == p || slicesContainsBar(o, g) {
-				continue
+				return
 			}
 			// A barrier takes the place of the group's next item, outside
 			// the read-ahead window (it holds no event).
-			o.q = append(o.q, &item{bar: g, key: it.key, seq: q.nextSeq})
+			o.q = append(o.q, &item{bar: g, key: key, seq: q.nextSeq})
 			g.bars++
 			n++
 			if o.state == partIdle {
 				q.makeReady(o)
+			}
+		}
+		for _, it := range g.items {
+			o := q.partitionFor(it.key)
+			if c != nil && !slices.Contains(c.touched, o) {
+				c.touched = append(c.touched, o)
+			}
+			bar(o, it.key)
+		}
+		if c != nil {
+			for _, o := range c.touched {
+				bar(o, 0)
 			}
 		}
 	}

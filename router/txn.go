@@ -25,15 +25,30 @@ import (
 // changes of its documents, queued behind the group or a barrier, wait
 // until it is finished (delivered, dead-lettered or parked).
 //
-// Memory and the in-flight cap: the events of a transaction after its
-// first are admitted by the source without waiting (memory.Budget.Force,
-// checkpoint.Tracker.AddOver): a group larger than the byte budget or
-// max_in_flight_events is admitted alone and cannot deadlock waiting for
-// room its own events hold.
+// Parts (issue 39). The source admits a transaction's events by the byte
+// budget and max_in_flight_events like any others; when it has to wait for
+// room while a transaction is open, it calls Engine.FlushTxn
+// (source.TxnFlusher, source/txn.go) and every grouped lane queues what it
+// collected of the transaction as one part (a group of its own) and keeps
+// its newest event to start the next one, so the transaction's last part
+// is never empty. The parts of a transaction share a txnChain: they are
+// queued in one partition (the first part's), so each is finished —
+// delivered, dead-lettered or parked — before the next is taken, and each
+// has a barrier in every other partition that holds one of the
+// transaction's documents, so no later change of them overtakes the last
+// part. The sink numbers the parts' requests over the whole transaction
+// (sinks.TxnPart): "part" on every one, "parts" on the last part's only.
 
-// txnGroup is the events of one transaction routed to one grouped lane.
+// txnGroup is the events of one transaction routed to one grouped lane,
+// or one part of them (chain not nil).
 type txnGroup struct {
 	items []*item
+	// chain is shared by the parts of a transaction sent in several
+	// groups (nil: the group is the whole transaction); final marks its
+	// last part; part is the sinks.TxnPart of the part's delivery.
+	chain *txnChain
+	final bool
+	part  *sinks.TxnPart
 	// bars is the number of barriers queued for the group, set under the
 	// keyQueue's mu before any of them can be taken.
 	bars    int
@@ -50,6 +65,18 @@ type txnGroup struct {
 	// (queued, dropped or released): it ends the group's tenure watch.
 	closed    chan struct{}
 	closeOnce sync.Once
+}
+
+// txnChain is what the parts of one transaction on a grouped lane share.
+type txnChain struct {
+	// home is the partition of every part, set when the first is queued;
+	// touched the partitions holding a document of the parts queued so
+	// far (their barriers). Both under the keyQueue's mu.
+	home    *partition
+	touched []*partition
+	// next is the number of the next part's first request (from 1),
+	// advanced when a part is finished (before the next is taken).
+	next atomic.Int64
 }
 
 func newTxnGroup() *txnGroup {
@@ -70,7 +97,9 @@ func (g *txnGroup) arrive() {
 func (g *txnGroup) finish() { g.once.Do(func() { close(g.finished) }) }
 
 // txnKey identifies an open transaction of a unit.
-func txnKey(ev *event.Event) string { return ev.Txn.Unit + "\x00" + ev.Txn.ID }
+func txnKey(ev *event.Event) string { return txnKeyOf(ev.Txn.Unit, ev.Txn.ID) }
+
+func txnKeyOf(unit, id string) string { return unit + "\x00" + id }
 
 // collect adds it, an event of a transaction, to its open group; false when
 // the lane is retiring (a reload replaced it): it is then queued alone.
@@ -141,9 +170,61 @@ func (l *Lane) endTxn(ev *event.Event) {
 	delete(l.open, k)
 	l.groupMu.Unlock()
 	if g != nil {
+		g.final = true
 		g.leave()
 		l.pushGroup(g)
 	}
+}
+
+// flushTxn queues what the lane collected of the open transaction k as a
+// part of it, keeping its newest event in the open group to start the
+// next part. It returns the event kept (nil: the lane has none of the
+// transaction).
+func (l *Lane) flushTxn(k string) *event.Event {
+	l.groupMu.Lock()
+	g := l.open[k]
+	if g == nil {
+		l.groupMu.Unlock()
+		return nil
+	}
+	n := len(g.items)
+	kept := g.items[n-1].ev
+	if n < 2 {
+		l.groupMu.Unlock()
+		return kept
+	}
+	if g.chain == nil {
+		g.chain = &txnChain{}
+		g.chain.next.Store(1)
+	}
+	part := newTxnGroup()
+	part.chain, part.items = g.chain, g.items[:n-1:n-1]
+	g.items = append(make([]*item, 0, 8), g.items[n-1])
+	l.groupMu.Unlock()
+	part.leave()
+	l.pushGroup(part)
+	return kept
+}
+
+// partCtx marks the context of a part's delivery with its sinks.TxnPart:
+// its first request's number, and whether it is the last part.
+func (g *txnGroup) partCtx(ctx context.Context) context.Context {
+	if g.chain == nil {
+		return ctx
+	}
+	if g.part == nil {
+		g.part = &sinks.TxnPart{First: int(g.chain.next.Load()), Final: g.final}
+	}
+	return sinks.WithTxnPart(ctx, g.part)
+}
+
+// finishPart advances the chain's part numbers past g's and lets its
+// barriers go (finish).
+func (g *txnGroup) finishPart() {
+	if g.chain != nil && g.part != nil {
+		g.chain.next.Add(int64(g.part.Used))
+	}
+	g.finish()
 }
 
 func (l *Lane) pushGroup(g *txnGroup) {
@@ -218,10 +299,11 @@ func (l *Lane) waitArrived(ctx context.Context, g *txnGroup) bool {
 	}
 }
 
-// groupCtx marks the context of a group's delivery.
+// groupCtx marks the context of a group's delivery (and of a part's,
+// partCtx).
 func groupCtx(ctx context.Context, batch []*item) context.Context {
 	if len(batch) > 0 && batch[0].grp != nil {
-		return sinks.WithTxnGroup(ctx)
+		return batch[0].grp.partCtx(sinks.WithTxnGroup(ctx))
 	}
 	return ctx
 }

@@ -59,6 +59,7 @@ type callSink struct {
 type call struct {
 	evs        []*event.Event
 	group      bool
+	part       *sinks.TxnPart // a copy of the Send's TxnPart (nil: none)
 	start, end int64
 	err        error
 }
@@ -68,6 +69,11 @@ func (s *callSink) MaxBatch() int { return s.max }
 func (s *callSink) Close() error  { return nil }
 func (s *callSink) Send(ctx context.Context, batch []*event.Event) error {
 	c := call{evs: append([]*event.Event(nil), batch...), group: sinks.TxnGroup(ctx), start: s.clock.Add(1)}
+	if tp := sinks.TxnPartOf(ctx); tp != nil {
+		tp.Used = 1 // one request per part, as a webhook within its size limit
+		cp := *tp
+		c.part = &cp
+	}
 	var err error
 	if s.hold != nil {
 		err = s.hold(batch, c.group)
@@ -482,5 +488,71 @@ func TestTxnGroupAbandonedOnTenureEnd(t *testing.T) {
 	waitBudgetEmpty(t, b, "abandoned transaction")
 	if n := len(s.all()); n != 0 {
 		t.Fatalf("%d sends of an abandoned transaction", n)
+	}
+}
+
+// A transaction sent in parts (Engine.FlushTxn, issue 39) reaches the sink
+// as one Send per part, in order although the first part is slow and the
+// parts' documents sit in other partitions, numbered on (TxnPart.First
+// from 1, Final on the last only), with every event once; the later changes
+// of its documents — also those only in an earlier part — are sent only
+// after the last part; each flush keeps the lane's newest event, so the
+// last part is not empty.
+func TestTxnPartsInOrderAndHoldBack(t *testing.T) {
+	s := &callSink{name: "s", max: 1}
+	s.hold = func(batch []*event.Event, group bool) error {
+		if group && batch[0].Txn.Index == 0 {
+			time.Sleep(150 * time.Millisecond) // the first part is slow
+		}
+		return nil
+	}
+	eng := newTestEngine(t, newMemDL(), SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 8, BatchSize: 1, Group: true})
+	var acked atomic.Int64
+	ack := func() { acked.Add(1) }
+	seq := 0
+	next := func() int { seq++; return seq }
+	const n = 10
+	for i := range n {
+		eng.Dispatch(txnEvent(t, next(), i, "orders", "tx1", i, i == n-1), ack)
+		if i%3 == 2 && i < n-1 {
+			kb, kept := eng.FlushTxn("orders", "tx1")
+			if kept != 1 || kb < 0 {
+				t.Fatalf("flush after event %d kept %d events (%d bytes), want 1", i, kept, kb)
+			}
+		}
+	}
+	for d := range n {
+		eng.Dispatch(txnEvent(t, next(), d, "orders", "", 0, false), ack)
+	}
+	total := int64(seq)
+	waitUntil(t, "all acked", func() bool { return acked.Load() == total })
+
+	var parts []call
+	var lastEnd int64
+	for _, c := range s.delivered() {
+		if c.group {
+			parts = append(parts, c)
+			lastEnd = max(lastEnd, c.end)
+		}
+	}
+	idx := 0
+	for k, c := range parts {
+		if c.part == nil || c.part.First != k+1 || c.part.Final != (k == len(parts)-1) {
+			t.Fatalf("part %d: TxnPart %+v", k+1, c.part)
+		}
+		for _, ev := range c.evs {
+			if ev.Txn.Index != idx {
+				t.Fatalf("part %d holds event %d, want %d (parts reordered or an event lost)", k+1, ev.Txn.Index, idx)
+			}
+			idx++
+		}
+	}
+	if idx != n || len(parts) != 4 {
+		t.Fatalf("%d events in %d parts, want %d in 4", idx, len(parts), n)
+	}
+	for _, c := range s.delivered() {
+		if !c.group && c.start < lastEnd {
+			t.Fatalf("the later change of doc %v was sent before the transaction's last part was delivered", c.evs[0].DocumentKey)
+		}
 	}
 }

@@ -27,6 +27,36 @@ func TxnGroup(ctx context.Context) bool {
 	return v
 }
 
+type txnPartKey struct{}
+
+// TxnPart says which part of a transaction the batch of a grouped Send is,
+// when the lane sends the transaction in several batches: one too large to
+// be held whole goes out in parts as it is read (router/txn.go). The
+// batch's first request is part First (counted from 1 over the whole
+// transaction); Final marks the batch holding the transaction's last
+// events: only its parts say how many there are. A sink that numbers its
+// requests (webhook, Lambda: SplitTxn) sets Used to the number of parts it
+// made of the batch; the lane numbers the next batch from First+Used. The
+// same TxnPart is in the context of every attempt of the batch.
+type TxnPart struct {
+	First int
+	Final bool
+	Used  int
+}
+
+// WithTxnPart returns ctx marking a grouped Send's batch as part p of its
+// transaction (with WithTxnGroup).
+func WithTxnPart(ctx context.Context, p *TxnPart) context.Context {
+	return context.WithValue(ctx, txnPartKey{}, p)
+}
+
+// TxnPartOf returns the TxnPart of ctx: nil when the batch is its whole
+// transaction.
+func TxnPartOf(ctx context.Context) *TxnPart {
+	p, _ := ctx.Value(txnPartKey{}).(*TxnPart)
+	return p
+}
+
 // TxnParts splits a transaction's envelopes (sizes[i] bytes each, entries
 // for which ok[i] is false left out) into consecutive parts of at most
 // maxBytes, counting each element's separator and the array's brackets as
@@ -53,13 +83,16 @@ func TxnParts(sizes []int, ok []bool, maxBytes int) [][]int {
 
 // SplitTxn splits the envelopes of a transaction's batch (envs[i] of
 // sizes[i] bytes, those with ok[i] false left out) into the parts of
-// TxnParts for maxBytes. When more than one part is needed, the split is
+// TxnParts for maxBytes. When more than one part is needed, or the batch
+// is itself a part of its transaction (tp not nil, TxnPartOf), the split is
 // made with room for the part marks (event.TxnPartReserve) and each
 // element of the transaction is replaced by a copy that says which part it
-// is in (event.MarkTxnPart); built is the bytes of those copies.
-func SplitTxn(batch []*event.Event, envs [][]byte, sizes []int, ok []bool, maxBytes int) (parts [][]int, built int) {
+// is in (event.MarkTxnPart): parts tp.First, tp.First+1, ..., with their
+// number only in the last batch's (tp.Final); tp.Used is set to the number
+// of parts. built is the bytes of those copies.
+func SplitTxn(batch []*event.Event, envs [][]byte, sizes []int, ok []bool, maxBytes int, tp *TxnPart) (parts [][]int, built int) {
 	parts = TxnParts(sizes, ok, maxBytes)
-	if len(parts) <= 1 {
+	if len(parts) <= 1 && tp == nil {
 		return parts, 0
 	}
 	reserved := make([]int, len(sizes))
@@ -67,10 +100,18 @@ func SplitTxn(batch []*event.Event, envs [][]byte, sizes []int, ok []bool, maxBy
 		reserved[i] = n + event.TxnPartReserve
 	}
 	parts = TxnParts(reserved, ok, maxBytes)
+	first, total := 1, len(parts)
+	if tp != nil {
+		first, total = tp.First, 0
+		if tp.Final {
+			total = tp.First + len(parts) - 1
+		}
+		tp.Used = len(parts)
+	}
 	for p, idx := range parts {
 		for _, i := range idx {
 			if t := batch[i].Txn; t != nil {
-				envs[i] = event.MarkTxnPart(envs[i], t, p+1, len(parts))
+				envs[i] = event.MarkTxnPart(envs[i], t, first+p, total)
 				built += len(envs[i])
 			}
 		}

@@ -807,15 +807,11 @@ func (s *Source) take(ctx context.Context, tr *checkpoint.Tracker, tx *txnState,
 	// one) before the next is read: while it is spent, the Source stops
 	// reading here. A split change's later fragments are charged to it
 	// without waiting (waiting on bytes that the change itself holds
-	// could never end); the reassembled change then replaces them.
-	if pend.mem == nil && tx.open() {
-		// A transaction is open: this change may be its next event, which
-		// a grouped sink holds with the earlier ones until the last;
-		// waiting for bytes they hold would never end (router/txn.go).
-		// Admitted without waiting.
-		pend.mem = s.spec.Budget.Force(int64(len(raw)))
-	} else if pend.mem == nil {
-		c, err := s.spec.Budget.Acquire(ctx, int64(len(raw)), s.spec.Unit)
+	// could never end); the reassembled change then replaces them. While
+	// a transaction is open its grouped sinks may have to send a part of
+	// it on first (txn.go).
+	if pend.mem == nil {
+		c, err := s.admit(ctx, tx, int64(len(raw)))
 		if err != nil {
 			return nil, false, false, nil // stopping
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/changegate/changegate/memory"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/checkpoint"
@@ -57,6 +59,24 @@ import (
 // never acknowledged, the checkpoint is before its transaction, and the
 // next start delivers the whole transaction again, with its last marked.
 //
+// Memory and max_in_flight_events (issue 39). A transaction's events are
+// admitted by the byte budget and the tracker like any others: the source
+// waits for room. A sink without grouping delivers and acknowledges them as
+// they come. A grouped sink (router/txn.go) keeps what it collected of the
+// open transaction until its last event, so a wait for room those events
+// hold would never end: when what the source read of an open transaction
+// since its last part reaches memory.TxnPartShare of the byte budget or of
+// max_in_flight_events, or when it has waited txnPartAfter for room while
+// one is open (other units' transactions or slow sinks hold the rest), it
+// tells the dispatcher (TxnFlusher) to send what the grouped sinks collected
+// on as a part, in order, and waits for room. Each grouped
+// sink keeps its newest event of the transaction (so its last part is never
+// empty, and says it is the last), and the source the event it holds back:
+// the waits do not count those (memory.Budget.AcquireBeside,
+// checkpoint.Tracker.AddBeside), so the bytes held stay within the budget
+// plus those few events. The checkpoint still never falls inside a
+// transaction: a crash between parts reads it again from its first event.
+//
 // Limits: on a sharded cluster a transaction over several shards reaches
 // the stream as one run per shard, possibly with other changes between
 // them, so it can show as several runs (each 0-based, each with a last).
@@ -70,6 +90,12 @@ type txnState struct {
 	next int            // index of its next event
 	pre  checkpoint.Position
 	held *event.Event // newest event of the open transaction, not handed on
+	// since and sinceN are the bytes and events of the open transaction
+	// read since its last part was sent on (FlushTxn); kept and keptN what
+	// the grouped sinks kept of it then (see "Memory" above).
+	since         int64
+	sinceN, keptN int
+	kept          int64
 	// pos is the last resume position given to the tracker (an event's
 	// own token or a post-batch token): pre for the next transaction.
 	pos checkpoint.Position
@@ -93,6 +119,97 @@ func (t *txnState) reset() {
 		t.held.Mem.Release()
 	}
 	t.id, t.next, t.held = "", 0, nil
+	t.since, t.sinceN, t.kept, t.keptN = 0, 0, 0, 0
+}
+
+// txnPartAfter is how long the source waits for room while a transaction
+// is open before its grouped sinks send what they collected of it on as a
+// part ("Memory" above).
+const txnPartAfter = time.Second
+
+// TxnFlusher is a Dispatcher that keeps the events of open transactions
+// for grouped sinks (the router's Engine, router/txn.go). FlushTxn sends
+// what it keeps of unit's open transaction id on as a part of it, in
+// order after the earlier parts, and returns what it still keeps of it:
+// at most one event per grouped sink (its last part is then never empty),
+// their bytes and their number.
+type TxnFlusher interface {
+	FlushTxn(unit, id string) (keptBytes int64, kept int)
+}
+
+// ownBytes is what the source holds of the open transaction that only
+// reading more can return: its held event and what the grouped sinks kept.
+func (t *txnState) ownBytes() int64 {
+	n := t.kept
+	if t.held != nil {
+		n += t.held.Mem.Bytes()
+	}
+	return n
+}
+
+// admitTxn runs wait, an admission that may have to wait for room (the
+// byte budget, the tracker), with the transaction rules ("Memory" above):
+// while a transaction is open and wait cannot admit at once, the grouped
+// sinks send what they collected of it on as a part, at once when that is
+// large, else after txnPartAfter; then it waits. wait reads tx's own
+// bytes and events when it is called.
+func (s *Source) admitTxn(ctx context.Context, tx *txnState, wait func(context.Context) error) error {
+	f, _ := s.out.(TxnFlusher)
+	if !tx.open() || f == nil {
+		return wait(ctx)
+	}
+	wctx, cancel := context.WithTimeout(ctx, txnPartAfter)
+	err := wait(wctx)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	s.flushTxn(f, tx)
+	return wait(ctx)
+}
+
+// maybeFlushTxn sends a part of the open transaction on when what was read
+// of it since the last one reached memory.TxnPartShare of the byte budget
+// or of max_in_flight_events.
+func (s *Source) maybeFlushTxn(tx *txnState) {
+	f, _ := s.out.(TxnFlusher)
+	if f == nil || !tx.open() {
+		return
+	}
+	if lim := s.spec.Budget.Limit(); (lim > 0 && tx.since >= lim/memory.TxnPartShare) || tx.sinceN >= max(s.spec.MaxInFlight/memory.TxnPartShare, 1) {
+		s.flushTxn(f, tx)
+	}
+}
+
+// flushTxn sends what the grouped sinks collected of the open transaction
+// on as a part.
+func (s *Source) flushTxn(f TxnFlusher, tx *txnState) {
+	tx.kept, tx.keptN = f.FlushTxn(s.spec.Unit, tx.id)
+	tx.since, tx.sinceN = 0, 0
+}
+
+// admit charges n bytes of a change read to the byte budget, waiting while
+// it is spent (admitTxn while a transaction is open).
+func (s *Source) admit(ctx context.Context, tx *txnState, n int64) (*memory.Charge, error) {
+	var c *memory.Charge
+	err := s.admitTxn(ctx, tx, func(ctx context.Context) error {
+		var err error
+		c, err = s.spec.Budget.AcquireBeside(ctx, n, s.spec.Unit, tx.ownBytes())
+		return err
+	})
+	return c, err
+}
+
+// track adds a position to the tracker, waiting for room (admitTxn while a
+// transaction is open).
+func (s *Source) track(ctx context.Context, tr *checkpoint.Tracker, tx *txnState, pos checkpoint.Position) (uint64, error) {
+	var seq uint64
+	err := s.admitTxn(ctx, tx, func(ctx context.Context) error {
+		var err error
+		seq, err = tr.AddBeside(ctx, pos.Token, pos.ClusterTime, pos.WallTime, tx.keptN)
+		return err
+	})
+	return seq, err
 }
 
 // resumePoint records a post-batch (or initial) token as a resume point.
@@ -107,21 +224,13 @@ func (s *Source) resumePoint(tr *checkpoint.Tracker, tx *txnState, rt bson.Raw) 
 
 // handOn adds ev to the tracker at pos and dispatches it; false when the
 // source is stopping (ev was not added).
-func (s *Source) handOn(ctx context.Context, tr *checkpoint.Tracker, ev *event.Event, pos checkpoint.Position) bool {
+func (s *Source) handOn(ctx context.Context, tr *checkpoint.Tracker, tx *txnState, ev *event.Event, pos checkpoint.Position) bool {
 	// The source's reference to ev.Mem (the byte budget's charge) ends
 	// here: the lanes hold their own once dispatched.
 	defer ev.Mem.Release()
-	var seq uint64
-	if ev.Txn != nil && ev.Txn.Index > 0 {
-		// A transaction's later events do not wait for room in the
-		// tracker: a grouped sink acknowledges them only with the
-		// earlier ones (router/txn.go).
-		seq = tr.AddOver(pos.Token, pos.ClusterTime, pos.WallTime)
-	} else {
-		var err error
-		if seq, err = tr.Add(ctx, pos.Token, pos.ClusterTime, pos.WallTime); err != nil {
-			return false
-		}
+	seq, err := s.track(ctx, tr, tx, pos)
+	if err != nil {
+		return false
 	}
 	ev.Seq = seq
 	s.mRead.Inc()
@@ -150,7 +259,7 @@ func (s *Source) endTxn(ctx context.Context, tr *checkpoint.Tracker, tx *txnStat
 	if h := tx.held; h != nil {
 		h.Txn.Last = true
 		tx.held = nil // handed on (handOn releases its bytes either way)
-		if !s.handOn(ctx, tr, h, own(h)) {
+		if !s.handOn(ctx, tr, tx, h, own(h)) {
 			return false
 		}
 		tx.pos = own(h)
@@ -182,7 +291,7 @@ func (s *Source) txnEvent(ctx context.Context, tr *checkpoint.Tracker, tx *txnSt
 				return nil, false
 			}
 			tr.Ack(seq) // another partition's: acknowledged at once, never dispatched
-		} else if !s.handOn(ctx, tr, ev, own(ev)) {
+		} else if !s.handOn(ctx, tr, tx, ev, own(ev)) {
 			return nil, false
 		}
 		tx.pos = own(ev)
@@ -197,7 +306,7 @@ func (s *Source) txnEvent(ctx context.Context, tr *checkpoint.Tracker, tx *txnSt
 		}
 	}
 	if !mine {
-		seq, err := tr.Add(ctx, tx.pre.Token, tx.pre.ClusterTime, tx.pre.WallTime)
+		seq, err := s.track(ctx, tr, tx, tx.pre)
 		if err != nil {
 			return nil, false
 		}
@@ -210,15 +319,18 @@ func (s *Source) txnEvent(ctx context.Context, tr *checkpoint.Tracker, tx *txnSt
 	var reopen bson.Raw
 	if h := tx.held; h != nil {
 		tx.held = nil
-		if !s.handOn(ctx, tr, h, tx.pre) {
+		if !s.handOn(ctx, tr, tx, h, tx.pre) {
 			tx.next--
 			return nil, false
 		}
 		reopen = h.Token
+		s.maybeFlushTxn(tx)
 	}
 	ev.Txn = &event.Txn{ID: id, Index: tx.next, Unit: s.spec.Unit}
 	tx.next++
 	tx.held = ev
+	tx.since += ev.Mem.Bytes()
+	tx.sinceN++
 	return reopen, true
 }
 

@@ -5,7 +5,8 @@
 // whole transaction (a JSON array) or one single write (an object). The
 // receiver applies a request's changes in one SQL transaction, so readers of
 // the database never see part of a MongoDB transaction. A transaction too
-// large for one request comes in parts ("txn": {"part", "parts"}); the
+// large for one request, or to be held whole in changegate's memory, comes
+// in parts, in order ("txn": {"part"}, and "parts" on the last one); the
 // parts are kept in a pending table until the last one arrived, then
 // applied together. Every applied event id is recorded, so a re-delivery
 // (at-least-once) is skipped.
@@ -111,18 +112,26 @@ func (m *Mirror) ApplyBody(ctx context.Context, body []byte) error {
 		return err
 	}
 	defer tx.Rollback()
-	if t := envs[0].Txn; t != nil && t.Parts > 1 {
-		// One part of a split transaction: kept until every part is
-		// here, then all applied in this SQL transaction.
+	if t := envs[0].Txn; t != nil && t.Part > 0 {
+		// One part of a transaction sent in parts: kept until the last
+		// part (the one that says how many there are) is here, then all
+		// applied in this SQL transaction. Parts come in order, so part 1
+		// starts the transaction again (a re-delivery after a crash, whose
+		// parts may be cut elsewhere): what was kept of it is dropped.
+		if t.Part == 1 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM pending_parts WHERE txn_id = ?`, t.ID); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO pending_parts (txn_id, part, parts, body) VALUES (?, ?, ?, ?)`,
 			t.ID, t.Part, t.Parts, string(body)); err != nil {
 			return err
 		}
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pending_parts WHERE txn_id = ?`, t.ID).Scan(&n); err != nil {
+		var n, parts int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*), max(parts) FROM pending_parts WHERE txn_id = ?`, t.ID).Scan(&n, &parts); err != nil {
 			return err
 		}
-		if n < t.Parts {
+		if parts == 0 || n < parts {
 			return tx.Commit()
 		}
 		rows, err := tx.QueryContext(ctx, `SELECT body FROM pending_parts WHERE txn_id = ? ORDER BY part`, t.ID)

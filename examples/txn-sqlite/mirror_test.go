@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -106,6 +107,38 @@ func TestApplyParts(t *testing.T) {
 	}
 	if got := docs(t, m); len(got) != 2 {
 		t.Fatalf("after both parts: %v", got)
+	}
+}
+
+// A transaction sent in parts as it is read says how many parts there are
+// only in its last: the earlier ones are kept, not applied; a part 1
+// starts the transaction again (a re-delivery cut elsewhere).
+func TestApplyStreamedParts(t *testing.T) {
+	m := open(t)
+	ctx := context.Background()
+	el := func(id, index int, txn string) string {
+		return fmt.Sprintf(`{"id":"s:%d","operationType":"insert","ns":{"db":"shop","coll":"orders"},"documentKey":{"_id":%d},"fullDocument":{"_id":%d},"txn":{"id":"U","index":%d%s}}`, id, id, id, index, txn)
+	}
+	first := "[" + el(1, 0, `,"part":1`) + "," + el(2, 1, `,"part":1`) + "]"
+	for _, body := range []string{
+		first,
+		"[" + el(3, 2, `,"part":2`) + "]",
+		// A re-delivery, cut elsewhere: part 1 holds the first event only.
+		"[" + el(1, 0, `,"part":1`) + "]",
+		"[" + el(2, 1, `,"part":2`) + "," + el(3, 2, `,"part":2`) + "]",
+	} {
+		if err := m.ApplyBody(ctx, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		if got := docs(t, m); len(got) != 0 {
+			t.Fatalf("a part without the last applied: %v", got)
+		}
+	}
+	if err := m.ApplyBody(ctx, []byte("["+el(4, 3, `,"last":true,"part":3,"parts":3`)+"]")); err != nil {
+		t.Fatal(err)
+	}
+	if got := docs(t, m); len(got) != 4 {
+		t.Fatalf("after the last part: %v", got)
 	}
 }
 

@@ -395,7 +395,7 @@ func (l *Lambda) sendGroup(ctx context.Context, batch []*event.Event) error {
 	}
 	pre := len(failed)
 	// Split when too large: every element then says which part it is in.
-	parts, marked := sinks.SplitTxn(batch, envs, sizes, ok, l.maxBytes)
+	parts, marked := sinks.SplitTxn(batch, envs, sizes, ok, l.maxBytes, sinks.TxnPartOf(ctx))
 	built += marked
 	defer sinks.Hold(ctx, int64(built))()
 	ctx, cancel := awsutil.WithTimeout(ctx, l.timeout)

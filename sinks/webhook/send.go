@@ -216,7 +216,7 @@ func (w *Webhook) sendGroup(ctx context.Context, batch []*event.Event) (err erro
 	}
 	pre := len(failed) // left out before any request
 	// Split when too large: every element then says which part it is in.
-	parts, marked := sinks.SplitTxn(batch, envs, sizes, ok, w.maxBytes)
+	parts, marked := sinks.SplitTxn(batch, envs, sizes, ok, w.maxBytes, sinks.TxnPartOf(ctx))
 	built += marked
 	defer sinks.Hold(ctx, int64(built))()
 	var callErr error

@@ -398,61 +398,25 @@ func TestProcessTransactionGroupsSIGKILL(t *testing.T) {
 
 // TestTransactionGroupLargerThanBudgets writes a transaction of more
 // events than max_in_flight_events and more bytes than max_in_flight_bytes
-// to a grouped sink: it is admitted alone (the source does not wait for
-// room its own events hold) and delivered in one request.
+// to a grouped sink and a plain one: the source admits its events as the
+// budgets allow, the plain sink gets every event, the grouped one gets the
+// transaction in several parts, in order, numbered from 1, the last part
+// saying how many (issue 39; before, the source admitted the transaction
+// whole, past both budgets).
 func TestTransactionGroupLargerThanBudgets(t *testing.T) {
 	e := newEnv(t)
-	grp := &groupReceiver{}
-	gsrv := httptest.NewServer(grp)
-	t.Cleanup(gsrv.Close)
-	cfg := strings.Replace(itemsHead, "max_await", "max_in_flight_events = 4\nmax_await", 1) + `
-[[sinks]]
-name = "grouped"
-type = "webhook"
-url = "` + gsrv.URL + `"
-secret = "${TEST_SECRET}"
-allow_private_networks = true
-transactions = "group"
-max_request_bytes = 4194304
-
-[[rules]]
-name = "all"
-source = "items"
-sinks = ["grouped"]
-`
-	cfg = "max_in_flight_bytes = 1048576\n" + cfg
+	plain, grouped := newTxnReceiver(t, 0), newTxnReceiver(t, 0)
+	cfg := txnBudgetConfig("max_in_flight_bytes = 1048576\n", plain.srv.URL, grouped.srv.URL, "max_request_bytes = 4194304\n")
+	cfg = strings.Replace(cfg, "max_await", "max_in_flight_events = 4\nmax_await", 1)
 	e.start(e.config(cfg))
-	c := e.coll("items")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	sess, err := e.client.StartSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.EndSession(ctx)
 	const size = 40
-	pad := strings.Repeat("x", 40<<10) // 40 × 40 KiB: more than the byte budget
-	if _, err := sess.WithTransaction(ctx, func(sctx context.Context) (any, error) {
-		for j := range size {
-			if _, err := c.InsertOne(sctx, bson.D{{Key: "_id", Value: j}, {Key: "v", Value: j + 1}, {Key: "pad", Value: pad}}); err != nil {
-				return nil, err
-			}
-		}
-		return nil, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: 1000}, {Key: "v", Value: 1000}}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "the transaction and the single write", func() bool { return len(grp.requests()) >= 2 })
-	reqs := grp.requests()
-	if !reqs[0].array || len(reqs[0].envs) != size {
-		t.Fatalf("first request: array %v with %d events, want the %d of the transaction", reqs[0].array, len(reqs[0].envs), size)
-	}
-	for i, e := range reqs[0].envs {
-		if e.v() != i+1 || e.Txn == nil || e.Txn.Index != i {
-			t.Fatalf("element %d: v %d txn %+v", i, e.v(), e.Txn)
-		}
+	writeBigTxn(t, e, size, 40<<10) // 40 × 40 KiB: more than the byte budget
+	waitFor(t, 30*time.Second, "the transaction and the single write at both sinks", func() bool {
+		return plain.distinct() == size+1 && grouped.distinct() == size+1
+	})
+	checkTxnDelivery(t, "plain", plain.elems(), size, false)
+	checkTxnDelivery(t, "grouped", grouped.elems(), size, true)
+	if grouped.reqs < 3 {
+		t.Fatalf("the grouped sink got %d requests, want the transaction in parts", grouped.reqs)
 	}
 }
