@@ -388,3 +388,67 @@ func TestBudgetReleasedPartialBatches(t *testing.T) {
 		last[k] = e.Seq
 	}
 }
+
+// A parked transaction larger than the re-drives' share of the budget is
+// re-driven in parts (issue 39), each delivered before the next entry is
+// read: in order, numbered on (TxnPart), the last marked, every event
+// once, and the budget never holds the whole transaction; the entries are
+// deleted once the last part is delivered. Before, its later entries were
+// charged without waiting and the group held all of them (24 MiB here,
+// against a 16 MiB share).
+func TestBudgetRedriveTxnInParts(t *testing.T) {
+	const size, n = 2 << 20, 12
+	b := memory.NewBudget(4*deadletter.MaxEntryBytes, nil, nil) // share: one reservation
+	dl := newMemDL()
+	for i := range n {
+		ev := bigEvent(t, i+1, i, size)
+		ev.Txn = &event.Txn{ID: "tx", Index: i, Last: i == n-1, Unit: "orders"}
+		e, err := deadletter.EntryFor(ev, "grouped", deadletter.KindParked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dl.Put(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var peak atomic.Int64
+	s := &callSink{name: "grouped", max: 1}
+	s.hold = func(batch []*event.Event, group bool) error {
+		peak.Store(max(peak.Load(), b.InUse()))
+		return nil
+	}
+	eng, err := NewEngine(mustRules(t, "grouped"), []SinkSpec{{
+		Sink: s, Retry: fastRetry(5), MaxInFlight: 8, ParkAfter: time.Hour, Group: true,
+	}}, dl, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetBudget(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	eng.Start(ctx)
+	t.Cleanup(func() { cancel(); eng.Stop() })
+	waitUntil(t, "every entry re-driven and deleted", func() bool {
+		es, _ := dl.List(context.Background(), deadletter.Filter{})
+		return len(es) == 0
+	})
+	calls := s.delivered()
+	idx := 0
+	for k, c := range calls {
+		if !c.group || c.part == nil || c.part.First != k+1 || c.part.Final != (k == len(calls)-1) {
+			t.Fatalf("send %d: group %v part %+v", k+1, c.group, c.part)
+		}
+		for _, ev := range c.evs {
+			if ev.Txn.Index != idx {
+				t.Fatalf("send %d holds event %d, want %d", k+1, ev.Txn.Index, idx)
+			}
+			idx++
+		}
+	}
+	if idx != n || len(calls) < 2 {
+		t.Fatalf("%d events in %d sends, want %d in parts", idx, len(calls), n)
+	}
+	if share := b.Limit() * RedriveSharePercent / 100; peak.Load() > share {
+		t.Fatalf("the budget held %d bytes during a send, more than the re-drives' share (%d)", peak.Load(), share)
+	}
+	waitBudgetEmpty(t, b, "re-drive")
+}

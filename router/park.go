@@ -369,18 +369,93 @@ func sameTxn(a, b deadletter.Entry) bool {
 // the others are deleted. It returns false when ctx or the unit's tenure
 // ended (the entries stay parked). Every store read, wait and send runs
 // under tenure (nil outside cluster mode).
+//
+// A transaction larger than may be held (issue 39) goes out in parts, as
+// on the live path: entries are read while the budgets admit them at once
+// and the part holds less than memory.TxnPartShare of the byte budget; then
+// what is held is delivered (sinks.TxnPart, numbered on), its memory
+// returned, and the next entry waits for room. The entries of the
+// delivered parts stay parked until the last part is delivered, then are
+// all deleted: a pass stopped between parts re-drives the transaction again
+// from part 1, as a receiver of parts expects.
 func (l *Lane) redriveTxn(laneCtx context.Context, run []deadletter.Entry, tenure *event.Tenure) bool {
 	ctx, cancel := tenureContext(laneCtx, tenure)
 	defer cancel()
-	var ps []*parkedItem
+	var ps []*parkedItem   // the part being read
+	var sent []*parkedItem // entries of the parts delivered (released: no event held)
 	defer func() {
 		for _, p := range ps {
 			p.release()
 		}
 	}()
-	var items []*item
-	for i, s := range run {
-		p, cont := l.loadParked(ctx, s, i == 0, tenure)
+	var part *sinks.TxnPart // nil until the transaction goes out in parts
+	next := 1
+	partMax := l.budget.Limit() / memory.TxnPartShare // 0: no budget, no limit
+	held := func() int64 {
+		var n int64
+		for _, p := range ps {
+			n += p.it.mem.Bytes()
+		}
+		return n
+	}
+	// deliver sends ps as one part (final: the transaction's last); false
+	// when the pass stops here (stopping, or an entry was refused).
+	deliver := func(final bool) (ok, cont bool) {
+		var items []*item
+		for _, p := range ps {
+			if !p.skip {
+				items = append(items, p.it)
+			}
+		}
+		gctx := sinks.WithTxnGroup(ctx)
+		if !final || part != nil {
+			part = &sinks.TxnPart{First: next, Final: final}
+			gctx = sinks.WithTxnPart(gctx, part)
+		}
+		var failed []*item
+		var err error
+		if len(items) > 0 {
+			failed, err = l.d.deliver(gctx, items, modeRedrive, nil, 0)
+		}
+		if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
+			return false, false
+		}
+		if part != nil {
+			next += part.Used
+		}
+		if err != nil {
+			// Refused: the delivered parts' entries are done, the refused
+			// ones failed, the others stay parked for the next pass.
+			for _, p := range sent {
+				l.finishParked(laneCtx, ctx, p, nil)
+			}
+			for _, p := range ps {
+				if slices.Contains(failed, p.it) {
+					l.finishParked(laneCtx, ctx, p, err)
+				}
+			}
+			return false, true
+		}
+		for _, p := range ps {
+			p.delivered()
+		}
+		sent, ps = append(sent, ps...), ps[:0]
+		return true, true
+	}
+	for i := 0; i < len(run); {
+		if len(ps) > 0 && partMax > 0 && held() >= partMax {
+			if ok, cont := deliver(false); !ok {
+				return cont
+			}
+		}
+		p, cont, full := l.loadParked(ctx, run[i], len(ps) == 0, tenure)
+		if full {
+			if ok, cont := deliver(false); !ok {
+				return cont
+			}
+			continue // the same entry, waiting for room now
+		}
+		i++
 		if p == nil {
 			if !cont {
 				return false
@@ -388,30 +463,12 @@ func (l *Lane) redriveTxn(laneCtx context.Context, run []deadletter.Entry, tenur
 			continue
 		}
 		ps = append(ps, p)
-		if !p.skip {
-			items = append(items, p.it)
-		}
 	}
-	if len(items) == 0 {
-		for _, p := range ps {
-			l.finishParked(laneCtx, ctx, p, nil)
-		}
-		return true
+	if ok, cont := deliver(true); !ok {
+		return cont
 	}
-	failed, err := l.d.deliver(sinks.WithTxnGroup(ctx), items, modeRedrive, nil, 0)
-	if ctx.Err() != nil || errors.Is(err, errTenureEnded) {
-		return false
-	}
-	for _, p := range ps {
-		switch {
-		case err == nil:
-			l.finishParked(laneCtx, ctx, p, nil)
-		case slices.Contains(failed, p.it):
-			l.finishParked(laneCtx, ctx, p, err)
-		default:
-			// Not delivered with the refused entries: parked still, it
-			// goes with the rest of its transaction on the next pass.
-		}
+	for _, p := range sent {
+		l.finishParked(laneCtx, ctx, p, nil)
 	}
 	return true
 }
@@ -430,7 +487,7 @@ const redriveParallel = 64
 func (l *Lane) redriveOne(laneCtx context.Context, s deadletter.Entry, tenure *event.Tenure) bool {
 	ctx, cancel := tenureContext(laneCtx, tenure)
 	defer cancel()
-	p, cont := l.loadParked(ctx, s, true, tenure)
+	p, cont, _ := l.loadParked(ctx, s, true, tenure)
 	if p == nil {
 		return cont
 	}
@@ -452,16 +509,33 @@ type parkedItem struct {
 	it      *item
 	skip    bool // skip_empty_updates: nothing to send
 	release func()
+	told    bool // delivered: the observer was told, the event released
+}
+
+// delivered tells the observer that p was delivered, ahead of its delete
+// (a part of a transaction whose later parts are still to be sent), and
+// returns and drops what p holds of the change: only what its delete
+// needs is kept.
+func (p *parkedItem) delivered() {
+	if p.it.obs != nil {
+		p.it.obs.outcome(p.it, observe.Outcome{Kind: observe.Delivered})
+	}
+	p.told = true
+	p.release()
+	p.release = func() {}
+	p.e = deadletter.Entry{ID: p.e.ID, EventID: p.e.EventID}
+	p.it = &item{}
 }
 
 // loadParked reads the parked entry of summary s whole and rebuilds its
 // item. It returns nil with cont true when the entry needs no delivery
 // (gone, converted to failed), and nil with cont false when ctx ended or
-// the tenure of the entry's unit ended. first is false for the later
-// entries of a transaction read to be delivered with the first: they are
-// charged to the byte budgets without waiting (waiting on bytes the
-// transaction's earlier entries hold could never end).
-func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool, tenure *event.Tenure) (p *parkedItem, cont bool) {
+// the tenure of the entry's unit ended. wait is false for the later
+// entries of a transaction read to be delivered with the earlier ones:
+// when the byte budgets do not admit one at once, it returns full (nothing
+// read; waiting on bytes the transaction's earlier entries hold could never
+// end, redriveTxn sends them first).
+func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, wait bool, tenure *event.Tenure) (p *parkedItem, cont, full bool) {
 	// An entry is read whole only once the byte budget admits the largest
 	// one can be (MaxEntryBytes); the charge is then set to what was read,
 	// and the event rebuilt from it, its shaped views and encodings are
@@ -471,19 +545,26 @@ func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool, t
 	// re-drives retrying a sink that is still down never hold more than
 	// RedriveSharePercent of it, then by the budget itself.
 	var share, mem *memory.Charge
-	if first {
+	if wait {
 		var err error
 		share, err = l.redriveBudget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
 		if err != nil {
-			return nil, false
+			return nil, false, false
 		}
 		mem, err = l.budget.Acquire(ctx, deadletter.MaxEntryBytes, "re-drive of sink "+l.name)
 		if err != nil {
 			share.Release()
-			return nil, false
+			return nil, false, false
 		}
 	} else {
-		share, mem = l.redriveBudget.Force(deadletter.MaxEntryBytes), l.budget.Force(deadletter.MaxEntryBytes)
+		var ok bool
+		if share, ok = l.redriveBudget.TryAcquire(deadletter.MaxEntryBytes); !ok {
+			return nil, true, true
+		}
+		if mem, ok = l.budget.TryAcquire(deadletter.MaxEntryBytes); !ok {
+			share.Release()
+			return nil, true, true
+		}
 	}
 	release := func() { mem.Release(); share.Release() }
 	done := false
@@ -499,10 +580,10 @@ func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool, t
 		e, found, err = l.dl.Get(ctx, s.ID)
 		return err
 	}) {
-		return nil, false
+		return nil, false, false
 	}
 	if !found || e.Kind != deadletter.KindParked {
-		return nil, true // delivered, converted or purged meanwhile
+		return nil, true, false // delivered, converted or purged meanwhile
 	}
 	read := int64(len(e.Change) + len(e.Envelope) + len(e.DocumentKey))
 	share.Resize(read)
@@ -519,14 +600,14 @@ func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool, t
 			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, reason, msg)
 		})
 		l.mDead.Inc()
-		return nil, true
+		return nil, true, false
 	}
 	ev.Rules = e.Rules
 	ev.Txn = e.Txn // index and last are the entry's, not the change's
 	// The re-drive of a unit's entry is work of the unit's tenure: its
 	// waits end and nothing more is sent once the tenure ends.
 	if !tenure.Held() {
-		return nil, false
+		return nil, false, false
 	}
 	ev.Tenure = tenure
 	ev.Mem = mem // views made by reshape share it
@@ -541,7 +622,7 @@ func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool, t
 			return l.dl.Convert(ctx, e.ID, deadletter.KindFailed, "not_routed", err.Error())
 		})
 		l.mDead.Inc()
-		return nil, true
+		return nil, true, false
 	}
 	ev.Tenure = tenure // on the shaped view too
 	it := newItem(ev)
@@ -549,7 +630,7 @@ func (l *Lane) loadParked(ctx context.Context, s deadletter.Entry, first bool, t
 	it.obs = l.d.obs.redrive()
 	done = true
 	// Abandoned unless finishParked gave it an outcome.
-	return &parkedItem{s: s, e: e, it: it, skip: skip, release: func() { it.abandon(); release() }}, true
+	return &parkedItem{s: s, e: e, it: it, skip: skip, release: func() { it.abandon(); release() }}, true, false
 }
 
 // finishParked records the outcome of a re-driven entry: err nil deletes
@@ -573,7 +654,7 @@ func (l *Lane) finishParked(laneCtx, ctx context.Context, p *parkedItem, err err
 		l.mDead.Inc()
 		return
 	}
-	if it.obs != nil {
+	if it.obs != nil && !p.told {
 		it.obs.outcome(it, observe.Outcome{Kind: observe.Delivered})
 	}
 	var deleted bool
