@@ -10,6 +10,7 @@ import (
 
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
+	"github.com/changegate/changegate/sinks"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -338,7 +339,7 @@ func (s *Store) replayTxn(ctx context.Context, members []Entry, claim string, re
 			return res, false, nil
 		}
 	}
-	var mems []*memory.Charge
+	var mems []*memory.Charge // the part being read
 	defer func() {
 		for _, mem := range mems {
 			mem.Release()
@@ -350,22 +351,64 @@ func (s *Store) replayTxn(ctx context.Context, members []Entry, claim string, re
 			s.release(ctx, id, claim)
 		}
 	}
+	// A transaction larger than may be held goes out in parts (issue 39):
+	// entries are read while the budget admits them at once and the part
+	// holds less than memory.TxnPartShare of it; then the part is
+	// delivered (sinks.TxnPart, numbered on) and its memory returned
+	// before the next entry waits for room. Every entry stays claimed
+	// until the last part is delivered, then all are deleted; a failure
+	// keeps them all, with the failure recorded, and a replay stopped
+	// between parts sends the transaction again from part 1.
+	budget := memory.FromContext(ctx)
+	partMax := budget.Limit() / memory.TxnPartShare // 0: no budget, no limit
+	var part *sinks.TxnPart
+	next := 1
+	var held int64
 	var evs []*event.Event
 	var sink string
-	for i, m := range members {
-		// The first entry waits for the byte budget like a single one;
-		// the later ones are charged without waiting (waiting on bytes
-		// the earlier ones hold could never end).
+	sendPart := func(final bool) error {
+		pctx := ctx
+		if !final || part != nil {
+			part = &sinks.TxnPart{First: next, Final: final}
+			pctx = sinks.WithTxnPart(ctx, part)
+		}
+		err := s.deliverClaimed(pctx, claimed, claim, func(ctx context.Context) error { return deliver(ctx, sink, evs) })
+		if part != nil {
+			next += part.Used
+		}
+		for _, mem := range mems {
+			mem.Release()
+		}
+		mems, evs, held = mems[:0], nil, 0
+		return err
+	}
+	var derr error
+	for i := 0; i < len(members); {
+		m := members[i]
+		// The first entry of a part waits for the byte budget like a
+		// single one; a later one only joins it if admitted at once
+		// (waiting on bytes the part holds could never end).
 		var mem *memory.Charge
-		if i == 0 {
+		if len(evs) == 0 {
 			var err error
-			mem, err = memory.FromContext(ctx).Acquire(ctx, MaxEntryBytes, "dead-letter replay")
+			mem, err = budget.Acquire(ctx, MaxEntryBytes, "dead-letter replay")
 			if err != nil {
+				releaseAll()
 				return res, true, fmt.Errorf("dead letters: replay: %w", err)
 			}
 		} else {
-			mem = memory.FromContext(ctx).Force(MaxEntryBytes)
+			ok := partMax <= 0 || held < partMax
+			if ok {
+				mem, ok = budget.TryAcquire(MaxEntryBytes)
+			}
+			if !ok {
+				if derr = sendPart(false); derr != nil {
+					break
+				}
+				continue // the same entry, waiting for room now
+			}
 		}
+		i++
 		mems = append(mems, mem)
 		e, ok, err := s.claim(ctx, m.ID, claim)
 		if err != nil {
@@ -400,13 +443,16 @@ func (s *Store) replayTxn(ctx context.Context, members []Entry, claim string, re
 			return res, false, nil
 		}
 		ev.Mem = mem
+		held += mem.Bytes()
 		evs = append(evs, ev)
 		sink = e.Sink
 	}
 	if len(claimed) == 0 {
 		return res, false, nil
 	}
-	derr := s.deliverClaimed(ctx, claimed, claim, func(ctx context.Context) error { return deliver(ctx, sink, evs) })
+	if derr == nil {
+		derr = sendPart(true)
+	}
 	if derr == nil {
 		for _, id := range claimed {
 			if _, err := s.deleteClaimed(ctx, id, claim); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
+	"github.com/changegate/changegate/sinks"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -107,50 +108,79 @@ func TestTxnUpgrade(t *testing.T) {
 }
 
 // TestReplayGroupedBudget: ReplayGrouped delivers the failed entries of one
-// transaction to a grouped sink together, in txn.index order, under a byte
-// budget of one whole entry (the later entries are charged without
-// waiting), and returns every byte; a sink that is not grouped gets them
-// one at a time.
+// transaction to a grouped sink together, in txn.index order, and returns
+// every byte; a sink that is not grouped gets them one at a time. With
+// room for the whole transaction it is one group (no sinks.TxnPart); under
+// a byte budget of one whole entry it goes in parts (issue 39), one entry
+// each, numbered 1, 2, 3, the last marked, the budget never holding more
+// than one entry (before, the later entries were charged without waiting
+// and the group held them all).
 func TestReplayGroupedBudget(t *testing.T) {
-	s, ctx := newStore(t)
-	for _, i := range []int{2, 0, 1} {
-		e := ev(t, "orders", "orders", i, 5) // one transaction: one cluster time
-		e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == 2}
-		put(t, ctx, s, entry(t, e, "g", deadletter.KindFailed), entry(t, e, "n", deadletter.KindFailed))
-	}
-	b := memory.NewBudget(deadletter.MaxEntryBytes, nil, nil)
-	var singles []int
-	var groups [][]int
-	res, err := s.ReplayGrouped(memory.WithBudget(ctx, b), deadletter.Filter{}, func(_ context.Context, sink string, e *event.Event) error {
-		if sink != "n" {
-			t.Errorf("single delivery to sink %s", sink)
-		}
-		singles = append(singles, e.Txn.Index)
-		return nil
-	}, deadletter.GroupDelivery{
-		Grouped: func(sink string) bool { return sink == "g" },
-		Deliver: func(_ context.Context, sink string, evs []*event.Event) error {
-			var idx []int
-			for _, e := range evs {
-				if e.Mem.Bytes() < int64(len(e.Raw)) {
-					t.Errorf("grouped event charged %d bytes, its change is %d", e.Mem.Bytes(), len(e.Raw))
-				}
-				idx = append(idx, e.Txn.Index)
+	for _, c := range []struct {
+		name   string
+		budget int64
+		groups string
+		parts  string
+	}{
+		{"room for all", 16 * deadletter.MaxEntryBytes, "[[0 1 2]]", "[<nil>]"},
+		{"one entry", deadletter.MaxEntryBytes, "[[0] [1] [2]]", "[1 2 3+]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, ctx := newStore(t)
+			for _, i := range []int{2, 0, 1} {
+				e := ev(t, "orders", "orders", i, 5) // one transaction: one cluster time
+				e.Txn = &event.Txn{ID: "0123456789abcdef0123456789abcdef", Index: i, Last: i == 2}
+				put(t, ctx, s, entry(t, e, "g", deadletter.KindFailed), entry(t, e, "n", deadletter.KindFailed))
 			}
-			groups = append(groups, idx)
-			return nil
-		},
-	})
-	if err != nil || res.Replayed != 6 {
-		t.Fatalf("ReplayGrouped = %+v, %v", res, err)
-	}
-	if fmt.Sprint(groups) != "[[0 1 2]]" || fmt.Sprint(singles) != "[0 1 2]" {
-		t.Fatalf("groups %v, singles %v", groups, singles)
-	}
-	if n, err := s.Count(ctx, deadletter.Filter{}); err != nil || n != 0 {
-		t.Fatalf("%d entries left, %v", n, err)
-	}
-	if b.InUse() != 0 {
-		t.Fatalf("%d bytes still charged", b.InUse())
+			b := memory.NewBudget(c.budget, nil, nil)
+			var singles []int
+			var groups [][]int
+			var parts []string
+			res, err := s.ReplayGrouped(memory.WithBudget(ctx, b), deadletter.Filter{}, func(_ context.Context, sink string, e *event.Event) error {
+				if sink != "n" {
+					t.Errorf("single delivery to sink %s", sink)
+				}
+				singles = append(singles, e.Txn.Index)
+				return nil
+			}, deadletter.GroupDelivery{
+				Grouped: func(sink string) bool { return sink == "g" },
+				Deliver: func(ctx context.Context, sink string, evs []*event.Event) error {
+					var idx []int
+					for _, e := range evs {
+						if e.Mem.Bytes() < int64(len(e.Raw)) {
+							t.Errorf("grouped event charged %d bytes, its change is %d", e.Mem.Bytes(), len(e.Raw))
+						}
+						idx = append(idx, e.Txn.Index)
+					}
+					if b.InUse() > b.Limit() {
+						t.Errorf("%d bytes held during a grouped replay in a budget of %d", b.InUse(), b.Limit())
+					}
+					groups = append(groups, idx)
+					switch p := sinks.TxnPartOf(ctx); {
+					case p == nil:
+						parts = append(parts, "<nil>")
+					case p.Final:
+						parts = append(parts, fmt.Sprint(p.First, "+"))
+						p.Used = 1
+					default:
+						parts = append(parts, fmt.Sprint(p.First))
+						p.Used = 1
+					}
+					return nil
+				},
+			})
+			if err != nil || res.Replayed != 6 {
+				t.Fatalf("ReplayGrouped = %+v, %v", res, err)
+			}
+			if fmt.Sprint(groups) != c.groups || fmt.Sprint(parts) != c.parts || fmt.Sprint(singles) != "[0 1 2]" {
+				t.Fatalf("groups %v (parts %v), singles %v; want groups %s (parts %s)", groups, parts, singles, c.groups, c.parts)
+			}
+			if n, err := s.Count(ctx, deadletter.Filter{}); err != nil || n != 0 {
+				t.Fatalf("%d entries left, %v", n, err)
+			}
+			if b.InUse() != 0 {
+				t.Fatalf("%d bytes still charged", b.InUse())
+			}
+		})
 	}
 }
