@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,10 +40,16 @@ type txnElem struct {
 type txnReceiver struct {
 	srv   *httptest.Server
 	delay time.Duration
-	mu    sync.Mutex
-	got   []txnElem
-	reqs  int
-	maxN  int // most envelopes in one request
+	// holdFrom, when not zero, holds every request from that one on (in
+	// arrival order, from 1), unrecorded, until hold is closed or the
+	// request ends.
+	holdFrom int
+	hold     chan struct{}
+	arrived  atomic.Int64
+	mu       sync.Mutex
+	got      []txnElem
+	reqs     int
+	maxN     int // most envelopes in one request
 }
 
 func newTxnReceiver(t *testing.T, delay time.Duration) *txnReceiver {
@@ -95,6 +103,13 @@ func (r *txnReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	if len(elems) == 0 {
 		w.WriteHeader(http.StatusBadRequest)
 		return
+	}
+	if n := r.arrived.Add(1); r.holdFrom > 0 && n >= int64(r.holdFrom) {
+		select {
+		case <-r.hold:
+		case <-req.Context().Done():
+			return
+		}
 	}
 	time.Sleep(r.delay)
 	r.mu.Lock()
@@ -366,4 +381,54 @@ func TestProcessTransactionInMemoryCgroup(t *testing.T) {
 	checkTxnDelivery(t, "grouped", grouped.elems(), n, true)
 	t.Logf("delivered in %v; grouped sink: %d requests (at most %d events each); peak RSS %.0f MiB, cgroup peak %.0f MiB, limit 256 MiB",
 		took.Round(time.Millisecond), grouped.reqs, grouped.maxN, float64(hwm)/(1<<20), float64(cg.peak())/(1<<20))
+}
+
+// TestProcessKillBetweenTxnParts kills the real binary with SIGKILL while
+// a grouped sink has received some parts of a transaction sent in parts
+// (a 1 MiB byte budget, 40 changes of 100 KB) and the next part is on the
+// wire, then restarts it: the checkpoint is before the transaction, so it
+// is read and sent again from part 1, and both sinks get every event, the
+// grouped one in order (no event lost or reordered across parts).
+func TestProcessKillBetweenTxnParts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	const n, size = 40, 100_000
+	bin := changegateBinary(t)
+	e := newEnv(t)
+	plain, grouped := newTxnReceiver(t, 0), newTxnReceiver(t, 0)
+	grouped.holdFrom, grouped.hold = 4, make(chan struct{})
+	tmpl := txnBudgetConfig("max_in_flight_bytes = 1048576\n", plain.srv.URL, grouped.srv.URL, "")
+	cfgPath := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(e.expand(tmpl)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, bin, cfgPath)
+	cps, _ := e.stores(e.config(tmpl))
+	waitFor(t, 20*time.Second, "the process to open its stream", func() bool {
+		_, ok, _ := cps.Load(t.Context(), "items")
+		return ok
+	})
+	writeBigTxn(t, e, n, size)
+	waitFor(t, 60*time.Second, "three parts delivered and the fourth on the wire", func() bool { return grouped.arrived.Load() >= 4 })
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Wait()
+	before := grouped.elems()
+	if len(before) == 0 || before[len(before)-1].Index >= n-1 {
+		t.Fatalf("the grouped sink got %d events before SIGKILL: the test proves nothing", len(before))
+	}
+	close(grouped.hold)
+	startProcess(t, bin, cfgPath)
+	waitFor(t, 90*time.Second, "every event at both sinks after the restart", func() bool {
+		return plain.distinct() == n+1 && grouped.distinct() == n+1
+	})
+	checkTxnDelivery(t, "plain", plain.elems(), n, false)
+	got := grouped.elems()
+	checkTxnDelivery(t, "grouped", got, n, true)
+	if got[len(before)].Part != 1 || got[len(before)].Index != 0 {
+		t.Fatalf("after the restart the grouped sink got event %d in part %d first, want the transaction again from part 1", got[len(before)].Index, got[len(before)].Part)
+	}
+	t.Logf("%d events of the transaction at the grouped sink before SIGKILL, %d requests in all", len(before), grouped.reqs)
 }
