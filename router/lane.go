@@ -424,6 +424,19 @@ func (l *Lane) serve(ctx context.Context, p *partition, extra []*partition) []*p
 		return extra
 	}
 	l.q.release(taken - len(batch))
+	if r := refusedPart(batch); r != nil {
+		// An earlier part of this transaction was dead-lettered: this one
+		// is too, unsent, with that part's reason and answer.
+		for _, it := range batch {
+			if it.firstErr == "" {
+				it.firstErr = r.err
+			}
+			it.lastErr = r.err
+		}
+		l.deadLetter(batch, r.reason)
+		l.q.release(len(batch))
+		return extra
+	}
 	if !l.parked.Load() {
 		fill := 0.0 // a transaction group is a batch of its own, whatever its size
 		if batch[0].grp == nil {
@@ -546,6 +559,7 @@ func fencedWrite(err error, items ...*item) error {
 // is stopping first, the items stay unacknowledged and are re-read after a
 // restart.
 func (l *Lane) deadLetter(items []*item, reason string) {
+	refuse(items, reason)
 	for _, it := range l.dropLost(items) {
 		e, err := l.entry(it, deadletter.KindFailed, reason)
 		if err != nil {

@@ -77,6 +77,33 @@ type txnChain struct {
 	// next is the number of the next part's first request (from 1),
 	// advanced when a part is finished (before the next is taken).
 	next atomic.Int64
+	// refused is set when a part was dead-lettered (refused for good, or
+	// its retries exhausted): the transaction is dead-lettered from that
+	// part on, so every later part is dead-lettered with the same reason
+	// and answer without being sent (Lane.serve), and the receiver never
+	// sees a transaction with a hole in it.
+	refused atomic.Pointer[txnRefusal]
+}
+
+// txnRefusal is why a transaction's part was dead-lettered.
+type txnRefusal struct{ reason, err string }
+
+// refuse records, when items are a part of a transaction sent in parts,
+// that it was dead-lettered for reason (the first such part counts).
+func refuse(items []*item, reason string) {
+	if len(items) == 0 || items[0].grp == nil || items[0].grp.chain == nil {
+		return
+	}
+	items[0].grp.chain.refused.CompareAndSwap(nil, &txnRefusal{reason: reason, err: items[0].lastErr})
+}
+
+// refusedPart returns why an earlier part of batch's transaction was
+// dead-lettered (nil: none was, or batch is no part).
+func refusedPart(batch []*item) *txnRefusal {
+	if len(batch) == 0 || batch[0].grp == nil || batch[0].grp.chain == nil {
+		return nil
+	}
+	return batch[0].grp.chain.refused.Load()
 }
 
 func newTxnGroup() *txnGroup {

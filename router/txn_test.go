@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
@@ -554,5 +556,86 @@ func TestTxnPartsInOrderAndHoldBack(t *testing.T) {
 		if !c.group && c.start < lastEnd {
 			t.Fatalf("the later change of doc %v was sent before the transaction's last part was delivered", c.evs[0].DocumentKey)
 		}
+	}
+}
+
+// A part of a transaction sent in parts as it is read (FlushTxn) that the
+// receiver refuses for good dead-letters the transaction from that part on:
+// the parts queued after it are dead-lettered with its reason, never sent,
+// and the sink is neither retried nor parked (issue 39, item 3, for the
+// parts streamed after the refusal).
+func TestTxnStreamedPartRefusedDeadLettersLaterParts(t *testing.T) {
+	s := &callSink{name: "s", max: 1}
+	s.hold = func(batch []*event.Event, group bool) error {
+		if group && batch[0].Txn.Index == 2 { // the second part (a flush keeps the newest event for the next part: parts 0-1, 2-4, 5-7, 8-9)
+			return sinks.Permanent("http_400", errors.New("400 refused: no such account"))
+		}
+		return nil
+	}
+	dl := newMemDL()
+	eng := newTestEngine(t, dl, SinkSpec{Sink: s, Retry: fastRetry(5), MaxInFlight: 8, BatchSize: 1, Group: true, ParkAfter: time.Hour})
+	var acked atomic.Int64
+	ack := func() { acked.Add(1) }
+	seq := 0
+	next := func() int { seq++; return seq }
+	const n = 10
+	for i := range n {
+		eng.Dispatch(txnEvent(t, next(), i, "orders", "tx1", i, i == n-1), ack)
+		if i%3 == 2 && i < n-1 {
+			eng.FlushTxn("orders", "tx1")
+		}
+	}
+	for d := range 3 {
+		eng.Dispatch(txnEvent(t, next(), 100+d, "orders", "", 0, false), ack)
+	}
+	total := int64(seq)
+	waitUntil(t, "all acked", func() bool { return acked.Load() == total })
+
+	sent := map[int]bool{}
+	singles := 0
+	for _, c := range s.delivered() {
+		if !c.group {
+			singles++
+			continue
+		}
+		for _, ev := range c.evs {
+			sent[ev.Txn.Index] = true
+		}
+	}
+	for i := range 2 {
+		if !sent[i] {
+			t.Errorf("event %d of the first part was not sent", i)
+		}
+	}
+	for i := 5; i < n; i++ {
+		if sent[i] {
+			t.Errorf("event %d, of a part after the refused one, was sent", i)
+		}
+	}
+	if singles != 3 {
+		t.Errorf("%d later changes delivered, want 3", singles)
+	}
+	es, _ := dl.List(context.Background(), deadletter.Filter{})
+	dead := map[int]bool{}
+	for _, e := range es {
+		if e.Kind != deadletter.KindFailed || e.Reason != "http_400" || !strings.Contains(e.LastError, "no such account") {
+			t.Errorf("dead letter %s: kind %s, reason %q, last error %q; want failed, http_400 with the receiver's answer", e.ID, e.Kind, e.Reason, e.LastError)
+		}
+		ev, err := e.Event()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead[ev.Txn.Index] = true
+	}
+	for i := 2; i < n; i++ {
+		if !dead[i] {
+			t.Errorf("event %d of the refused part or a later one is not dead-lettered", i)
+		}
+	}
+	if len(dead) != n-2 {
+		t.Errorf("%d dead letters, want %d", len(dead), n-2)
+	}
+	if eng.Lane("s").Status().Parked {
+		t.Error("the sink parked")
 	}
 }
