@@ -75,10 +75,10 @@ type Event struct {
 	// multi-document transaction, nil for a single write. Set by the source
 	// before dispatch (and by dead-letter replay from the stored entry).
 	Txn *Txn
-	// Observed holds the state the router's observers keep for the change
-	// (package observe: a trace, ...), nil when none does. Shaped views
-	// share their event's.
-	Observed any
+	// Observed links the states the router's observers keep for the
+	// change (package observe: a trace, ...), nil when none does. Shaped
+	// views share their event's.
+	Observed *Observation
 	// Exclusive is set by the router's Dispatch when it hands the event to
 	// one sink only: that sink may encode the payload straight into its
 	// request (AppendRecord) rather than cache it on the event for other
@@ -95,6 +95,13 @@ type Event struct {
 	// Shaping (shapeview.go): a shaped view of an event points to the event
 	// it was made from (base) and its shape; an event caches its views.
 	shaping
+}
+
+// Observation is one observer's state of an event, linked to the other
+// observers' (Event.Observed). Package observe sets and reads them.
+type Observation struct {
+	Key, State any
+	Next       *Observation
 }
 
 type lazyJSON struct {

@@ -256,8 +256,8 @@ type Traced interface {
 // state of the first observer that traces it; ok is false when none does.
 // A batch's request belongs to the trace of its first event.
 func TraceOf(ev *event.Event) (id TraceID, sampled, ok bool) {
-	for st := first(ev); st != nil; st = st.link().next {
-		if t, is := st.(Traced); is {
+	for o := ev.Observed; o != nil; o = o.Next {
+		if t, is := o.State.(Traced); is {
 			id, sampled = t.Trace()
 			return id, sampled, true
 		}

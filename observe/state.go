@@ -15,25 +15,16 @@ func NewKey(name string) *Key { return &Key{name: name} }
 type State interface{ link() *Slot }
 
 // Slot links the states of one change's observers; embed it in a State.
-type Slot struct {
-	key  *Key
-	next State
-}
+type Slot struct{ o event.Observation }
 
 func (s *Slot) link() *Slot { return s }
-
-// first returns the first state kept on ev (nil: none).
-func first(ev *event.Event) State {
-	st, _ := ev.Observed.(State)
-	return st
-}
 
 // Get returns the state k keeps on ev (nil: none). Shaped views of an
 // event share its states.
 func (k *Key) Get(ev *event.Event) State {
-	for st := first(ev); st != nil; st = st.link().next {
-		if st.link().key == k {
-			return st
+	for o := ev.Observed; o != nil; o = o.Next {
+		if o.Key == k {
+			return o.State.(State)
 		}
 	}
 	return nil
@@ -45,7 +36,7 @@ func (k *Key) Get(ev *event.Event) State {
 // sinks and before its views are made), and in AttemptStart of a
 // re-delivery (the event is the re-delivery's own).
 func (k *Key) Set(ev *event.Event, st State) {
-	l := st.link()
-	l.key, l.next = k, first(ev)
-	ev.Observed = st
+	o := &st.link().o
+	o.Key, o.State, o.Next = k, st, ev.Observed
+	ev.Observed = o
 }

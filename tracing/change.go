@@ -3,11 +3,14 @@ package tracing
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/changegate/changegate/observe"
 )
 
 // Change is the trace of one change: its root span runs from the read
@@ -19,9 +22,10 @@ import (
 // are not made (its trace context is still propagated, with the sampled
 // flag off, so that the receiver does not sample it either).
 type Change struct {
-	t    *Tracer
-	ctx  context.Context
-	span trace.Span
+	observe.Slot // kept on the change's event (observer.go)
+	t            *Tracer
+	ctx          context.Context
+	span         trace.Span
 	// rec is the state of a recording (sampled) change; nil: unsampled.
 	rec *recording
 	// unsampled is the delivery of every sink of an unsampled change: no
@@ -41,6 +45,10 @@ type recording struct {
 	acked  bool
 	ackT   time.Time
 	attrs  [maxChangeAttrs + 2]attribute.KeyValue
+	// ds are the deliveries to sinks (Dispatched, observer.go), and
+	// pending the number of them not finished yet.
+	ds      []Delivery
+	pending atomic.Int32
 }
 
 // StartChange starts the trace of a change read from a stream (or a

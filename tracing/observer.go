@@ -2,7 +2,6 @@ package tracing
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
@@ -20,45 +19,40 @@ var (
 	_ observe.Hooks    = (*Tracer)(nil)
 )
 
-// stateKey is the key of the tracer's state on a change.
+// stateKey is the key of the tracer's state on a change: its *Change, or
+// a re-delivery's *redelivery.
 var stateKey = observe.NewKey("tracing")
 
-// state is the tracer's state of one change, kept on its event: its trace
-// and one delivery per sink it was routed to; or, for a re-delivery, the
-// re-delivery's own trace (rd).
-type state struct {
+var (
+	_ observe.Traced = (*Change)(nil)
+	_ observe.Traced = (*redelivery)(nil)
+)
+
+// redelivery is the tracer's state on a re-delivered event: its trace.
+type redelivery struct {
 	observe.Slot
-	c       *Change
-	sinks   []string   // the targets' names (recording only)
-	ds      []Delivery // the targets' deliveries (recording only)
-	pending atomic.Int32
-	rd      *Delivery // a re-delivery's (c is nil)
+	d *Delivery
 }
 
-var _ observe.Traced = (*state)(nil)
-
-// Trace returns the change's (or the re-delivery's) trace id.
-func (s *state) Trace() (observe.TraceID, bool) {
-	var sc trace.SpanContext
-	if s.c != nil {
-		sc = s.c.span.SpanContext()
-	} else {
-		sc = s.rd.sc
-	}
+// Trace returns the change's trace id.
+func (c *Change) Trace() (observe.TraceID, bool) {
+	sc := c.span.SpanContext()
 	return observe.TraceID(sc.TraceID()), sc.IsSampled()
 }
 
-// delivery returns the delivery of the change to sink (nil: none).
-func (s *state) delivery(sink string) *Delivery {
-	switch {
-	case s.c == nil:
-		return s.rd
-	case s.c.rec == nil:
-		return &s.c.unsampled
+// Trace returns the re-delivery's trace id.
+func (r *redelivery) Trace() (observe.TraceID, bool) {
+	return observe.TraceID(r.d.sc.TraceID()), r.d.sc.IsSampled()
+}
+
+// delivery returns the change's delivery to sink (nil: none).
+func (c *Change) delivery(sink string) *Delivery {
+	if c.rec == nil {
+		return &c.unsampled
 	}
-	for i, n := range s.sinks {
+	for i, n := range c.rec.sinks {
 		if n == sink {
-			return &s.ds[i]
+			return &c.rec.ds[i]
 		}
 	}
 	return nil
@@ -66,15 +60,16 @@ func (s *state) delivery(sink string) *Delivery {
 
 // finish counts a sink done with the change: once every one is, the
 // change is acknowledged (its root ends).
-func (s *state) finish() {
-	if s.c.Recording() && s.pending.Add(-1) == 0 {
-		s.c.Ack()
+func (c *Change) finish() {
+	if c.Recording() && c.rec.pending.Add(-1) == 0 {
+		c.Ack()
 	}
 }
 
-func stateOf(ev *event.Event) *state {
-	st, _ := stateKey.Get(ev).(*state)
-	return st
+// changeOf returns ev's change (nil: none).
+func changeOf(ev *event.Event) *Change {
+	c, _ := stateKey.Get(ev).(*Change)
+	return c
 }
 
 // changeInfo returns what the spans of ev say about it.
@@ -89,19 +84,17 @@ func changeInfo(ev *event.Event) ChangeInfo {
 // decides) before a Source takes its dispatch lock; what Dispatched and
 // the outcomes under the lock record is made into spans by AfterDispatch.
 func (t *Tracer) BeforeDispatch(ev *event.Event) {
-	if t == nil || stateOf(ev) != nil {
+	if t == nil || stateKey.Get(ev) != nil {
 		return
 	}
 	c := t.StartChange(changeInfo(ev))
 	c.HoldSpans()
-	stateKey.Set(ev, &state{c: c})
+	stateKey.Set(ev, c)
 }
 
 // AfterDispatch makes the spans held since BeforeDispatch.
 func (t *Tracer) AfterDispatch(ev *event.Event) {
-	if st := stateOf(ev); st != nil && st.c != nil {
-		st.c.ReleaseSpans()
-	}
+	changeOf(ev).ReleaseSpans()
 }
 
 // Dispatched records the route of a change (its trace starts here when
@@ -111,26 +104,27 @@ func (t *Tracer) Dispatched(d observe.Dispatch) {
 	if t == nil {
 		return
 	}
-	st := stateOf(d.Event)
-	if st == nil {
-		st = &state{c: t.StartChange(changeInfo(d.Event))}
-		stateKey.Set(d.Event, st)
+	c := changeOf(d.Event)
+	if c == nil {
+		c = t.StartChange(changeInfo(d.Event))
+		stateKey.Set(d.Event, c)
 	}
-	c := st.c
 	if !c.Recording() {
 		return
 	}
 	names := make([]string, len(d.Targets))
-	st.ds = make([]Delivery, len(d.Targets))
+	ds := make([]Delivery, len(d.Targets))
 	now := time.Now()
 	for i, s := range d.Targets {
 		names[i] = d.Sinks[s].Name
-		dl := &st.ds[i]
+		dl := &ds[i]
 		dl.c, dl.ss, dl.created = c, t.sinkSpans(d.Sinks[s].Name, d.Sinks[s].Kind), now
 	}
-	st.sinks = names
-	st.pending.Store(int32(len(d.Targets)))
-	c.Route(d.Rules, names)
+	c.rec.mu.Lock()
+	c.rec.ds = ds
+	c.rec.mu.Unlock()
+	c.rec.pending.Store(int32(len(d.Targets)))
+	c.Route(d.Rules, names) // sets rec.sinks
 	if len(d.Targets) == 0 {
 		c.Ack()
 	}
@@ -158,15 +152,18 @@ func (t *Tracer) AttemptStart(ctx context.Context, a observe.Attempt) context.Co
 // deliveryFor returns the delivery of ev that attempt a is part of,
 // starting a re-delivery's trace on its first attempt.
 func (t *Tracer) deliveryFor(ev *event.Event, a observe.Attempt) *Delivery {
-	st := stateOf(ev)
-	if st == nil {
-		if a.Redelivery == observe.Live {
-			return nil // not traced
-		}
-		st = &state{rd: t.Redelivery(changeInfo(ev), a.Sink.Name, a.Sink.Kind, string(a.Redelivery))}
-		stateKey.Set(ev, st)
+	switch st := stateKey.Get(ev).(type) {
+	case *Change:
+		return st.delivery(a.Sink.Name)
+	case *redelivery:
+		return st.d
 	}
-	return st.delivery(a.Sink.Name)
+	if a.Redelivery == observe.Live {
+		return nil // not traced
+	}
+	d := t.Redelivery(changeInfo(ev), a.Sink.Name, a.Sink.Kind, string(a.Redelivery))
+	stateKey.Set(ev, &redelivery{d: d})
+	return d
 }
 
 // AttemptEnd ends the request's span with its outcome and the time the
@@ -195,17 +192,22 @@ func (t *Tracer) Outcome(o observe.Outcome) {
 	if t == nil {
 		return
 	}
-	st := stateOf(o.Event)
-	if st == nil {
+	var c *Change
+	var d *Delivery
+	switch st := stateKey.Get(o.Event).(type) {
+	case *Change:
+		c, d = st, st.delivery(o.Sink.Name)
+	case *redelivery:
+		d = st.d
+	default:
 		return
 	}
-	d := st.delivery(o.Sink.Name)
 	switch o.Kind {
 	case observe.Retrying:
 		d.Backoff(o.Wait, o.RetryAfter)
 		return
 	case observe.Skipped:
-		st.finish()
+		c.finish()
 		return
 	}
 	if o.Store.Op != "" {
@@ -215,8 +217,8 @@ func (t *Tracer) Outcome(o observe.Outcome) {
 		d.Outcome(string(o.Kind), o.Reason)
 	}
 	d.End()
-	if o.Redelivery == observe.Live && (o.Kind == observe.Delivered || o.Kind == observe.Parked || o.Kind == observe.DeadLettered) {
-		st.finish()
+	if c != nil && (o.Kind == observe.Delivered || o.Kind == observe.Parked || o.Kind == observe.DeadLettered) {
+		c.finish()
 	}
 }
 
