@@ -166,7 +166,8 @@ func TestFullQueueDropsAndCounts(t *testing.T) {
 	wb := deliverylog.NewWriter(coll, deliverylog.WriterOptions{Mode: "failures", MaxQueuedBytes: 3000})
 	big := r
 	big.Response = strings.Repeat("x", 5000)
-	if !wb.Enqueue(big) || !wb.Enqueue(big) || wb.Enqueue(big) {
+	first, second, third := wb.Enqueue(big), wb.Enqueue(big), wb.Enqueue(big)
+	if !first || !second || third {
 		t.Errorf("the byte bound: two records of ~1.4 KiB fit in 3000 bytes, a third does not (dropped %d)", wb.Dropped())
 	}
 	// Started, the queue drains into MongoDB.

@@ -24,7 +24,7 @@ func spansByName(exp *tracetest.InMemoryExporter) map[string][]tracetest.SpanStu
 func attr(s tracetest.SpanStub, k string) string {
 	for _, a := range s.Attributes {
 		if string(a.Key) == k {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""

@@ -65,7 +65,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 	"unsafe"
@@ -163,7 +162,6 @@ type EventBridge struct {
 	resBytes   int
 	client     *eventbridge.Client
 	log        *slog.Logger
-	closed     atomic.Bool
 }
 
 var _ sinks.Sink = (*EventBridge)(nil)
