@@ -21,6 +21,14 @@ const readAheadRounds = 8
 // lane's limit may have grown meanwhile, or the lane been parked.
 const readAheadPoll = 50 * time.Millisecond
 
+// readAheadStall is how long a lane's oldest unfinished item may stay
+// unfinished before the lane counts as lagging: its window then grows as a
+// failing lane's does (ParkBacklog), so that a receiver holding requests
+// for long (a hung endpoint, a long timeout) does not hold back the other
+// sinks of its sources for that long. A small receiver's slow requests
+// (seconds) stay below it, and keep the window short.
+const readAheadStall = 10 * time.Second
+
 // window is a lane's read-ahead window: the items handed to the lane
 // (item.seq, in order) from the oldest one not yet finished (released:
 // delivered, dead-lettered, parked, dropped) to the newest. Its span is
@@ -34,6 +42,9 @@ type window struct {
 	next uint64 // one past the newest seq added
 	low  uint64 // wake is closed once the span is down to low
 	wake chan struct{}
+	// moved is when base last moved, or the window last became non-empty:
+	// how long the oldest unfinished item has held the window (stalled).
+	moved time.Time
 }
 
 func newWindow() *window {
@@ -43,6 +54,9 @@ func newWindow() *window {
 // add adds seq, the next item's (items are added in seq order).
 func (w *window) add(seq uint64) {
 	w.mu.Lock()
+	if w.next == w.base {
+		w.moved = time.Now()
+	}
 	if seq-w.base >= uint64(len(w.done)) {
 		w.grow()
 	}
@@ -65,6 +79,9 @@ func (w *window) grow() {
 func (w *window) finish(seq uint64) {
 	w.mu.Lock()
 	w.done[seq&w.mask] = true
+	if w.base < w.next && w.done[w.base&w.mask] {
+		w.moved = time.Now()
+	}
 	for w.base < w.next && w.done[w.base&w.mask] {
 		w.base++
 	}
@@ -80,6 +97,14 @@ func (w *window) span() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.next - w.base
+}
+
+// stalled reports whether the oldest unfinished item has held the window
+// for longer than d.
+func (w *window) stalled(d time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.next != w.base && time.Since(w.moved) > d
 }
 
 // full returns nil when the span is below limit, else a channel closed once
@@ -100,7 +125,8 @@ func (w *window) full(limit, low uint64) <-chan struct{} {
 }
 
 // aheadLimit returns how many items the lane may hold from its oldest
-// unfinished one on (readAheadRounds). A failing sink may hold up to
+// unfinished one on (readAheadRounds). A failing sink, or one whose oldest
+// unfinished item has held the window for readAheadStall, may hold up to
 // ParkBacklog: the other sinks of its sources go on meanwhile, and the
 // lane is parked once it holds that many (Lane.watch), as before the
 // read-ahead bound, rather than holding them for park_after.
@@ -110,7 +136,7 @@ func (l *Lane) aheadLimit() uint64 {
 		c = a.current()
 	}
 	n := readAheadRounds * max(c, 1) * l.spec.BatchSize
-	if l.spec.ParkBacklog > 0 && !l.d.failing().IsZero() {
+	if l.spec.ParkBacklog > 0 && (!l.d.failing().IsZero() || l.q.win.stalled(readAheadStall)) {
 		n = max(n, l.spec.ParkBacklog)
 	}
 	return uint64(n)

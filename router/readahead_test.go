@@ -89,3 +89,30 @@ func TestReadAheadHeldBySlowEvent(t *testing.T) {
 		t.Fatalf("the source still waits once the held event was delivered: %v", err)
 	}
 }
+
+// A window stalls when its oldest unfinished item has held it for longer
+// than the given time; an empty window never does, and finishing the
+// oldest item starts the count again.
+func TestWindowStalled(t *testing.T) {
+	w := newWindow()
+	if w.stalled(0) {
+		t.Fatal("an empty window stalled")
+	}
+	w.add(0)
+	w.add(1)
+	if w.stalled(time.Hour) {
+		t.Fatal("stalled at once")
+	}
+	time.Sleep(5 * time.Millisecond)
+	if !w.stalled(time.Millisecond) {
+		t.Fatal("not stalled after its oldest item held it 5 ms")
+	}
+	w.finish(0)
+	if w.stalled(time.Hour) {
+		t.Fatal("stalled right after the oldest item finished")
+	}
+	w.finish(1)
+	if w.stalled(0) {
+		t.Fatal("an emptied window stalled")
+	}
+}
