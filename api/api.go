@@ -60,6 +60,9 @@ type Backfills interface {
 	List() []backfill.Status
 	Get(id string) (backfill.Status, bool)
 	Cancel(ctx context.Context, id string) (backfill.Status, error)
+	// RedeliverEvent reads the change with event id again from the oplog
+	// and delivers it once more to sink (backfill.Runner.RedeliverEvent).
+	RedeliverEvent(ctx context.Context, id, sink string) (backfill.Redelivered, error)
 }
 
 var (

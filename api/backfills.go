@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/changegate/changegate/backfill"
+	"github.com/changegate/changegate/deadletter"
+	"github.com/changegate/changegate/router"
+	"github.com/changegate/changegate/source"
 )
 
 // backfillRoutes registers /api/v1/backfills.
@@ -18,6 +21,7 @@ func (s *Server) backfillRoutes(rs *Routes) {
 	rs.Handle("GET /api/v1/backfills", Read, s.listBackfills)
 	rs.Handle("GET /api/v1/backfills/{id}", Read, s.showBackfill)
 	rs.Handle("DELETE /api/v1/backfills/{id}", Mutate, s.cancelBackfill)
+	rs.Handle("POST /api/v1/events/{id}/redeliver", Mutate, s.redeliverEvent)
 }
 
 // backfillBody is the body of POST /api/v1/backfills. filter may be a JSON
@@ -92,4 +96,49 @@ func (s *Server) cancelBackfill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	WriteJSON(w, http.StatusOK, st)
+}
+
+// redeliverEvent serves POST /api/v1/events/{id}/redeliver {"sink": NAME}:
+// the change is read again from the oplog and delivered once more to that
+// sink (backfill.Runner.RedeliverEvent). 200 with what was delivered; 400
+// for a bad request or an id that holds no stream position, 404 for an
+// unknown sink or source or a change the oplog does not have, 409 when
+// today's rules do not route the change to the sink or the sink is parked,
+// 410 when the change is no longer in the oplog, 502 when the sink did not
+// take it.
+func (s *Server) redeliverEvent(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Sink string `json:"sink"`
+	}
+	if err := DecodeJSON(r, &body); err != nil {
+		WriteError(w, http.StatusBadRequest, fmt.Sprintf("body must be a JSON object {\"sink\": NAME}: %v", err))
+		return
+	}
+	if body.Sink == "" {
+		WriteError(w, http.StatusBadRequest, "sink is required: the one sink to deliver the change to again")
+		return
+	}
+	out, err := s.bfs.RedeliverEvent(r.Context(), r.PathValue("id"), body.Sink)
+	if err != nil {
+		WriteError(w, redeliveryStatus(err), err.Error())
+		return
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// redeliveryStatus is the HTTP status of a redelivery's error.
+func redeliveryStatus(err error) int {
+	switch {
+	case errors.Is(err, backfill.ErrInput):
+		return http.StatusBadRequest
+	case errors.Is(err, backfill.ErrUnknownSink), errors.Is(err, backfill.ErrNoChange):
+		return http.StatusNotFound
+	case errors.Is(err, backfill.ErrGone), errors.Is(err, source.ErrHistoryLost):
+		return http.StatusGone
+	case errors.Is(err, deadletter.ErrNotRouted), errors.Is(err, router.ErrParked), errors.Is(err, backfill.ErrBusy):
+		return http.StatusConflict
+	case errors.Is(err, backfill.ErrDelivery):
+		return http.StatusBadGateway
+	}
+	return http.StatusServiceUnavailable
 }

@@ -60,7 +60,37 @@ func backfillCLI(ctx context.Context, cfg *config.Config, client *mongo.Client, 
 	}
 	budget := memory.NewBudget(sizing.Budget, log, nil)
 	engine.SetBudget(budget)
-	return do(backfill.CommandLine{Config: cfg, Client: client, Engine: engine, Budget: budget, Log: log, Progress: progress})
+	return do(backfill.CommandLine{Config: cfg, Client: client, Engine: engine, Budget: budget, Log: log, Progress: progress,
+		Streams: streams(func() *config.Config { return cfg })})
+}
+
+// RedeliverEvent reads the change with event id again from the oplog and
+// delivers it once more to sink, directly (backfill.CommandLine
+// RedeliverEvent), through an engine built from cfg whose lanes are not
+// started.
+func RedeliverEvent(ctx context.Context, cfg *config.Config, client *mongo.Client, id, sink string, log *slog.Logger) (backfill.Redelivered, error) {
+	var out backfill.Redelivered
+	_, err := backfillCLI(ctx, cfg, client, log, nil, func(c backfill.CommandLine) (backfill.Status, error) {
+		var err error
+		out, err = c.RedeliverEvent(ctx, id, sink)
+		return backfill.Status{}, err
+	})
+	return out, err
+}
+
+// streams returns the change stream of each source of the configuration
+// in force, as its units open it, for the whole source (no partition).
+func streams(cfg func() *config.Config) backfill.Streams {
+	return func(name string) (source.Spec, bool) {
+		for _, d := range unitDefs(cfg()) {
+			if d.source == name {
+				spec := d.spec
+				spec.Unit, spec.Partition, spec.Partitions = name, 0, 1
+				return spec, true
+			}
+		}
+		return source.Spec{}, false
+	}
 }
 
 // newBackfills returns the gateway's backfills: sent through the engine's
@@ -70,7 +100,7 @@ func backfillCLI(ctx context.Context, cfg *config.Config, client *mongo.Client, 
 func (g *gateway) newBackfills(cfg *config.Config) *backfill.Runner {
 	return backfill.New(backfill.Options{
 		Client: g.client, StateDB: g.client.Database(cfg.Mongo.StateDatabase), Instance: cfg.Cluster.Instance,
-		Target: backfill.Lanes{Engine: g.engine, Units: g.unitSources}, SinksOf: g.engine.SinksOf,
+		Target: backfill.Lanes{Engine: g.engine, Units: g.unitSources}, SinksOf: g.engine.SinksOf, Streams: streams(g.Config),
 		Metrics: g.metrics, Log: g.log, Budget: g.budget, Record: true,
 	})
 }

@@ -123,6 +123,7 @@ type Runner struct {
 	instance string
 	target   Target
 	sinksOf  func(source string) []string
+	streams  Streams
 	metrics  *metrics.Metrics
 	log      *slog.Logger
 	// budget is the process's byte budget (nil: none): each document
@@ -157,6 +158,10 @@ type Options struct {
 	Target Target
 	// SinksOf returns the sinks the rules of a source route to.
 	SinksOf func(source string) []string
+	// Streams returns a source's change stream, for redeliveries from
+	// the oplog (nil: none of the configuration's sources can be read
+	// again).
+	Streams Streams
 	// Metrics receives the backfill counters; nil: unregistered ones.
 	Metrics *metrics.Metrics
 	// Log receives the runs' log lines; nil discards.
@@ -182,7 +187,7 @@ func New(o Options) *Runner {
 	}
 	b := &Runner{
 		client: o.Client, stateDB: o.StateDB.Name(), locks: lease.NewStore(o.StateDB, locksCollection, leaseTTL),
-		instance: o.Instance, target: o.Target, sinksOf: o.SinksOf, metrics: m, log: log, budget: o.Budget,
+		instance: o.Instance, target: o.Target, sinksOf: o.SinksOf, streams: o.Streams, metrics: m, log: log, budget: o.Budget,
 		runs: map[string]*run{},
 	}
 	if o.Record {

@@ -34,6 +34,13 @@ func (f *fakeTarget) send(_ context.Context, _ string, ev *event.Event, done fun
 
 func (f *fakeTarget) liveQueued([]string, int64) int64 { return f.live.Load() }
 
+func (f *fakeTarget) hasSink(string) bool { return true }
+
+func (f *fakeTarget) deliverNow(ctx context.Context, sink string, ev *event.Event) error {
+	f.send(ctx, sink, ev, func(bool) {})
+	return nil
+}
+
 func (f *fakeTarget) mark(string) any { return nil }
 
 func (f *fakeTarget) sendAfter(ctx context.Context, sink string, ev *event.Event, _ any, done func(bool)) (bool, bool) {

@@ -36,6 +36,15 @@ type CommandLine struct {
 	// Progress, when not nil, is called about twice a second and once at
 	// the end.
 	Progress func(Status)
+	// Streams returns a source's change stream, for redeliveries.
+	Streams Streams
+}
+
+// RedeliverEvent is Runner.RedeliverEvent from the command line: the
+// change is delivered directly (Engine.DeliverNow), not through a running
+// gateway's lanes.
+func (c CommandLine) RedeliverEvent(ctx context.Context, id, sink string) (Redelivered, error) {
+	return c.runner().RedeliverEvent(ctx, id, sink)
 }
 
 // Run sends the documents of req.Source matching req.Filter to req.Sink (or
@@ -61,23 +70,7 @@ func (c CommandLine) Resume(ctx context.Context, id string) (Status, error) {
 
 // run runs req, or resumes the recorded backfill resumeID.
 func (c CommandLine) run(ctx context.Context, req Request, resumeID string) (Status, error) {
-	log := c.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	host := c.Config.Cluster.Instance
-	if host == "" {
-		host = "cli"
-	}
-	// One lock owner per process: a resume must wait for a dead
-	// process's locks to expire, and must not share a live one's.
-	var tok [4]byte
-	_, _ = rand.Read(tok[:])
-	b := New(Options{
-		Client: c.Client, StateDB: c.Client.Database(c.Config.Mongo.StateDatabase), Instance: host + "/cli-" + hex.EncodeToString(tok[:]),
-		Target: &direct{engine: c.Engine, sem: make(chan struct{}, 8), log: log}, SinksOf: c.Engine.SinksOf, Log: log,
-		Budget: c.Budget, Record: true, CLI: true,
-	})
+	b := c.runner()
 	var r *run
 	var err error
 	if resumeID == "" {
@@ -107,4 +100,26 @@ func (c CommandLine) run(ctx context.Context, req Request, resumeID string) (Sta
 			}
 		}
 	}
+}
+
+// runner returns the command line's Runner: its deliveries direct, its
+// records the command line's.
+func (c CommandLine) runner() *Runner {
+	log := c.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	host := c.Config.Cluster.Instance
+	if host == "" {
+		host = "cli"
+	}
+	// One lock owner per process: a resume must wait for a dead
+	// process's locks to expire, and must not share a live one's.
+	var tok [4]byte
+	_, _ = rand.Read(tok[:])
+	return New(Options{
+		Client: c.Client, StateDB: c.Client.Database(c.Config.Mongo.StateDatabase), Instance: host + "/cli-" + hex.EncodeToString(tok[:]),
+		Target: &direct{engine: c.Engine, sem: make(chan struct{}, 8), log: log}, SinksOf: c.Engine.SinksOf, Log: log,
+		Budget: c.Budget, Record: true, CLI: true, Streams: c.Streams,
+	})
 }

@@ -30,6 +30,11 @@ type Target interface {
 	// cannot order returns nil and sends at once.
 	mark(source string) any
 	sendAfter(ctx context.Context, sink string, ev *event.Event, mark any, done func(failed bool)) (routed, changed bool)
+	// hasSink reports whether the engine has a sink of that name.
+	hasSink(sink string) bool
+	// deliverNow delivers ev to sink at once, as a dead-letter replay
+	// does (router.Engine.DeliverNow).
+	deliverNow(ctx context.Context, sink string, ev *event.Event) error
 }
 
 // maxRereads bounds the re-reads of a document that keeps changing
@@ -92,6 +97,12 @@ func (t Lanes) send(_ context.Context, sink string, ev *event.Event, done func(b
 	return t.Engine.DispatchTo(sink, ev, func() { done(false) })
 }
 
+func (t Lanes) hasSink(sink string) bool { return t.Engine.Lane(sink) != nil }
+
+func (t Lanes) deliverNow(ctx context.Context, sink string, ev *event.Event) error {
+	return t.Engine.DeliverNow(ctx, sink, ev)
+}
+
 func (t Lanes) liveQueued(sinks []string, own int64) int64 {
 	var q int64
 	for _, s := range sinks {
@@ -145,6 +156,12 @@ func (t *direct) send(ctx context.Context, sink string, ev *event.Event, done fu
 		done(failed)
 	}()
 	return true
+}
+
+func (t *direct) hasSink(sink string) bool { return t.engine.Lane(sink) != nil }
+
+func (t *direct) deliverNow(ctx context.Context, sink string, ev *event.Event) error {
+	return t.engine.DeliverNow(ctx, sink, ev)
 }
 
 func (t *direct) liveQueued([]string, int64) int64 { return 0 }

@@ -2,8 +2,6 @@ package deliverylog
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -122,26 +120,6 @@ func attemptOf(r *Record) Attempt {
 // maxLifecycleRecords bounds the records one Lifecycle reads.
 const maxLifecycleRecords = 1000
 
-// splitEventID returns the source of an event id and the resume token
-// data that follows it.
-func splitEventID(id string) (source, data string, ok bool) {
-	source, data, ok = strings.Cut(id, ":")
-	return source, data, ok && source != "" && data != ""
-}
-
-// tokenTime returns the cluster time a resume token's _data (a KeyString
-// in hex: type 130, then the timestamp) encodes.
-func tokenTime(data string) (bson.Timestamp, bool) {
-	if len(data) < 18 {
-		return bson.Timestamp{}, false
-	}
-	var b [9]byte
-	if _, err := hex.Decode(b[:], []byte(data[:18])); err != nil || b[0] != 0x82 {
-		return bson.Timestamp{}, false
-	}
-	return bson.Timestamp{T: binary.BigEndian.Uint32(b[1:5]), I: binary.BigEndian.Uint32(b[5:9])}, true
-}
-
 // acknowledged reports whether every checkpoint of source's units is at
 // or past the resume token data (they sort in stream order, DOCS-11616),
 // and whether that could be told: no checkpoint, a partitioned source
@@ -198,12 +176,12 @@ func acknowledged(cps []checkpoint.Checkpoint, source, data string) (acked, know
 // store (parked, dead-lettered) and from the source's checkpoints (past
 // the event and nothing failed or pending: delivered).
 func (l *Log) Lifecycle(ctx context.Context, id string) (Lifecycle, error) {
-	source, data, ok := splitEventID(id)
+	source, data, ok := event.SplitID(id)
 	if !ok {
 		return Lifecycle{}, fmt.Errorf("%w: event id %q: expected <source>:<resume token>", ErrBadFilter, id)
 	}
 	lc := Lifecycle{EventID: id, Source: source, Sinks: []SinkLifecycle{}}
-	ct, streamEvent := tokenTime(data)
+	ct, streamEvent := event.DataClusterTime(data)
 	if streamEvent {
 		t := time.Unix(int64(ct.T), 0).UTC()
 		lc.ClusterTime = &t

@@ -133,11 +133,20 @@ func TokenClusterTime(token bson.Raw) (bson.Timestamp, bool) {
 		return bson.Timestamp{}, false
 	}
 	s, ok := v.StringValueOK()
-	if !ok || len(s) < 18 {
+	if !ok {
+		return bson.Timestamp{}, false
+	}
+	return DataClusterTime(s)
+}
+
+// DataClusterTime is TokenClusterTime of a token's _data string (the part
+// of an event id after its source: SplitID).
+func DataClusterTime(data string) (bson.Timestamp, bool) {
+	if len(data) < 18 {
 		return bson.Timestamp{}, false
 	}
 	var b [9]byte
-	if _, err := hex.Decode(b[:], []byte(s[:18])); err != nil || b[0] != 0x82 {
+	if _, err := hex.Decode(b[:], []byte(data[:18])); err != nil || b[0] != 0x82 {
 		return bson.Timestamp{}, false
 	}
 	return bson.Timestamp{T: binary.BigEndian.Uint32(b[1:5]), I: binary.BigEndian.Uint32(b[5:9])}, true
@@ -146,6 +155,13 @@ func TokenClusterTime(token bson.Raw) (bson.Timestamp, bool) {
 // MakeID returns the stable event id for a source and resume token.
 func MakeID(source string, token bson.Raw) string {
 	return source + ":" + TokenData(token)
+}
+
+// SplitID returns the source of an event id (MakeID) and the token data
+// that follows it; false when id has no source or no data.
+func SplitID(id string) (source, data string, ok bool) {
+	source, data, ok = strings.Cut(id, ":")
+	return source, data, ok && source != "" && data != ""
 }
 
 // Top-level change fields FromChange reads, found in one pass.

@@ -31,7 +31,8 @@ const (
 )
 
 // ErrHistoryLost is returned (wrapped) by Run when the checkpoint is older
-// than the oplog and the source is configured to fail.
+// than the oplog and the source is configured to fail, and by Reread when
+// the oplog no longer holds its start.
 var ErrHistoryLost = errors.New("change stream history lost")
 
 // Spec configures a Source.

@@ -96,20 +96,9 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 	var pend pending
 	defer func() { pend.mem.Release() }()
 	polls := 0
-	// A getMore that never answers (a network partition, a hung server)
-	// would block forever: bound each one and reopen when it expires.
-	pollTimeout := s.spec.MaxAwait + 10*time.Second
-	if s.spec.MaxAwait <= 0 {
-		pollTimeout = 11 * time.Second
-	}
 	for {
-		var got bool
-		if cs.RemainingBatchLength() > 0 {
-			got = cs.TryNext(ctx)
-		} else {
-			pctx, cancel := context.WithTimeout(ctx, pollTimeout)
-			got = cs.TryNext(pctx)
-			cancel()
+		got, polled := s.tryNext(ctx, cs)
+		if polled {
 			s.mu.Lock()
 			s.status.LastPoll = time.Now()
 			s.mu.Unlock()
@@ -166,6 +155,23 @@ func (s *Source) consume(ctx context.Context, cs *mongo.ChangeStream, tr *checkp
 			}
 		}
 	}
+}
+
+// tryNext is cs.TryNext; polled: the batch was read and the server asked
+// for more, bounded in time: a getMore that never answers (a network
+// partition, a hung server) would block forever, so it fails when the
+// bound expires and the stream reopens.
+func (s *Source) tryNext(ctx context.Context, cs *mongo.ChangeStream) (got, polled bool) {
+	if cs.RemainingBatchLength() > 0 {
+		return cs.TryNext(ctx), false
+	}
+	timeout := s.spec.MaxAwait + 10*time.Second
+	if s.spec.MaxAwait <= 0 {
+		timeout = 11 * time.Second
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return cs.TryNext(pctx), true
 }
 
 // pending is what consume keeps between the changes it reads: the

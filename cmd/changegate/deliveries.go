@@ -83,31 +83,47 @@ func cmdDeliveries(args []string, stdout, stderr io.Writer) int {
 }
 
 const eventsUsage = `Usage: changegate events show ID -config FILE
+       changegate events redeliver ID -config FILE -sink NAME
 
-Prints what became of the event with this id (a webhook-id, a dead letter's
-eventId) at each sink its rules route to: its state (delivered, in_flight,
-retrying, parked, dead_lettered, skipped), its attempts from the delivery
-log, links to its dead letter or parked entry, and what the answer rests on
-("covers"; "derived": true where the state was not recorded but derived
-from the checkpoint and the dead-letter store).
+show prints what became of the event with this id (a webhook-id, a dead
+letter's eventId) at each sink its rules route to: its state (delivered,
+in_flight, retrying, parked, dead_lettered, skipped), its attempts from the
+delivery log, links to its dead letter or parked entry, and what the answer
+rests on ("covers"; "derived": true where the state was not recorded but
+derived from the checkpoint and the dead-letter store).
+
+redeliver reads the change again from MongoDB's oplog (a change stream
+opened at its cluster time) and delivers it once more, with the same id, to
+that one sink, routed and shaped by today's rules as a dead-letter replay is
+(with the sink's retry policy, directly: not through a running gateway's
+lanes). It fails, saying so, when the oplog no longer holds the change, when
+no current rule routes it to the sink, or while the sink is held.
 `
 
 func cmdEvents(args []string, stdout, stderr io.Writer) int {
-	if len(args) < 2 || args[0] != "show" || len(args[1]) > 0 && args[1][0] == '-' {
+	if len(args) < 2 || (args[0] != "show" && args[0] != "redeliver") || len(args[1]) > 0 && args[1][0] == '-' {
 		fmt.Fprint(stderr, eventsUsage)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 			return 0
 		}
 		return 2
 	}
-	id := args[1]
-	fs := newFlags("events show", eventsUsage, stderr)
+	verb, id := args[0], args[1]
+	fs := newFlags("events "+verb, eventsUsage, stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
+	var sink *string
+	if verb == "redeliver" {
+		sink = fs.String("sink", "", "the sink to deliver the change to again (required)")
+	}
 	if ok, code := parseFlags(fs, args[2:]); !ok {
 		return code
 	}
 	if *path == "" {
 		fmt.Fprintln(stderr, "changegate events: -config is required")
+		return 2
+	}
+	if sink != nil && *sink == "" {
+		fmt.Fprintln(stderr, "changegate events redeliver: -sink is required")
 		return 2
 	}
 	cfg, ok := loadConfig(*path, stderr)
@@ -119,13 +135,19 @@ func cmdEvents(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer done()
-	lc, err := app.DeliveryLog(cfg, client).Lifecycle(ctx, id)
+	var out any
+	var err error
+	if verb == "redeliver" {
+		out, err = app.RedeliverEvent(ctx, cfg, client, id, *sink, nil)
+	} else {
+		out, err = app.DeliveryLog(cfg, client).Lifecycle(ctx, id)
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "changegate events show: %v\n", err)
+		fmt.Fprintf(stderr, "changegate events %s: %v\n", verb, err)
 		return 1
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(lc)
+	_ = enc.Encode(out)
 	return 0
 }

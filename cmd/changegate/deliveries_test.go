@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,5 +87,89 @@ sinks = ["billing"]
 	}
 	if code := run([]string{"events", "show", "orders:82FF", "-config", path}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "event not found") {
 		t.Errorf("events show of an unknown event: exit %d, %q", code, errOut.String())
+	}
+}
+
+// events redeliver reads a change again from the oplog and delivers it to
+// the sink named, with the same id; -sink is required; a change rolled off
+// the oplog is refused, saying so.
+func TestEventsRedeliver(t *testing.T) {
+	uri, srv := mongotest.URI(t)
+	client := mongotest.Client(t, uri)
+	state, dbName := mongotest.UniqueName("cgclistate_"), mongotest.UniqueName("cgclidb_")
+	t.Cleanup(func() {
+		_ = client.Database(state).Drop(context.Background())
+		_ = client.Database(dbName).Drop(context.Background())
+	})
+	var mu sync.Mutex
+	var got []string
+	hook := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("webhook-id"))
+		mu.Unlock()
+	}))
+	t.Cleanup(hook.Close)
+	path := filepath.Join(t.TempDir(), "c.toml")
+	cfg := fmt.Sprintf(`[mongo]
+uri = %q
+state_database = %q
+[[sources]]
+name = "orders"
+database = %q
+collection = "orders"
+[[sinks]]
+name = "billing"
+type = "webhook"
+url = %q
+allow_private_networks = true
+[[rules]]
+name = "paid"
+source = "orders"
+sinks = ["billing"]
+`, uri, state, dbName, hook.URL)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The change's id, as the gateway would have made it.
+	ctx := context.Background()
+	coll := client.Database(dbName).Collection("orders")
+	cs, err := coll.Watch(ctx, bson.A{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(ctx)
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	if !cs.Next(ctx) {
+		t.Fatal(cs.Err())
+	}
+	id := "orders:" + cs.Current.Lookup("_id", "_data").StringValue()
+
+	var out, errOut bytes.Buffer
+	if code := run([]string{"events", "redeliver", id, "-config", path}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "-sink is required") {
+		t.Errorf("without -sink: exit %d, %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := run([]string{"events", "redeliver", id, "-config", path, "-sink", "billing"}, &out, &errOut); code != 0 {
+		t.Fatalf("events redeliver: exit %d: %s", code, errOut.String())
+	}
+	var res map[string]any
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil || res["state"] != "delivered" || res["id"] != id {
+		t.Errorf("events redeliver printed %s (%v)", out.String(), err)
+	}
+	mu.Lock()
+	if len(got) != 1 || got[0] != id {
+		t.Errorf("the receiver got %v, want %s once", got, id)
+	}
+	mu.Unlock()
+	if srv == nil {
+		return
+	}
+	srv.DiscardHistory()
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"events", "redeliver", id, "-config", path, "-sink", "billing"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "no longer in the oplog") {
+		t.Errorf("a change rolled off: exit %d, %q", code, errOut.String())
 	}
 }

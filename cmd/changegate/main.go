@@ -40,6 +40,9 @@ Usage:
   changegate checkpoints show|reset -config FILE [-source NAME]
   changegate events show ID -config FILE
                                         what became of an event at each sink
+  changegate events redeliver ID -config FILE -sink NAME
+                                        read a change again from the oplog and
+                                        deliver it once more to one sink
   changegate deliveries list -config FILE [filters]
                                         the delivery log's records, newest first
   changegate backfill -config FILE -source S [-sink K] [-filter JSON] [-rate N]
