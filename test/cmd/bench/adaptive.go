@@ -60,7 +60,8 @@ type limitRow struct {
 	throttled int64
 	lateReqs  int64 // requests 5 s or more after the first
 	late429   int64
-	dead      int64 // dead-letter entries at the end
+	dead      int64 // dead letters at the end (not parked entries)
+	parked    int64 // parked entries at the end (a failing lane's backlog)
 	// From /api/v1/status, sampled every 200 ms between 10% and 90% of the
 	// backlog: the median and largest concurrency limit, the median
 	// requests in flight and smoothed latency.
@@ -296,9 +297,15 @@ func (b *bench) runLimit(id int, name string, load receiverLoad, fixed, n int) *
 		r.elapsed = time.Duration(cut - first)
 		r.rate = float64(rcv.count.Load()) / r.elapsed.Seconds()
 	}
-	dl, err := e.client.Database("changegate").Collection("deadletters").CountDocuments(context.Background(), bson.D{})
-	if err == nil {
+	// The collection holds dead letters and parked entries (kind
+	// "parked": a failing lane's backlog, re-driven in order): counted
+	// apart, since only the first are given up on.
+	dlc := e.client.Database("changegate").Collection("deadletters")
+	if dl, err := dlc.CountDocuments(context.Background(), bson.D{{Key: "kind", Value: bson.D{{Key: "$ne", Value: "parked"}}}}); err == nil {
 		r.dead = dl
+	}
+	if pk, err := dlc.CountDocuments(context.Background(), bson.D{{Key: "kind", Value: "parked"}}); err == nil {
+		r.parked = pk
 	}
 	from, to := rcv.at10.Load(), rcv.at90.Load()
 	if !r.finished && !r.steady {
@@ -398,6 +405,9 @@ func (b *bench) limitReport(s *strings.Builder) {
 		}
 		if r.dead > 0 {
 			notes = append(notes, fmt.Sprintf("%d dead letters", r.dead))
+		}
+		if r.parked > 0 {
+			notes = append(notes, fmt.Sprintf("%d parked at the cut", r.parked))
 		}
 		if r.finished {
 			notes = append(notes, fmt.Sprintf("%s in all", r.elapsed.Round(100*time.Millisecond)))
