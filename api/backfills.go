@@ -22,6 +22,7 @@ func (s *Server) backfillRoutes(rs *Routes) {
 	rs.Handle("GET /api/v1/backfills/{id}", Read, s.showBackfill)
 	rs.Handle("DELETE /api/v1/backfills/{id}", Mutate, s.cancelBackfill)
 	rs.Handle("POST /api/v1/events/{id}/redeliver", Mutate, s.redeliverEvent)
+	rs.Handle("POST /api/v1/sinks/{name}/redeliver", Mutate, s.redeliverRange)
 }
 
 // backfillBody is the body of POST /api/v1/backfills. filter may be a JSON
@@ -42,20 +43,24 @@ func (s *Server) startBackfill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := backfill.Request{Source: body.Source, Sink: body.Sink, Rate: body.Rate}
-	if f := bytes.TrimSpace(body.Filter); len(f) > 0 && !bytes.Equal(f, []byte("null")) {
-		if f[0] == '"' {
-			if err := json.Unmarshal(f, &req.Filter); err != nil {
-				WriteError(w, http.StatusBadRequest, fmt.Sprintf("filter: %v", err))
-				return
-			}
-		} else {
-			req.Filter = string(f)
-		}
+	var ok bool
+	if req.Filter, ok = filterText(w, body.Filter); !ok {
+		return
 	}
+	s.serveStart(w, r, req)
+}
+
+// serveStart starts the backfill (or redelivery) req and answers 202 with
+// its status and its Location; 400 for a bad request, 404 for an unknown
+// sink of a redelivery, 409 when a sink is busy (nothing started).
+func (s *Server) serveStart(w http.ResponseWriter, r *http.Request, req backfill.Request) {
 	st, err := s.bfs.Start(context.WithoutCancel(r.Context()), s.gw.Config(), req)
 	switch {
 	case errors.Is(err, backfill.ErrInput):
 		WriteError(w, http.StatusBadRequest, err.Error())
+		return
+	case errors.Is(err, backfill.ErrUnknownSink):
+		WriteError(w, http.StatusNotFound, err.Error())
 		return
 	case errors.Is(err, backfill.ErrBusy):
 		WriteError(w, http.StatusConflict, err.Error())
@@ -66,6 +71,68 @@ func (s *Server) startBackfill(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", "/api/v1/backfills/"+st.ID)
 	WriteJSON(w, http.StatusAccepted, st)
+}
+
+// filterText returns a filter given as a JSON object (Extended JSON) or a
+// string holding one, as text; false (an error answered) when it is
+// neither.
+func filterText(w http.ResponseWriter, raw json.RawMessage) (string, bool) {
+	f := bytes.TrimSpace(raw)
+	if len(f) == 0 || bytes.Equal(f, []byte("null")) {
+		return "", true
+	}
+	if f[0] != '"' {
+		return string(f), true
+	}
+	var text string
+	if err := json.Unmarshal(f, &text); err != nil {
+		WriteError(w, http.StatusBadRequest, fmt.Sprintf("filter: %v", err))
+		return "", false
+	}
+	return text, true
+}
+
+// redeliverBody is the body of POST /api/v1/sinks/{name}/redeliver.
+type redeliverBody struct {
+	Since  string          `json:"since"`
+	Until  string          `json:"until"`
+	Filter json.RawMessage `json:"filter"`
+	Source string          `json:"source"`
+	Rate   float64         `json:"rate"`
+}
+
+// redeliverRange serves POST /api/v1/sinks/{name}/redeliver {"since",
+// "until", "filter", "source", "rate"}: the changes of the window are read
+// again from the oplog and sent to that sink alone, as a backfill run of
+// kind "redelivery" (followed at /api/v1/backfills/{id}); 202, 400, 404
+// for an unknown sink, 409 when the sink runs another backfill.
+func (s *Server) redeliverRange(w http.ResponseWriter, r *http.Request) {
+	var body redeliverBody
+	if err := DecodeJSON(r, &body); err != nil {
+		WriteError(w, http.StatusBadRequest, fmt.Sprintf("body must be a JSON object {\"since\", \"until\", \"filter\", \"source\", \"rate\"}: %v", err))
+		return
+	}
+	req := backfill.Request{Kind: backfill.KindRedelivery, Sink: r.PathValue("name"), Source: body.Source, Rate: body.Rate}
+	for _, t := range []struct {
+		name, text string
+		to         *time.Time
+	}{{"since", body.Since, &req.Since}, {"until", body.Until, &req.Until}} {
+		if t.text == "" {
+			WriteError(w, http.StatusBadRequest, t.name+" is required: an RFC 3339 time, e.g. 2026-11-28T10:00:00Z")
+			return
+		}
+		v, err := time.Parse(time.RFC3339Nano, t.text)
+		if err != nil {
+			WriteError(w, http.StatusBadRequest, fmt.Sprintf("%s %q: want an RFC 3339 time, e.g. 2026-11-28T10:00:00Z", t.name, t.text))
+			return
+		}
+		*t.to = v.UTC()
+	}
+	var ok bool
+	if req.Filter, ok = filterText(w, body.Filter); !ok {
+		return
+	}
+	s.serveStart(w, r, req)
 }
 
 // listBackfills serves GET /api/v1/backfills: the backfills of this

@@ -13,7 +13,9 @@ import (
 	"github.com/changegate/changegate/source"
 )
 
-// Backfill runs one backfill from the command line (backfill.CommandLine):
+// Backfill runs one backfill from the command line (backfill.CommandLine),
+// or a redelivery from the oplog (req.Kind backfill.KindRedelivery: the
+// changes of the window delivered to req.Sink one at a time, in order):
 // it sends the documents of req.Source matching req.Filter to req.Sink (or
 // every matching sink) with the sinks' retry policy, through an engine built
 // from cfg whose lanes are not started. progress, when not nil, is called
@@ -31,6 +33,14 @@ func Backfill(ctx context.Context, cfg *config.Config, client *mongo.Client, req
 func ResumeBackfill(ctx context.Context, cfg *config.Config, client *mongo.Client, id string, log *slog.Logger, progress func(backfill.Status)) (backfill.Status, error) {
 	return backfillCLI(ctx, cfg, client, log, progress, func(c backfill.CommandLine) (backfill.Status, error) {
 		return c.Resume(ctx, id)
+	})
+}
+
+// ResumeRedelivery resumes the command line's redelivery id, left running
+// by a stop (SIGINT), a kill or a crash.
+func ResumeRedelivery(ctx context.Context, cfg *config.Config, client *mongo.Client, id string, log *slog.Logger, progress func(backfill.Status)) (backfill.Status, error) {
+	return backfillCLI(ctx, cfg, client, log, progress, func(c backfill.CommandLine) (backfill.Status, error) {
+		return c.ResumeRedelivery(ctx, id)
 	})
 }
 

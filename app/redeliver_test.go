@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/test/mongotest"
 )
 
@@ -149,6 +151,122 @@ func TestRedeliverEventFromOplog(t *testing.T) {
 	}
 	if got, _ := other.got(); len(got) != 0 {
 		t.Errorf("sink other received %v", got)
+	}
+	if err := g.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A redelivery of a window of the oplog to one sink delivers exactly the
+// window's changes that its filter and today's rules select, once more,
+// with their ids, to that sink alone; the other sink gets nothing and the
+// source's checkpoint does not move. Its progress is served as a backfill
+// run's.
+func TestRedeliverRange(t *testing.T) {
+	t.Parallel()
+	uri, _ := mongotest.URI(t)
+	e, _ := newEnvAt(t, uri)
+	hook, other := newRecordingHook(t), newRecordingHook(t)
+	text := strings.NewReplacer("%URI%", e.uri, "%DB%", e.db, "%STATE%", e.state, "%URL%", hook.URL, "%OTHER%", other.URL, "%GRACE%", "5s",
+		"%SHAPE%", "", `filter = { "fullDocument.never" = true }`, "").Replace(redeliverConfig)
+	cfg, err := config.Parse("test.toml", []byte(text), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, cfg, app.Options{})
+	coll := mongotest.Client(t, uri).Database(e.db).Collection("items")
+	insert := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := coll.InsertOne(context.Background(), bson.D{{Key: "_id", Value: i}, {Key: "n", Value: i}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Cluster times count seconds: the window's changes are written in
+	// seconds of their own.
+	nextSecond := func() time.Time {
+		next := time.Now().Truncate(time.Second).Add(time.Second)
+		time.Sleep(time.Until(next) + 20*time.Millisecond)
+		return next
+	}
+	insert(0, 3) // before the window
+	since := nextSecond()
+	insert(3, 9) // the window
+	until := nextSecond()
+	insert(9, 12) // after it
+	waitFor(t, 15*time.Second, "every change at both sinks", func() bool {
+		a, _ := hook.got()
+		b, _ := other.got()
+		return len(a) == 12 && len(b) == 12
+	})
+	liveIDs, _ := hook.got()
+	var cp struct{ before, after string }
+	waitFor(t, 15*time.Second, "the checkpoint at the last change", func() bool {
+		c, ok, err := e.cps.Load(context.Background(), "items")
+		cp.before = event.TokenData(c.Token)
+		return err == nil && ok && "items:"+cp.before == liveIDs[11]
+	})
+
+	body := `{"since": "` + since.Format(time.RFC3339) + `", "until": "` + until.Format(time.RFC3339) + `", "filter": {"fullDocument.n": {"$ne": 5}}, "rate": 1000}`
+	resp, b := do(t, "POST", g.admin, "/api/v1/sinks/hook/redeliver", "s3cret-admin-token", strings.NewReader(body))
+	var st struct {
+		ID, Kind, State, Location string
+		Scanned, Sent, Finished   int
+		Percent                   float64
+	}
+	if err := json.Unmarshal(b, &st); err != nil || resp.StatusCode != 202 || st.Kind != "redelivery" || resp.Header.Get("Location") != "/api/v1/backfills/"+st.ID {
+		t.Fatalf("POST /api/v1/sinks/hook/redeliver: %d %s", resp.StatusCode, b)
+	}
+	waitFor(t, 30*time.Second, "the redelivery done", func() bool {
+		code, b := call(t, "GET", g.admin, "/api/v1/backfills/"+st.ID, "s3cret-admin-token")
+		if err := json.Unmarshal(b, &st); err != nil || code != 200 || st.State == "failed" {
+			t.Fatalf("GET the redelivery: %d %s", code, b)
+		}
+		return st.State == "done"
+	})
+	if st.Scanned != 6 || st.Sent != 5 || st.Finished != 5 || st.Percent != 100 {
+		t.Errorf("status %+v: want 6 changes read, 5 sent and finished", st)
+	}
+	ids, bodies := hook.got()
+	want := []string{liveIDs[3], liveIDs[4], liveIDs[6], liveIDs[7], liveIDs[8]}
+	if len(ids) != 12+len(want) {
+		t.Fatalf("the hook got %d requests, want 12 live and %d redelivered: %v", len(ids), len(want), ids[12:])
+	}
+	// Different documents go in parallel: compared as sets.
+	got := slices.Clone(ids[12:])
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("redelivered %v, want %v", got, want)
+	}
+	for _, b := range bodies[12:] {
+		if !strings.Contains(b, `"operationType":"insert"`) {
+			t.Errorf("redelivered %s", b)
+		}
+	}
+	if got, _ := other.got(); len(got) != 12 {
+		t.Errorf("the other sink got %d requests, want the 12 live ones", len(got))
+	}
+	c, _, err := e.cps.Load(context.Background(), "items")
+	if cp.after = event.TokenData(c.Token); err != nil || cp.after != cp.before {
+		t.Errorf("the source's checkpoint moved: %s -> %s (%v)", cp.before, cp.after, err)
+	}
+	for _, tc := range []struct {
+		path, body string
+		want       int
+	}{
+		{"/api/v1/sinks/nope/redeliver", body, 404},
+		{"/api/v1/sinks/hook/redeliver", `{"since": "yesterday", "until": "` + until.Format(time.RFC3339) + `"}`, 400},
+		{"/api/v1/sinks/hook/redeliver", `{"until": "` + until.Format(time.RFC3339) + `"}`, 400},
+		{"/api/v1/sinks/hook/redeliver", `{"since": "` + until.Format(time.RFC3339) + `", "until": "` + since.Format(time.RFC3339) + `"}`, 400},
+		{"/api/v1/sinks/hook/redeliver", `{"since": "` + since.Format(time.RFC3339) + `", "until": "` + time.Now().Add(time.Hour).Format(time.RFC3339) + `"}`, 400},
+		{"/api/v1/sinks/hook/redeliver", `{"since": "` + since.Format(time.RFC3339) + `", "until": "` + until.Format(time.RFC3339) + `", "source": "nope"}`, 400},
+		{"/api/v1/sinks/hook/redeliver", `{"since": "` + since.Format(time.RFC3339) + `", "until": "` + until.Format(time.RFC3339) + `", "filter": {"$where": "1"}}`, 400},
+	} {
+		if resp, b := do(t, "POST", g.admin, tc.path, "s3cret-admin-token", strings.NewReader(tc.body)); resp.StatusCode != tc.want {
+			t.Errorf("POST %s %s: %d %s, want %d", tc.path, tc.body, resp.StatusCode, b, tc.want)
+		}
 	}
 	if err := g.stop(t, 10*time.Second); err != nil {
 		t.Fatal(err)

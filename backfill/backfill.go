@@ -80,15 +80,32 @@ type Request struct {
 	// Rate is the most documents per second the backfill reads (default
 	// DefaultRate).
 	Rate float64 `json:"rate,omitempty"`
+	// Kind is KindRedelivery for a redelivery from the oplog: the changes
+	// of Source from Since to Until (excluded) that Filter matches (in the
+	// rules' query syntax, over the change event) are read again from the
+	// oplog and sent to Sink alone. Empty: a backfill of the documents.
+	Kind  string    `json:"kind,omitempty"`
+	Since time.Time `json:"since,omitzero"`
+	Until time.Time `json:"until,omitzero"`
 }
+
+// KindRedelivery is the Kind of a redelivery from the oplog.
+const KindRedelivery = "redelivery"
 
 // Status is the progress of one backfill.
 type Status struct {
-	ID     string  `json:"id"`
-	Source string  `json:"source"`
-	Sink   string  `json:"sink,omitempty"`
-	Filter string  `json:"filter,omitempty"`
-	Rate   float64 `json:"rate"`
+	ID string `json:"id"`
+	// Kind, Since and Until are the request's (a redelivery from the
+	// oplog); At is the cluster time up to which every change it read was
+	// finished (the position it resumes after).
+	Kind   string    `json:"kind,omitempty"`
+	Since  time.Time `json:"since,omitzero"`
+	Until  time.Time `json:"until,omitzero"`
+	At     time.Time `json:"at,omitzero"`
+	Source string    `json:"source"`
+	Sink   string    `json:"sink,omitempty"`
+	Filter string    `json:"filter,omitempty"`
+	Rate   float64   `json:"rate"`
 	// State is running, done, cancelled or failed.
 	State     string `json:"state"`
 	Error     string `json:"error,omitempty"`
@@ -232,6 +249,10 @@ func (r *run) status() Status {
 	switch {
 	case st.State == "done":
 		st.Percent = 100
+	case st.Kind == KindRedelivery:
+		if span := st.Until.Sub(st.Since); span > 0 && !st.At.IsZero() {
+			st.Percent = min(100, max(0, float64(st.At.Sub(st.Since))*100/float64(span)))
+		}
 	case st.Estimated > 0:
 		st.Percent = min(100, float64(st.Scanned)*100/float64(st.Estimated))
 	}

@@ -44,7 +44,7 @@ type CommandLine struct {
 // change is delivered directly (Engine.DeliverNow), not through a running
 // gateway's lanes.
 func (c CommandLine) RedeliverEvent(ctx context.Context, id, sink string) (Redelivered, error) {
-	return c.runner().RedeliverEvent(ctx, id, sink)
+	return c.runner(1).RedeliverEvent(ctx, id, sink)
 }
 
 // Run sends the documents of req.Source matching req.Filter to req.Sink (or
@@ -68,15 +68,29 @@ func (c CommandLine) Resume(ctx context.Context, id string) (Status, error) {
 	return c.run(ctx, Request{}, id)
 }
 
-// run runs req, or resumes the recorded backfill resumeID.
+// ResumeRedelivery is Resume for a redelivery from the oplog
+// (KindRedelivery) of the command line.
+func (c CommandLine) ResumeRedelivery(ctx context.Context, id string) (Status, error) {
+	if id == "" {
+		return Status{}, fmt.Errorf("%w: no redelivery id", ErrInput)
+	}
+	return c.run(ctx, Request{Kind: KindRedelivery}, id)
+}
+
+// run runs req, or resumes the recorded backfill resumeID (of req.Kind).
+// A redelivery delivers one change at a time, in stream order.
 func (c CommandLine) run(ctx context.Context, req Request, resumeID string) (Status, error) {
-	b := c.runner()
+	deliveries := 8
+	if req.Kind == KindRedelivery {
+		deliveries = 1
+	}
+	b := c.runner(deliveries)
 	var r *run
 	var err error
 	if resumeID == "" {
 		r, err = b.start(ctx, c.Config, req)
 	} else {
-		r, err = b.resumeCLI(ctx, c.Config, resumeID)
+		r, err = b.resumeCLI(ctx, c.Config, resumeID, req.Kind)
 	}
 	if err != nil {
 		return Status{}, err
@@ -102,9 +116,9 @@ func (c CommandLine) run(ctx context.Context, req Request, resumeID string) (Sta
 	}
 }
 
-// runner returns the command line's Runner: its deliveries direct, its
-// records the command line's.
-func (c CommandLine) runner() *Runner {
+// runner returns the command line's Runner: its deliveries direct, at
+// most deliveries at a time, its records the command line's.
+func (c CommandLine) runner(deliveries int) *Runner {
 	log := c.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -119,7 +133,7 @@ func (c CommandLine) runner() *Runner {
 	_, _ = rand.Read(tok[:])
 	return New(Options{
 		Client: c.Client, StateDB: c.Client.Database(c.Config.Mongo.StateDatabase), Instance: host + "/cli-" + hex.EncodeToString(tok[:]),
-		Target: &direct{engine: c.Engine, sem: make(chan struct{}, 8), log: log}, SinksOf: c.Engine.SinksOf, Log: log,
+		Target: &direct{engine: c.Engine, sem: make(chan struct{}, deliveries), log: log}, SinksOf: c.Engine.SinksOf, Log: log,
 		Budget: c.Budget, Record: true, CLI: true, Streams: c.Streams,
 	})
 }

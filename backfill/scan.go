@@ -48,28 +48,11 @@ func (b *Runner) scan(ctx context.Context, r *run, src config.Source, log *slog.
 	r.st.Estimated = est
 	r.mu.Unlock()
 	burst := max(1, min(int(r.req.Rate), 100))
-	lim := rate.NewLimiter(rate.Limit(r.req.Rate), burst)
-	space := make(chan struct{}, 1)
+	th := b.newThrottle(r)
 	docsSent := b.metrics.BackfillDocuments.WithLabelValues(r.req.Source, r.req.Sink)
-	finish := func(failed bool) {
-		r.inFlight.Add(-1)
-		r.mu.Lock()
-		r.st.Finished++
-		if failed {
-			r.st.Failed++
-		}
-		r.mu.Unlock()
-		select {
-		case space <- struct{}{}:
-		default:
-		}
-	}
 	// The acknowledged progress: each document read is a slot, its
 	// position {ns, _id}; the watermark is saved (saveProgress).
-	tr := checkpoint.NewTracker(maxInFlight+1, checkpoint.Position{})
-	r.mu.Lock()
-	r.acked = tr
-	r.mu.Unlock()
+	tr := th.tr
 	for _, ns := range nss {
 		var after bson.Raw
 		if rs := r.resume; rs != nil && rs.namespace != "" {
@@ -108,22 +91,9 @@ func (b *Runner) scan(ctx context.Context, r *run, src config.Source, log *slog.
 				return fmt.Errorf("read %s: %w", ns, err)
 			}
 			for cur.Next(ctx) {
-				if err := lim.Wait(ctx); err != nil {
+				if err := th.wait(ctx); err != nil {
 					_ = cur.Close(context.WithoutCancel(ctx))
 					return err
-				}
-				// Live changes first, and a bounded backlog of our own.
-				for r.inFlight.Load() >= maxInFlight || b.target.liveQueued(r.sinks, r.inFlight.Load()) > 0 {
-					t := time.NewTimer(20 * time.Millisecond)
-					select {
-					case <-ctx.Done():
-						t.Stop()
-						_ = cur.Close(context.WithoutCancel(ctx))
-						return ctx.Err()
-					case <-space:
-					case <-t.C:
-					}
-					t.Stop()
 				}
 				doc := cur.Current
 				idv := doc.Lookup("_id")
@@ -134,10 +104,7 @@ func (b *Runner) scan(ctx context.Context, r *run, src config.Source, log *slog.
 					_ = cur.Close(context.WithoutCancel(ctx))
 					return err
 				}
-				done := func(failed bool) {
-					tr.Ack(seq)
-					finish(failed)
-				}
+				done := th.done(seq)
 				ev, err := source.SnapshotEventKeyed(r.req.Source, source.BackfillPrefix(r.id), db, coll, bson.Timestamp{}, time.Now(), doc, shardKey)
 				r.mu.Lock()
 				r.st.Scanned++
@@ -188,12 +155,78 @@ func (b *Runner) scan(ctx context.Context, r *run, src config.Source, log *slog.
 			time.Sleep(time.Second)
 		}
 	}
-	// Wait for the deliveries of what was sent.
-	for r.inFlight.Load() > 0 {
+	return th.drain(ctx)
+}
+
+// throttle paces what a run hands on: at most its rate per second, at
+// most maxInFlight unfinished, and never while its sinks have live
+// changes queued; tr is its acknowledged progress, a slot per event
+// handed on.
+type throttle struct {
+	b     *Runner
+	r     *run
+	lim   *rate.Limiter
+	space chan struct{}
+	tr    *checkpoint.Tracker
+}
+
+func (b *Runner) newThrottle(r *run) *throttle {
+	burst := max(1, min(int(r.req.Rate), 100))
+	th := &throttle{b: b, r: r, lim: rate.NewLimiter(rate.Limit(r.req.Rate), burst), space: make(chan struct{}, 1),
+		tr: checkpoint.NewTracker(maxInFlight+1, checkpoint.Position{})}
+	r.mu.Lock()
+	r.acked = th.tr
+	r.mu.Unlock()
+	return th
+}
+
+// wait returns once the next event may be handed on, or ctx's error.
+func (th *throttle) wait(ctx context.Context) error {
+	if err := th.lim.Wait(ctx); err != nil {
+		return err
+	}
+	// Live changes first, and a bounded backlog of our own.
+	for th.r.inFlight.Load() >= maxInFlight || th.b.target.liveQueued(th.r.sinks, th.r.inFlight.Load()) > 0 {
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-th.space:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return nil
+}
+
+// done returns the callback of the event of slot seq, handed on: it
+// acknowledges the slot and counts the event finished.
+func (th *throttle) done(seq uint64) func(failed bool) {
+	return func(failed bool) {
+		th.tr.Ack(seq)
+		r := th.r
+		r.inFlight.Add(-1)
+		r.mu.Lock()
+		r.st.Finished++
+		if failed {
+			r.st.Failed++
+		}
+		r.mu.Unlock()
+		select {
+		case th.space <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// drain waits for the deliveries of what was handed on.
+func (th *throttle) drain(ctx context.Context) error {
+	for th.r.inFlight.Load() > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-space:
+		case <-th.space:
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

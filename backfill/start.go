@@ -55,6 +55,13 @@ func ParseFilter(s string) (bson.Raw, error) {
 // validate checks req against cfg and returns the parsed filter and the
 // sinks it targets.
 func (b *Runner) validate(cfg *config.Config, req *Request) (bson.Raw, []string, error) {
+	switch req.Kind {
+	case KindRedelivery:
+		return b.validateRedelivery(cfg, req)
+	case "":
+	default:
+		return nil, nil, fmt.Errorf("%w: unknown kind %q (%q, or none for a backfill)", ErrInput, req.Kind, KindRedelivery)
+	}
 	var names []string
 	var src *config.Source
 	for i := range cfg.Sources {
@@ -89,17 +96,77 @@ func (b *Runner) validate(cfg *config.Config, req *Request) (bson.Raw, []string,
 	if len(sinks) == 0 {
 		return nil, nil, fmt.Errorf("%w: no rule of source %q routes to any sink", ErrInput, req.Source)
 	}
+	filter, err := checkRateFilter(req)
+	return filter, sinks, err
+}
+
+// checkRateFilter checks req's rate (giving it the default) and parses
+// its filter.
+func checkRateFilter(req *Request) (bson.Raw, error) {
 	if req.Rate == 0 {
 		req.Rate = DefaultRate
 	}
 	if req.Rate < 0 || req.Rate > MaxRate || req.Rate != req.Rate {
-		return nil, nil, fmt.Errorf("%w: rate %v: want documents per second, more than 0 and at most %d", ErrInput, req.Rate, MaxRate)
+		return nil, fmt.Errorf("%w: rate %v: want documents per second, more than 0 and at most %d", ErrInput, req.Rate, MaxRate)
 	}
 	filter, err := ParseFilter(req.Filter)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrInput, err)
+		return nil, fmt.Errorf("%w: %v", ErrInput, err)
 	}
-	return filter, sinks, nil
+	return filter, nil
+}
+
+// validateRedelivery is validate for a redelivery from the oplog: a sink
+// (ErrUnknownSink when the configuration has none of that name), the one
+// source whose rules route to it (or the one named), and a window in the
+// past.
+func (b *Runner) validateRedelivery(cfg *config.Config, req *Request) (bson.Raw, []string, error) {
+	var all []string
+	known := false
+	for _, s := range cfg.Sinks {
+		all = append(all, s.Name)
+		known = known || s.Name == req.Sink
+	}
+	switch {
+	case req.Sink == "":
+		return nil, nil, fmt.Errorf("%w: a redelivery needs its sink (one of %s)", ErrInput, strings.Join(all, ", "))
+	case !known:
+		return nil, nil, fmt.Errorf("%w %q (sinks: %s)", ErrUnknownSink, req.Sink, strings.Join(all, ", "))
+	}
+	var routed []string
+	for _, sc := range cfg.Sources {
+		if slices.Contains(b.sinksOf(sc.Name), req.Sink) {
+			routed = append(routed, sc.Name)
+		}
+	}
+	switch {
+	case req.Source != "" && !slices.Contains(routed, req.Source):
+		return nil, nil, fmt.Errorf("%w: no rule routes source %q to sink %q (sources routed there: %s)", ErrInput, req.Source, req.Sink, strings.Join(routed, ", "))
+	case req.Source != "":
+	case len(routed) == 0:
+		return nil, nil, fmt.Errorf("%w: no rule routes any source to sink %q", ErrInput, req.Sink)
+	case len(routed) > 1:
+		return nil, nil, fmt.Errorf("%w: the rules route sources %s to sink %q: name one with source", ErrInput, strings.Join(routed, ", "), req.Sink)
+	default:
+		req.Source = routed[0]
+	}
+	if b.streams == nil {
+		return nil, nil, fmt.Errorf("%w: this process cannot read the oplog again", ErrInput)
+	}
+	if _, ok := b.streams(req.Source); !ok {
+		return nil, nil, fmt.Errorf("%w: unknown source %q", ErrInput, req.Source)
+	}
+	now := time.Now()
+	switch {
+	case req.Since.IsZero() || req.Until.IsZero():
+		return nil, nil, fmt.Errorf("%w: since and until (RFC 3339 times) are required: the window of the oplog to read again", ErrInput)
+	case !req.Since.Before(req.Until):
+		return nil, nil, fmt.Errorf("%w: since %s is not before until %s", ErrInput, req.Since.Format(time.RFC3339), req.Until.Format(time.RFC3339))
+	case req.Until.After(now.Add(time.Second)):
+		return nil, nil, fmt.Errorf("%w: until %s is in the future: the oplog holds changes up to now only", ErrInput, req.Until.Format(time.RFC3339))
+	}
+	filter, err := checkRateFilter(req)
+	return filter, []string{req.Sink}, err
 }
 
 // Start validates req against cfg, locks its sinks and starts the backfill
@@ -156,7 +223,8 @@ func (b *Runner) startRun(ctx context.Context, cfg *config.Config, req Request, 
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &run{id: id, req: req, filter: filter, sinks: sinks, cancel: cancel, done: make(chan struct{}), resume: rs}
-	r.st = Status{ID: id, Source: req.Source, Sink: req.Sink, Filter: req.Filter, Rate: req.Rate, State: "running", StartedAt: time.Now().UTC()}
+	r.st = Status{ID: id, Kind: req.Kind, Since: req.Since, Until: req.Until, Source: req.Source, Sink: req.Sink, Filter: req.Filter, Rate: req.Rate,
+		State: "running", StartedAt: time.Now().UTC()}
 	if rs != nil {
 		r.st.Scanned = rs.scanned
 		if !rs.startedAt.IsZero() {
@@ -182,7 +250,11 @@ func (b *Runner) startRun(ctx context.Context, cfg *config.Config, req Request, 
 		}
 	}
 	log := b.log.With("backfill", id, "source", req.Source, "sink", req.Sink)
-	log.Info("backfill started", "filter", req.Filter, "rate", req.Rate)
+	if req.Kind == KindRedelivery {
+		log.Info("redelivery from the oplog started", "since", req.Since, "until", req.Until, "filter", req.Filter, "rate", req.Rate)
+	} else {
+		log.Info("backfill started", "filter", req.Filter, "rate", req.Rate)
+	}
 	go func() {
 		defer close(r.done)
 		defer stopOnCtx()
@@ -195,7 +267,12 @@ func (b *Runner) startRun(ctx context.Context, cfg *config.Config, req Request, 
 			defer close(saverDone)
 			b.saveProgress(rctx, r)
 		}()
-		err := b.scan(rctx, r, src, log)
+		var err error
+		if req.Kind == KindRedelivery {
+			err = b.reread(rctx, r, log)
+		} else {
+			err = b.scan(rctx, r, src, log)
+		}
 		// What was sent is finished first (bounded: a cancelled CLI run
 		// stops its deliveries after this).
 		for deadline := time.Now().Add(30 * time.Second); r.inFlight.Load() > 0 && time.Now().Before(deadline); {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/changegate/changegate/checkpoint"
 	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/event"
 )
 
 // recordsCollection holds one record per backfill in the
@@ -38,6 +39,15 @@ type record struct {
 	// absent for the gateway's (and for every record written before the
 	// command line's were recorded).
 	Origin string `bson:"origin,omitempty"`
+	// Kind, Since and Until: a redelivery from the oplog (Request);
+	// AfterCT and AfterData are its acknowledged progress, the cluster time
+	// and resume token data of the change up to which every change it
+	// read was finished (absent before the first).
+	Kind      string         `bson:"kind,omitempty"`
+	Since     time.Time      `bson:"since,omitempty"`
+	Until     time.Time      `bson:"until,omitempty"`
+	AfterCT   bson.Timestamp `bson:"afterClusterTime,omitempty"`
+	AfterData string         `bson:"afterToken,omitempty"`
 }
 
 // originCLI marks the records of the command line's backfills.
@@ -45,8 +55,9 @@ const originCLI = "cli"
 
 // resume returns the request of rec and where a resumed run starts.
 func (rec record) resume() (Request, *resumePoint) {
-	req := Request{Source: rec.Source, Sink: rec.Sink, Filter: rec.Filter, Rate: rec.Rate}
-	rs := &resumePoint{id: rec.ID, namespace: rec.Namespace, scanned: rec.Scanned, startedAt: rec.StartedAt}
+	req := Request{Source: rec.Source, Sink: rec.Sink, Filter: rec.Filter, Rate: rec.Rate, Kind: rec.Kind, Since: rec.Since, Until: rec.Until}
+	rs := &resumePoint{id: rec.ID, namespace: rec.Namespace, scanned: rec.Scanned, startedAt: rec.StartedAt,
+		afterCT: rec.AfterCT, afterData: rec.AfterData}
 	if rec.Namespace != "" && rec.After.Type != 0 {
 		rs.after, _ = bson.Marshal(bson.D{{Key: "_id", Value: rec.After}})
 	}
@@ -60,6 +71,9 @@ type resumePoint struct {
 	after     bson.Raw
 	scanned   int64
 	startedAt time.Time
+	// afterCT and afterData: where a redelivery resumes (record).
+	afterCT   bson.Timestamp
+	afterData string
 }
 
 // saveRecord writes r's request and state (not its progress).
@@ -75,6 +89,9 @@ func (b *Runner) saveRecord(ctx context.Context, r *run, state string) error {
 	}
 	if b.origin != "" {
 		set = append(set, bson.E{Key: "origin", Value: b.origin})
+	}
+	if r.req.Kind != "" {
+		set = append(set, bson.E{Key: "kind", Value: r.req.Kind}, bson.E{Key: "since", Value: r.req.Since}, bson.E{Key: "until", Value: r.req.Until})
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -113,19 +130,29 @@ func (b *Runner) saveProgressNow(ctx context.Context, r *run) bool {
 		return false
 	}
 	pos, _ := tr.Position()
-	var at struct {
-		NS string        `bson:"ns"`
-		ID bson.RawValue `bson:"_id"`
-	}
-	if len(pos.Token) == 0 || bson.Unmarshal(pos.Token, &at) != nil || at.NS == "" {
-		return false
+	var set bson.D
+	if r.req.Kind == KindRedelivery {
+		// The position of a change read from the oplog: its cluster time
+		// and resume token.
+		if len(pos.Token) == 0 {
+			return false
+		}
+		set = bson.D{{Key: "afterClusterTime", Value: pos.ClusterTime}, {Key: "afterToken", Value: event.TokenData(pos.Token)}}
+	} else {
+		var at struct {
+			NS string        `bson:"ns"`
+			ID bson.RawValue `bson:"_id"`
+		}
+		if len(pos.Token) == 0 || bson.Unmarshal(pos.Token, &at) != nil || at.NS == "" {
+			return false
+		}
+		set = bson.D{{Key: "namespace", Value: at.NS}, {Key: "after", Value: at.ID}}
 	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := b.records.UpdateOne(wctx, bson.D{{Key: "_id", Value: r.id}}, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "namespace", Value: at.NS}, {Key: "after", Value: at.ID},
-		{Key: "scanned", Value: r.status().Scanned}, {Key: "updatedAt", Value: time.Now().UTC()},
-	}}})
+	_, err := b.records.UpdateOne(wctx, bson.D{{Key: "_id", Value: r.id}}, bson.D{{Key: "$set", Value: append(set,
+		bson.E{Key: "scanned", Value: r.status().Scanned}, bson.E{Key: "updatedAt", Value: time.Now().UTC()},
+	)}})
 	if err != nil {
 		b.log.Warn("cannot save backfill progress", "backfill", r.id, "err", err)
 		return false
@@ -198,7 +225,7 @@ func (b *Runner) ResumeAll(ctx context.Context, cfg func() *config.Config) {
 
 // resumeCLI resumes the command line's recorded backfill id, waiting up
 // to the lock's lifetime for the locks of the process that ran it.
-func (b *Runner) resumeCLI(ctx context.Context, cfg *config.Config, id string) (*run, error) {
+func (b *Runner) resumeCLI(ctx context.Context, cfg *config.Config, id, kind string) (*run, error) {
 	var rec record
 	err := b.records.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&rec)
 	switch {
@@ -210,6 +237,10 @@ func (b *Runner) resumeCLI(ctx context.Context, cfg *config.Config, id string) (
 		return nil, fmt.Errorf("%w: backfill %s was started by a gateway, which resumes it itself", ErrInput, id)
 	case rec.State != "running":
 		return nil, fmt.Errorf("%w: backfill %s is %s: nothing to resume", ErrInput, id, rec.State)
+	case rec.Kind != kind && rec.Kind == KindRedelivery:
+		return nil, fmt.Errorf("%w: %s is a redelivery from the oplog: resume it with changegate sinks redeliver -resume", ErrInput, id)
+	case rec.Kind != kind:
+		return nil, fmt.Errorf("%w: %s is a backfill: resume it with changegate backfill -resume", ErrInput, id)
 	}
 	req, rs := rec.resume()
 	deadline := time.Now().Add(leaseTTL + 5*time.Second)

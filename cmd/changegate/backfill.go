@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,8 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
 	"github.com/changegate/changegate/app"
 	"github.com/changegate/changegate/backfill"
+	"github.com/changegate/changegate/config"
 )
 
 const backfillUsage = `Usage: changegate backfill -config FILE -source S [-sink K] [-filter JSON] [-rate N]
@@ -62,7 +66,24 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "changegate backfill: -config and -source are required")
 		return 2
 	}
-	cfg, ok := loadConfig(*path, stderr)
+	return runRecorded("backfill", "backfill", "changegate backfill -config "+*path, *path, stdout, stderr,
+		func(ctx context.Context, cfg *config.Config, client *mongo.Client, show func(backfill.Status)) (backfill.Status, error) {
+			if *resume != "" {
+				return app.ResumeBackfill(ctx, cfg, client, *resume, nil, show)
+			}
+			return app.Backfill(ctx, cfg, client, req, nil, show)
+		})
+}
+
+// runRecorded runs a recorded backfill or redelivery of the command line
+// (cmd, the command's name; what it is): it loads the config at path,
+// connects, runs do with a progress bar on stderr, announces the run's id
+// with how to resume it (resume, the command line that resumes), and
+// prints the result. Exit 2 for a bad request, 1 when it failed or did not
+// finish.
+func runRecorded(cmd, what, resume, path string, stdout, stderr io.Writer,
+	do func(ctx context.Context, cfg *config.Config, client *mongo.Client, show func(backfill.Status)) (backfill.Status, error)) int {
+	cfg, ok := loadConfig(path, stderr)
 	if !ok {
 		return 1
 	}
@@ -72,33 +93,27 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 	}
 	defer done()
 	bar := progressBar{w: stderr, tty: isTerminal(stderr)}
-	var st backfill.Status
-	var err error
 	announced := false
 	show := func(s backfill.Status) {
 		if !announced && s.ID != "" {
 			announced = true
 			bar.end()
 			bar.drew = false
-			fmt.Fprintf(stderr, "backfill %s (if this command stops before the end: changegate backfill -config %s -resume %s)\n", s.ID, *path, s.ID)
+			fmt.Fprintf(stderr, "%s %s (if this command stops before the end: %s -resume %s)\n", what, s.ID, resume, s.ID)
 		}
 		bar.show(s)
 	}
-	if *resume != "" {
-		st, err = app.ResumeBackfill(ctx, cfg, client, *resume, nil, show)
-	} else {
-		st, err = app.Backfill(ctx, cfg, client, req, nil, show)
-	}
+	st, err := do(ctx, cfg, client, show)
 	bar.end()
 	switch {
-	case errors.Is(err, backfill.ErrInput):
-		fmt.Fprintf(stderr, "changegate backfill: %v\n", err)
+	case errors.Is(err, backfill.ErrInput), errors.Is(err, backfill.ErrUnknownSink):
+		fmt.Fprintf(stderr, "changegate %s: %v\n", cmd, err)
 		return 2
 	case err != nil:
-		fmt.Fprintf(stderr, "changegate backfill: %v\n", err)
+		fmt.Fprintf(stderr, "changegate %s: %v\n", cmd, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "backfill %s %s: scanned %d, sent %d, finished %d, failed %d\n", st.ID, st.State, st.Scanned, st.Sent, st.Finished, st.Failed)
+	fmt.Fprintf(stdout, "%s %s %s: scanned %d, sent %d, finished %d, failed %d\n", what, st.ID, st.State, st.Scanned, st.Sent, st.Finished, st.Failed)
 	if st.Failed > 0 || st.State != "done" {
 		return 1
 	}
@@ -125,8 +140,12 @@ func (p *progressBar) show(st backfill.Status) {
 	if st.Estimated > 0 {
 		total = fmt.Sprint(st.Estimated)
 	}
-	line := fmt.Sprintf("[%s%s] %5.1f%% %d/%s docs, %.0f/s", strings.Repeat("#", filled), strings.Repeat(" ", width-filled),
-		st.Percent, st.Scanned, total, st.DocsPerSec)
+	unit := "docs"
+	if st.Kind == backfill.KindRedelivery {
+		unit = "changes"
+	}
+	line := fmt.Sprintf("[%s%s] %5.1f%% %d/%s %s, %.0f/s", strings.Repeat("#", filled), strings.Repeat(" ", width-filled),
+		st.Percent, st.Scanned, total, unit, st.DocsPerSec)
 	if st.ETASeconds > 0 {
 		line += fmt.Sprintf(", ETA %s", (time.Duration(st.ETASeconds) * time.Second).String())
 	}

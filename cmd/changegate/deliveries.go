@@ -101,20 +101,29 @@ no current rule routes it to the sink, or while the sink is held.
 `
 
 func cmdEvents(args []string, stdout, stderr io.Writer) int {
-	if len(args) < 2 || (args[0] != "show" && args[0] != "redeliver") || len(args[1]) > 0 && args[1][0] == '-' {
+	if len(args) == 0 || (args[0] != "show" && args[0] != "redeliver") {
 		fmt.Fprint(stderr, eventsUsage)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 			return 0
 		}
 		return 2
 	}
-	verb, id := args[0], args[1]
+	verb := args[0]
 	fs := newFlags("events "+verb, eventsUsage, stderr)
 	path := fs.String("config", "", "path of the TOML config file (required)")
 	var sink *string
 	if verb == "redeliver" {
 		sink = fs.String("sink", "", "the sink to deliver the change to again (required)")
 	}
+	if len(args) < 2 || len(args[1]) > 0 && args[1][0] == '-' {
+		// No ID: -help lists the flags; anything else is a usage error.
+		if ok, code := parseFlags(fs, args[1:]); !ok && code == 0 {
+			return 0 // -help
+		}
+		fmt.Fprint(stderr, eventsUsage)
+		return 2
+	}
+	id := args[1]
 	if ok, code := parseFlags(fs, args[2:]); !ok {
 		return code
 	}

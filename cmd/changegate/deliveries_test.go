@@ -91,8 +91,9 @@ sinks = ["billing"]
 }
 
 // events redeliver reads a change again from the oplog and delivers it to
-// the sink named, with the same id; -sink is required; a change rolled off
-// the oplog is refused, saying so.
+// the sink named, with the same id; -sink is required; sinks redeliver
+// does the same for a window of the oplog, bad requests exit 2; a change
+// rolled off the oplog is refused, saying so.
 func TestEventsRedeliver(t *testing.T) {
 	uri, srv := mongotest.URI(t)
 	client := mongotest.Client(t, uri)
@@ -163,6 +164,35 @@ sinks = ["billing"]
 		t.Errorf("the receiver got %v, want %s once", got, id)
 	}
 	mu.Unlock()
+
+	// The window of the oplog that holds the change, to the same sink.
+	since := time.Now().Add(-time.Minute).UTC()
+	until := time.Now().Truncate(time.Second).Add(time.Second)
+	time.Sleep(time.Until(until) + 20*time.Millisecond)
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"sinks", "redeliver", "billing", "-config", path, "-since", since.Format(time.RFC3339), "-until", until.UTC().Format(time.RFC3339)}, &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), "done: scanned 1, sent 1, finished 1, failed 0") {
+		t.Fatalf("sinks redeliver: exit %d: %s %s", code, out.String(), errOut.String())
+	}
+	mu.Lock()
+	if len(got) != 2 || got[1] != id {
+		t.Errorf("after sinks redeliver the receiver got %v, want %s twice", got, id)
+	}
+	mu.Unlock()
+	for _, args := range [][]string{
+		{"sinks", "redeliver", "billing", "-config", path, "-since", since.Format(time.RFC3339)},
+		{"sinks", "redeliver", "billing", "-config", path, "-since", "yesterday", "-until", until.Format(time.RFC3339)},
+		{"sinks", "redeliver", "nope", "-config", path, "-since", since.Format(time.RFC3339), "-until", until.Format(time.RFC3339)},
+		{"sinks", "redeliver", "-config", path, "-resume", "abc", "-rate", "5"},
+		{"sinks", "redeliver", "-config", path, "-resume", "abc"},
+	} {
+		errOut.Reset()
+		if code := run(args, &out, &errOut); code != 2 {
+			t.Errorf("%v: exit %d (%s), want 2", args, code, errOut.String())
+		}
+	}
+
 	if srv == nil {
 		return
 	}

@@ -189,7 +189,7 @@ func commandFlags(t *testing.T) map[string][]string {
 	for _, args := range [][]string{
 		{"run"}, {"check"}, {"deadletters", "list"}, {"deadletters", "show"}, {"deadletters", "replay"},
 		{"deadletters", "purge"}, {"checkpoints", "show"}, {"checkpoints", "reset"}, {"backfill"},
-		{"rules", "test"}, {"tail"},
+		{"rules", "test"}, {"tail"}, {"events", "show"}, {"events", "redeliver"}, {"deliveries", "list"}, {"sinks", "redeliver"},
 	} {
 		var o, e bytes.Buffer
 		run(append(slices.Clone(args), "-help"), &o, &e)

@@ -47,6 +47,8 @@ Usage:
                                         the delivery log's records, newest first
   changegate backfill -config FILE -source S [-sink K] [-filter JSON] [-rate N]
                                         send existing documents again
+  changegate sinks redeliver NAME -config FILE -since T -until T [-filter JSON]
+                                        send a window of the oplog again to one sink
   changegate rules test -config FILE -events FILE.jsonl [-json]
                                         dry-run the rules on recorded change events
   changegate tail -config FILE -source NAME [-rule NAME] [-n N]
@@ -88,6 +90,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDeliveries(rest, stdout, stderr)
 	case "backfill":
 		return cmdBackfill(rest, stdout, stderr)
+	case "sinks":
+		return cmdSinks(rest, stdout, stderr)
 	case "rules":
 		return cmdRules(rest, stdout, stderr)
 	case "tail":
