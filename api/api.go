@@ -104,6 +104,8 @@ type Server struct {
 	mux        *http.ServeMux
 	payloads   *PayloadGate
 	subs       *Subscriptions
+	// patterns: every pattern registered, for the OpenAPI document's test.
+	patterns []string
 }
 
 // New returns a Server with the API's routes registered.
@@ -127,6 +129,7 @@ func New(o Options) *Server {
 		s.subscriptionRoutes()
 	}
 	all.Handle("POST /api/v1/reload", Mutate, s.ServeReload)
+	all.Handle("GET /api/v1/openapi.json", Open, serveOpenAPI)
 	return s
 }
 
@@ -155,6 +158,7 @@ func (rs *Routes) Handle(pattern string, a Access, h http.HandlerFunc) {
 			next(w, r)
 		}
 	}
+	rs.s.patterns = append(rs.s.patterns, pattern)
 	rs.s.mux.HandleFunc(pattern, h)
 }
 
