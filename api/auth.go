@@ -27,6 +27,16 @@ func (p Principal) Manages(name string) bool {
 	return p.Admin || p.Prefix != "" && strings.HasPrefix(name, p.Prefix)
 }
 
+// ListPrefix returns the name prefix of a listing of subscriptions p
+// asked for with prefix: as asked for the admin token, and for a scoped
+// token narrowed to its own prefix unless it asked for a longer one.
+func (p Principal) ListPrefix(prefix string) string {
+	if !p.Admin && !strings.HasPrefix(prefix, p.Prefix) {
+		return p.Prefix
+	}
+	return prefix
+}
+
 // Access is what a route needs from the request's principal.
 type Access int
 

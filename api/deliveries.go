@@ -89,14 +89,26 @@ func (s *Server) showAnalytics(w http.ResponseWriter, r *http.Request) {
 	if window == "" {
 		window = "24h"
 	}
-	var dropped int64 = -1
-	if s.dropped != nil {
-		dropped = s.dropped()
-	}
-	a, err := s.deliveries.Analytics(r.Context(), window, dropped)
+	a, err := s.Analytics(r.Context(), window)
 	if err != nil {
 		deliveryError(w, err)
 		return
 	}
 	WriteJSON(w, http.StatusOK, a)
+}
+
+// Deliveries returns the delivery log the server reads (Options.Deliveries;
+// nil when /api/v1/events, /deliveries and /analytics are not served), for
+// the console's pages, which read it as the API does.
+func (s *Server) Deliveries() Deliveries { return s.deliveries }
+
+// Analytics returns the figures of window (deliverylog.Windows) as GET
+// /api/v1/analytics answers them: with what this process dropped in the
+// covers. The delivery log must be served (Deliveries not nil).
+func (s *Server) Analytics(ctx context.Context, window string) (deliverylog.Analytics, error) {
+	var dropped int64 = -1
+	if s.dropped != nil {
+		dropped = s.dropped()
+	}
+	return s.deliveries.Analytics(ctx, window, dropped)
 }

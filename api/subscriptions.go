@@ -41,6 +41,11 @@ func (s *Server) subscriptionRoutes() {
 	rs.Handle("POST /api/v1/subscriptions/{name}/rotate-secret", Scoped, s.named(s.rotateSecret))
 }
 
+// Subscriptions returns what /api/v1/subscriptions serves
+// (Options.Subscriptions; nil when it is not served), for the console's
+// page, which reads and lists it as the API does.
+func (s *Server) Subscriptions() *Subscriptions { return s.subs }
+
 // named serves h for a subscription the principal manages, 403 otherwise.
 func (s *Server) named(h func(http.ResponseWriter, *http.Request, Principal, string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -181,11 +186,7 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	prefix := q.Get("prefix")
-	if !p.Admin && !strings.HasPrefix(prefix, p.Prefix) {
-		prefix = p.Prefix // a scoped token lists its own
-	}
-	page, err := s.subs.Store.List(r.Context(), subscription.ListOptions{Prefix: prefix, Cursor: q.Get("after"), Limit: limit})
+	page, err := s.subs.Store.List(r.Context(), subscription.ListOptions{Prefix: p.ListPrefix(q.Get("prefix")), Cursor: q.Get("after"), Limit: limit})
 	if err != nil {
 		writeStoreError(w, err)
 		return

@@ -1,10 +1,12 @@
 // Package console owns the web console (server.console): its pages
-// (overview, dead letters, one dead letter, rules) rendered by html/template
+// (overview, dead letters, one dead letter, rules, the delivery log's
+// search, event, deliveries and analytics pages) rendered by html/template
 // from embedded templates, its one embedded script and style sheet (no
 // external assets), its actions (replay, purge, reload) and the ring of
 // samples its sparklines are drawn from. It registers its routes on the
 // admin server (api.Server), whose auth layer, dead-letter selection,
-// replay, purge, reload and bound on whole entries read at once it shares.
+// replay, purge, reload, bound on whole entries read at once and delivery
+// log reads (Deliveries, Analytics) it shares.
 //
 // Security model:
 //   - Reads. The console follows the API's read policy unless
@@ -139,7 +141,7 @@ var consolePages = func() map[string]*template.Template {
 		},
 	}
 	out := map[string]*template.Template{}
-	for _, p := range []string{"overview", "deadletters", "deadletter", "rules"} {
+	for _, p := range []string{"overview", "deadletters", "deadletter", "rules", "search", "event", "deliveries", "analytics"} {
 		out[p] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+p+".html"))
 	}
 	return out
@@ -191,7 +193,7 @@ func consoleJSON(raw bson.Raw) string {
 // consolePage is what a page's template renders.
 type consolePage struct {
 	Title string
-	Nav   string // overview, deadletters, rules
+	Nav   string // the page's name: overview, deadletters, rules, ...
 	// Locked is set when the page's data needs the admin token and the
 	// request carried none: the template renders the shell only.
 	Locked bool
@@ -207,6 +209,9 @@ type consolePage struct {
 	DeadLetters *consoleDeadLetters
 	Entry       *consoleEntry
 	Rules       *consoleRules
+	Event       *consoleEvent
+	Deliveries  *consoleDeliveries
+	Analytics   *consoleAnalytics
 }
 
 // consoleHeaders sets the headers of every console response.
@@ -246,6 +251,10 @@ func (c *Console) register(srv *api.Server) {
 	rs.Handle("GET /ui/deadletters", api.Open, c.consolePage("deadletters", c.consoleDeadLetters))
 	rs.Handle("GET /ui/deadletters/{id...}", api.Open, c.consolePage("deadletter", c.consoleEntry))
 	rs.Handle("GET /ui/rules", api.Open, c.consolePage("rules", c.consoleRules))
+	rs.Handle("GET /ui/search", api.Open, c.consoleSearch)
+	rs.Handle("GET /ui/events/{id...}", api.Open, c.consolePage("event", c.consoleEvent))
+	rs.Handle("GET /ui/deliveries", api.Open, c.consolePage("deliveries", c.consoleDeliveries))
+	rs.Handle("GET /ui/analytics", api.Open, c.consolePage("analytics", c.consoleAnalytics))
 	for name, ctype := range map[string]string{"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"} {
 		b, err := fs.ReadFile(files, "static/"+name)
 		if err != nil {
@@ -265,7 +274,8 @@ func (c *Console) register(srv *api.Server) {
 	}))
 }
 
-var consoleTitles = map[string]string{"overview": "Overview", "deadletters": "Dead letters", "deadletter": "Dead letter", "rules": "Rules"}
+var consoleTitles = map[string]string{"overview": "Overview", "deadletters": "Dead letters", "deadletter": "Dead letter", "rules": "Rules",
+	"search": "Search", "event": "Event", "deliveries": "Deliveries", "analytics": "Analytics"}
 
 // consolePage serves a page: the shell (401, no data) when reads need the
 // token and the request lacks it, else the page fill fills.

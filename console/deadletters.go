@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/changegate/changegate/api"
+	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/deadletter"
 )
 
@@ -67,15 +68,22 @@ func summaryOf(e deadletter.Entry) consoleEntrySummary {
 	}
 }
 
+// configNames returns the names of cfg's sinks and sources, for the
+// filter forms.
+func configNames(cfg *config.Config) (sinks, sources []string) {
+	for _, s := range cfg.Sinks {
+		sinks = append(sinks, s.Name)
+	}
+	for _, s := range cfg.Sources {
+		sources = append(sources, s.Name)
+	}
+	return sinks, sources
+}
+
 func (c *Console) consoleDeadLetters(r *http.Request, p *consolePage) int {
 	cfg := c.gw.Config()
 	d := &consoleDeadLetters{Filter: url.Values{}}
-	for _, s := range cfg.Sinks {
-		d.Sinks = append(d.Sinks, s.Name)
-	}
-	for _, s := range cfg.Sources {
-		d.Sources = append(d.Sources, s.Name)
-	}
+	d.Sinks, d.Sources = configNames(cfg)
 	p.DeadLetters = d
 	q := api.DeadLetterQueryOf(r)
 	for k, v := range map[string]string{"sink": q.Sink, "source": q.Source, "kind": q.Kind, "since": q.Since,

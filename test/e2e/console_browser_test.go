@@ -83,10 +83,16 @@ func evalUntil(t *testing.T, ctx context.Context, d time.Duration, what, expr st
 	}
 }
 
-// shot saves a screenshot of the tab as dir/name.
+// shot saves a screenshot of the tab as dir/name. A page just navigated
+// to may not be painted yet ("Cannot take screenshot with 0 width"): it
+// tries again for a second.
 func shot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	for i := 0; err != nil && i < 5; i++ {
+		time.Sleep(200 * time.Millisecond)
+		png, err = chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	}
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, name), png, 0o644)
 	}
