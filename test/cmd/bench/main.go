@@ -135,6 +135,7 @@ type benchOpts struct {
 	replLatency time.Duration   // scenario 12: receiver latency
 	snapN       int             // scenario 13: pre-existing documents
 	otlp        bool            // trace changegate to an in-process OTLP receiver
+	cpus        string          // -cpus: "", "auto" or CONSUMER/BENCH CPU lists
 }
 
 type bench struct {
@@ -152,6 +153,8 @@ type bench struct {
 	// otlp is the in-process OTLP/HTTP receiver changegate exports its
 	// spans to (-otlp), nil without.
 	otlp *otlp.Receiver
+	// pin is the -cpus option: the consumer's and this process's CPU sets.
+	pin pinning
 }
 
 // result is one row of the table.
@@ -214,6 +217,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.replLatency, "replica-latency", 20*time.Millisecond, "scenario 12: receiver latency")
 	fs.IntVar(&o.snapN, "snapshot-n", 0, "scenario 13: documents of the initial snapshot (default 1000000; -quick 100000)")
 	fs.BoolVar(&o.otlp, "otlp", false, "turn changegate's tracing on: OTEL_EXPORTER_OTLP_ENDPOINT is an OTLP/HTTP receiver in this process (it decodes and counts the spans); the other OTEL_* variables (OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG, OTEL_BSP_*) are passed on from this environment")
+	fs.StringVar(&o.cpus, "cpus", "", `pin the consumer (changegate or a baseline) and this process (mongowire and the receiver) to disjoint CPU sets: "auto" (the available CPUs halved; unpinned, with a message, below 4 CPUs) or CONSUMER/BENCH lists such as "2-3/0-1"`)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -336,6 +340,20 @@ func newBench(o benchOpts, log io.Writer) (*bench, error) {
 		return nil, err
 	}
 	b := &bench{o: o, self: self, tmp: tmp, log: log}
+	avail, err := availableCPUs()
+	if err == nil {
+		b.pin, err = parseCPUs(o.cpus, avail)
+	}
+	if err == nil {
+		err = b.pin.pinSelf()
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, err
+	}
+	if o.cpus != "" {
+		b.logf("-cpus %s: %s", o.cpus, b.pin.desc)
+	}
 	switch {
 	case o.profile != "" || o.changegate == "self":
 	case o.changegate != "":
@@ -529,8 +547,15 @@ func (b *bench) start(name string, args []string, role string, env ...string) (*
 	if role != "" {
 		c.cmd.Env = append(c.cmd.Env, roleEnv+"="+role)
 	}
-	if err := c.cmd.Start(); err != nil {
+	if err := b.pin.startPinned(c.cmd.Start); err != nil {
+		if c.cmd.Process != nil {
+			_ = c.cmd.Process.Kill()
+			_ = c.cmd.Wait()
+		}
 		return nil, err
+	}
+	if b.pin.on {
+		b.logf("  %s runs on CPUs %s; this process on %s", filepath.Base(name), allowedCPUs(c.pid()), allowedCPUs(os.Getpid()))
 	}
 	go func() {
 		c.err = c.cmd.Wait()

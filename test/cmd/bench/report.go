@@ -14,7 +14,12 @@ func (b *bench) report(args []string, started time.Time, loadBefore, loadAfter s
 	fmt.Fprintf(&s, "Command: `go run ./test/cmd/bench %s`  \n", strings.Join(args, " "))
 	fmt.Fprintf(&s, "Date: %s (%s in all)  \n", started.UTC().Format("2006-01-02 15:04 MST"), time.Since(started).Round(time.Second))
 	fmt.Fprintf(&s, "Machine: %s, nproc %d, %s; %s %s/%s  \n", host, runtime.NumCPU(), machine(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(&s, "Load average (1/5/15 min): %s before, %s after\n\n", loadBefore, loadAfter)
+	fmt.Fprintf(&s, "Load average (1/5/15 min): %s before, %s after  \n", loadBefore, loadAfter)
+	pin := b.pin.desc
+	if pin == "" {
+		pin = "not pinned"
+	}
+	fmt.Fprintf(&s, "CPU pinning (-cpus): %s\n\n", pin)
 	if b.otlp != nil {
 		sampler := os.Getenv("OTEL_TRACES_SAMPLER")
 		if sampler == "" {
