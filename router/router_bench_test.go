@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -91,6 +92,62 @@ func BenchmarkDispatch(b *testing.B) {
 				e.Dispatch(ev, ack)
 			}
 			wg.Wait()
+		})
+	}
+}
+
+// subscriptionRules compiles n rules of source "orders" shaped as
+// subscriptions are merged (subscription.Merge): operations, an equality
+// on the customer (n/100 distinct customers when n >= 100, so that 1% of
+// the rules match a change; one in n below) and the creation cluster time,
+// each rule with its own sink.
+func subscriptionRules(b *testing.B, n int, indexed bool) *Rules {
+	b.Helper()
+	customers := max(n/10, 10)
+	if n >= 100 {
+		customers = 100
+	}
+	specs := make([]RuleSpec, n)
+	sinkNames := make([]string, n)
+	for i := range specs {
+		sinkNames[i] = fmt.Sprintf("team-%d", i)
+		specs[i] = RuleSpec{Name: sinkNames[i], Source: "orders", Operations: []string{"insert", "update", "replace"},
+			Filter: bson.D{{Key: "$and", Value: bson.A{
+				bson.D{{Key: "fullDocument.customer", Value: fmt.Sprintf("c%d", i%customers)}},
+				bson.D{{Key: "clusterTime", Value: bson.D{{Key: "$gte", Value: bson.Timestamp{T: 1, I: uint32(i)}}}}},
+			}}},
+			Sinks: []string{sinkNames[i]}}
+	}
+	rules, err := CompileRules(specs, sinkNames)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !indexed {
+		rules.index = nil
+	}
+	return rules
+}
+
+// BenchmarkRouteSubscriptions measures routing one change among n
+// subscription-shaped rules of one source: 1,000 of which 1% match (with
+// the index, and scanned as before it), against 10 of which one matches.
+func BenchmarkRouteSubscriptions(b *testing.B) {
+	for _, tc := range []struct {
+		name    string
+		n       int
+		indexed bool
+		want    int
+	}{{"rules10", 10, true, 1}, {"subs1000", 1000, true, 10}, {"subs1000-scan", 1000, false, 10}} {
+		b.Run(tc.name, func(b *testing.B) {
+			rules := subscriptionRules(b, tc.n, tc.indexed)
+			ev := indexEvent(b, 42, "update", "shop", "orders", bson.D{{Key: "_id", Value: 42},
+				{Key: "customer", Value: "c7"}, {Key: "status", Value: "paid"}, {Key: "total", Value: 120.5}})
+			b.ReportAllocs()
+			for b.Loop() {
+				if m := rules.Route(ev); len(m.Sinks) != tc.want {
+					b.Fatalf("matched %d sinks, want %d", len(m.Sinks), tc.want)
+				}
+			}
 		})
 	}
 }

@@ -60,6 +60,8 @@ type rule struct {
 type Rules struct {
 	bySource map[string][]*rule
 	rules    []*rule // every rule, in config order (rule.idx)
+	// index holds the index of each source with many rules (index.go).
+	index map[string]*sourceIndex
 
 	// Shaping (shape.go); shaped is false when no rule or sink shapes
 	// payloads, and Dispatch then takes its path without shapes.
@@ -181,6 +183,14 @@ func CompileRulesShaped(specs []RuleSpec, sinkNames []string, sinkShapes []*even
 		rs.bySource[sp.Source] = append(rs.bySource[sp.Source], r)
 		rs.rules = append(rs.rules, r)
 	}
+	for src, rules := range rs.bySource {
+		if x := buildIndex(rules); x != nil {
+			if rs.index == nil {
+				rs.index = map[string]*sourceIndex{}
+			}
+			rs.index[src] = x
+		}
+	}
 	return rs, nil
 }
 
@@ -195,11 +205,24 @@ func (rs *Rules) Route(e *event.Event) Match { return rs.route(e, nil) }
 // Match, without allocating.
 func (rs *Rules) route(e *event.Event, hit func(idx int)) Match {
 	var m Match
-	var seen uint64 // bit set for the first 64 sinks; a map past that
-	var seenMap map[int]bool
+	var seen uint64 // bit set for the first 64 sinks; past that, duplicates are compacted at the end
 	matched := 0
 	copied := false // m.Sinks is no longer a rule's shared slice
-	for _, r := range rs.bySource[e.Source] {
+	rules := rs.bySource[e.Source]
+	var cand []int // with an index: the positions in rules that may match
+	var buf [64]int
+	if x := rs.index[e.Source]; x != nil {
+		cand = x.candidates(e, buf[:0])
+	}
+	n := len(rules)
+	if cand != nil {
+		n = len(cand)
+	}
+	for i := 0; i < n; i++ {
+		r := rules[i]
+		if cand != nil {
+			r = rules[cand[i]]
+		}
 		if !r.matches(e) {
 			continue
 		}
@@ -213,6 +236,11 @@ func (rs *Rules) route(e *event.Event, hit func(idx int)) Match {
 				m.Sinks = nil
 			}
 		} else {
+			if matched == 2 && cand != nil {
+				// At most len(cand) rules match: one allocation each.
+				m.Rules = append(make([]string, 0, len(cand)), m.Rules...)
+				m.Sinks = append(make([]int, 0, len(cand)*len(r.sinks)), m.Sinks...)
+			}
 			m.Rules = append(m.Rules, r.name) // cap == len: copies the shared slice first
 		}
 		for _, s := range r.sinks {
@@ -221,14 +249,6 @@ func (rs *Rules) route(e *event.Event, hit func(idx int)) Match {
 					continue
 				}
 				seen |= 1 << uint(s)
-			} else {
-				if seenMap == nil {
-					seenMap = map[int]bool{}
-				}
-				if seenMap[s] {
-					continue
-				}
-				seenMap[s] = true
 			}
 			if matched > 1 {
 				m.Sinks = append(m.Sinks, s) // cap == len: copies the shared slice first
@@ -238,6 +258,7 @@ func (rs *Rules) route(e *event.Event, hit func(idx int)) Match {
 	}
 	if copied && len(m.Sinks) > 1 {
 		sort.Ints(m.Sinks)
+		m.Sinks = slices.Compact(m.Sinks)
 	}
 	return m
 }
