@@ -160,7 +160,7 @@ func TestRedeliverEventFromOplog(t *testing.T) {
 // A redelivery of a window of the oplog to one sink delivers exactly the
 // window's changes that its filter and today's rules select, once more,
 // with their ids, to that sink alone; the other sink gets nothing and the
-// source's checkpoint does not move. Its progress is served as a backfill
+// source's checkpoint does not move back. Its progress is served as a backfill
 // run's.
 func TestRedeliverRange(t *testing.T) {
 	t.Parallel()
@@ -200,12 +200,28 @@ func TestRedeliverRange(t *testing.T) {
 		b, _ := other.got()
 		return len(a) == 12 && len(b) == 12
 	})
-	liveIDs, _ := hook.got()
+	liveIDs, liveBodies := hook.got()
+	// The window's changes but that of n = 5, by document (different
+	// documents are delivered in parallel: not in stream order).
+	var want []string
+	for i, b := range liveBodies {
+		var ev struct {
+			DocumentKey struct {
+				ID int `json:"_id"`
+			} `json:"documentKey"`
+		}
+		if err := json.Unmarshal([]byte(b), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.DocumentKey.ID >= 3 && ev.DocumentKey.ID < 9 && ev.DocumentKey.ID != 5 {
+			want = append(want, liveIDs[i])
+		}
+	}
 	var cp struct{ before, after string }
 	waitFor(t, 15*time.Second, "the checkpoint at the last change", func() bool {
 		c, ok, err := e.cps.Load(context.Background(), "items")
 		cp.before = event.TokenData(c.Token)
-		return err == nil && ok && "items:"+cp.before == liveIDs[11]
+		return err == nil && ok && strings.ToUpper(cp.before) >= strings.ToUpper(strings.TrimPrefix(slices.Max(liveIDs), "items:")) // tokens sort in stream order
 	})
 
 	body := `{"since": "` + since.Format(time.RFC3339) + `", "until": "` + until.Format(time.RFC3339) + `", "filter": {"fullDocument.n": {"$ne": 5}}, "rate": 1000}`
@@ -229,7 +245,6 @@ func TestRedeliverRange(t *testing.T) {
 		t.Errorf("status %+v: want 6 changes read, 5 sent and finished", st)
 	}
 	ids, bodies := hook.got()
-	want := []string{liveIDs[3], liveIDs[4], liveIDs[6], liveIDs[7], liveIDs[8]}
 	if len(ids) != 12+len(want) {
 		t.Fatalf("the hook got %d requests, want 12 live and %d redelivered: %v", len(ids), len(want), ids[12:])
 	}
@@ -249,8 +264,11 @@ func TestRedeliverRange(t *testing.T) {
 		t.Errorf("the other sink got %d requests, want the 12 live ones", len(got))
 	}
 	c, _, err := e.cps.Load(context.Background(), "items")
-	if cp.after = event.TokenData(c.Token); err != nil || cp.after != cp.before {
-		t.Errorf("the source's checkpoint moved: %s -> %s (%v)", cp.before, cp.after, err)
+	// The live stream may move it on past the writes of the state
+	// database (post-batch tokens); the redelivery never moves it back,
+	// and the other sink's count above shows nothing was read again.
+	if cp.after = event.TokenData(c.Token); err != nil || strings.ToUpper(cp.after) < strings.ToUpper(cp.before) {
+		t.Errorf("the source's checkpoint moved back: %s -> %s (%v)", cp.before, cp.after, err)
 	}
 	for _, tc := range []struct {
 		path, body string

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -25,6 +26,11 @@ type subscriptions struct {
 	mu   sync.Mutex
 	list []subscription.Subscription // the last set read
 	file *config.Config              // the operator's file as last applied
+	// catching are the new subscriptions whose sinks are held while they
+	// catch up (catchup.go).
+	catching map[string]bool
+	// catchUps are the catch-ups running.
+	catchUps sync.WaitGroup
 }
 
 // openSubscriptions returns the gateway's subscriptions with the stored
@@ -66,28 +72,62 @@ func (s *subscriptions) merge(file *config.Config, log *slog.Logger) *config.Con
 	}
 	s.mu.Lock()
 	list := s.list
+	catching := maps.Clone(s.catching)
 	s.mu.Unlock()
 	merged, skipped := subscription.Merge(file, list, s.sealer, time.Now())
 	for _, sk := range skipped {
 		log.Error("subscription not applied", "subscription", sk.Name, "reason", sk.Reason)
 	}
+	for i := range merged.Sinks {
+		if catching[merged.Sinks[i].Name] {
+			merged.Sinks[i].Held = true
+		}
+	}
 	return merged
 }
 
 // watchSubscriptions applies every change of the stored subscriptions
-// until ctx ends.
+// until ctx ends; a new one is applied held while it catches up
+// (catchup.go). It returns once the catch-ups it started ended.
 func (g *gateway) watchSubscriptions(ctx context.Context) {
+	defer g.subs.catchUps.Wait()
 	_ = g.subs.store.Watch(ctx, 0, func(list []subscription.Subscription) {
-		g.subs.mu.Lock()
-		g.subs.list = list
-		file := g.subs.file
-		g.subs.mu.Unlock()
-		g.reloadMu.Lock()
-		defer g.reloadMu.Unlock()
-		if err := g.apply(file); err != nil {
-			g.log.Error("subscriptions: applying the stored subscriptions failed; the running configuration stays in force", "err", err)
-		}
+		g.applySubscriptions(ctx, list, nil)
 	})
+}
+
+// applySubscriptions applies list, the stored subscriptions, and starts
+// the catch-up of each new one (under ctx); then, when not nil, is called
+// with each new one once it caught up and was released.
+func (g *gateway) applySubscriptions(ctx context.Context, list []subscription.Subscription, then func(subscription.Subscription, error)) {
+	g.reloadMu.Lock()
+	g.subs.mu.Lock()
+	g.subs.list = list
+	file := g.subs.file
+	g.subs.mu.Unlock()
+	fresh := g.freshSubscriptions(list)
+	err := g.apply(file)
+	g.reloadMu.Unlock()
+	if err != nil {
+		g.log.Error("subscriptions: applying the stored subscriptions failed; the running configuration stays in force", "err", err)
+		g.subs.mu.Lock()
+		for _, s := range fresh {
+			delete(g.subs.catching, s.Name)
+		}
+		g.subs.mu.Unlock()
+		return
+	}
+	for _, s := range fresh {
+		g.subs.catchUps.Add(1)
+		go func() {
+			defer g.subs.catchUps.Done()
+			g.catchUp(ctx, s, func(err error) {
+				if then != nil {
+					then(s, err)
+				}
+			})
+		}()
+	}
 }
 
 // fileConfig returns the operator's file in force (without the
