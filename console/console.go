@@ -1,12 +1,13 @@
 // Package console owns the web console (server.console): its pages
 // (overview, dead letters, one dead letter, rules, the delivery log's
-// search, event, deliveries and analytics pages) rendered by html/template
+// search, event, deliveries and analytics pages, subscriptions) rendered by html/template
 // from embedded templates, its one embedded script and style sheet (no
 // external assets), its actions (replay, purge, reload) and the ring of
 // samples its sparklines are drawn from. It registers its routes on the
 // admin server (api.Server), whose auth layer, dead-letter selection,
-// replay, purge, reload, bound on whole entries read at once and delivery
-// log reads (Deliveries, Analytics) it shares.
+// replay, purge, reload, bound on whole entries read at once, delivery
+// log reads (Deliveries, Analytics) and subscriptions (Subscriptions) it
+// shares.
 //
 // Security model:
 //   - Reads. The console follows the API's read policy unless
@@ -24,6 +25,13 @@
 //     preflight, which this server never grants) and the admin token as a
 //     bearer token. No cookie carries authority, so a cross-site page has
 //     nothing to ride on.
+//   - Subscriptions. Their page needs a token the subscriptions' API
+//     serves (the admin token, or a [[server.tokens]] token, which sees its
+//     prefix only) whatever console_auth says; its script acts through
+//     that API (/api/v1/subscriptions, a JSON body, the bearer token,
+//     If-Match), and shows a signing secret from the answer of a creation
+//     or rotation once, with textContent, outside the refreshed content;
+//     the server never renders one.
 //   - Everything the pages show is escaped by html/template; the script
 //     never builds markup from data (it moves nodes the server rendered, and
 //     writes messages with textContent). The pages send a strict
@@ -141,7 +149,7 @@ var consolePages = func() map[string]*template.Template {
 		},
 	}
 	out := map[string]*template.Template{}
-	for _, p := range []string{"overview", "deadletters", "deadletter", "rules", "search", "event", "deliveries", "analytics"} {
+	for _, p := range []string{"overview", "deadletters", "deadletter", "rules", "search", "event", "deliveries", "analytics", "subscriptions"} {
 		out[p] = template.Must(template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+p+".html"))
 	}
 	return out
@@ -199,19 +207,23 @@ type consolePage struct {
 	Locked bool
 	// NoToken is set with Locked when no admin token is configured: no
 	// token can unlock the page (the API refuses reads too).
-	NoToken  bool
+	NoToken bool
+	// Scoped is set on the subscriptions' pages: their data needs the
+	// admin token or a [[server.tokens]] token, whatever console_auth.
+	Scoped   bool
 	Auth     string // server.console_auth, as in effect (ConsoleReadAuth)
 	Refresh  int    // seconds between self-refreshes; 0: none
 	Instance string
 	Error    string
 
-	Overview    *consoleOverview
-	DeadLetters *consoleDeadLetters
-	Entry       *consoleEntry
-	Rules       *consoleRules
-	Event       *consoleEvent
-	Deliveries  *consoleDeliveries
-	Analytics   *consoleAnalytics
+	Overview      *consoleOverview
+	DeadLetters   *consoleDeadLetters
+	Entry         *consoleEntry
+	Rules         *consoleRules
+	Event         *consoleEvent
+	Deliveries    *consoleDeliveries
+	Analytics     *consoleAnalytics
+	Subscriptions *consoleSubscriptions
 }
 
 // consoleHeaders sets the headers of every console response.
@@ -255,6 +267,7 @@ func (c *Console) register(srv *api.Server) {
 	rs.Handle("GET /ui/events/{id...}", api.Open, c.consolePage("event", c.consoleEvent))
 	rs.Handle("GET /ui/deliveries", api.Open, c.consolePage("deliveries", c.consoleDeliveries))
 	rs.Handle("GET /ui/analytics", api.Open, c.consolePage("analytics", c.consoleAnalytics))
+	rs.Handle("GET /ui/subscriptions", api.Open, c.consoleScopedPage("subscriptions", c.consoleSubscriptions))
 	for name, ctype := range map[string]string{"console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"} {
 		b, err := fs.ReadFile(files, "static/"+name)
 		if err != nil {
@@ -275,17 +288,35 @@ func (c *Console) register(srv *api.Server) {
 }
 
 var consoleTitles = map[string]string{"overview": "Overview", "deadletters": "Dead letters", "deadletter": "Dead letter", "rules": "Rules",
-	"search": "Search", "event": "Event", "deliveries": "Deliveries", "analytics": "Analytics"}
+	"search": "Search", "event": "Event", "deliveries": "Deliveries", "analytics": "Analytics", "subscriptions": "Subscriptions"}
 
 // consolePage serves a page: the shell (401, no data) when reads need the
 // token and the request lacks it, else the page fill fills.
 func (c *Console) consolePage(name string, fill func(*http.Request, *consolePage) int) http.HandlerFunc {
+	return c.page(name, false, fill)
+}
+
+// consoleScopedPage serves a page of the subscriptions: its data needs a
+// token the subscriptions' API serves (the admin token, or a
+// [[server.tokens]] one, which sees its own prefix), whatever
+// server.console_auth says, as that API needs one whatever
+// server.public_read says.
+func (c *Console) consoleScopedPage(name string, fill func(*http.Request, *consolePage) int) http.HandlerFunc {
+	return c.page(name, true, fill)
+}
+
+func (c *Console) page(name string, scoped bool, fill func(*http.Request, *consolePage) int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		cfg := c.gw.Config()
-		p := consolePage{Nav: name, Title: consoleTitles[name], Auth: cfg.Server.ConsoleReadAuth(), Instance: cfg.Cluster.Instance}
-		if p.Auth == config.ConsoleAuthToken && !api.PrincipalOf(r).Admin {
+		p := consolePage{Nav: name, Title: consoleTitles[name], Auth: cfg.Server.ConsoleReadAuth(), Instance: cfg.Cluster.Instance, Scoped: scoped}
+		pr := api.PrincipalOf(r)
+		locked, noToken := p.Auth == config.ConsoleAuthToken && !pr.Admin, cfg.Server.AdminToken.Value() == ""
+		if scoped {
+			locked, noToken = !pr.Admin && pr.Prefix == "", noToken && len(cfg.Server.Tokens) == 0
+		}
+		if locked {
 			p.Locked = true
-			if cfg.Server.AdminToken.Value() == "" {
+			if noToken {
 				// As the API: reads are refused, and no token can help.
 				p.NoToken = true
 				renderConsole(w, http.StatusForbidden, name, p)

@@ -64,17 +64,20 @@
     }).finally(function () { refreshing = false; });
   }
 
-  // act sends an action: method, path, JSON body, the token.
-  function act(method, path, payload, describe) {
+  // act sends an action: method, path, JSON body, the token, and extra
+  // headers (If-Match) if any.
+  function act(method, path, payload, describe, extra) {
     if (!token()) {
-      flash('Actions need the admin token: enter it above.', true);
+      flash('Actions need the admin token (subscriptions: or a [[server.tokens]] token): enter it above.', true);
       document.getElementById('token').focus();
       return Promise.resolve();
     }
     flash('Working…', false);
+    var headers = authHeaders({ 'Content-Type': 'application/json', 'Accept': 'application/json' });
+    Object.keys(extra || {}).forEach(function (k) { headers[k] = extra[k]; });
     return fetch(path, {
       method: method, credentials: 'omit', cache: 'no-store',
-      headers: authHeaders({ 'Content-Type': 'application/json', 'Accept': 'application/json' }),
+      headers: headers,
       body: JSON.stringify(payload)
     }).then(function (resp) {
       return resp.json().catch(function () { return {}; }).then(function (out) {
@@ -137,6 +140,76 @@
     }).catch(function (err) { flash('Download failed: ' + err, true); });
   }
 
+  // showSecret shows a subscription's signing secret, which the API
+  // answers only on creation and rotation: written with textContent into
+  // #secret-once (outside the refreshed content), kept nowhere else, and
+  // removed from the page by "Done" or by leaving it.
+  function showSecret(name, secret) {
+    var box = document.getElementById('secret-once');
+    var head = document.createElement('p');
+    head.textContent = 'The signing secret of ' + name + ', shown this once (it cannot be shown again; rotate it if it is lost):';
+    var code = document.createElement('code');
+    code.id = 'secret-value';
+    code.textContent = secret;
+    var done = document.createElement('button');
+    done.type = 'button';
+    done.id = 'secret-done';
+    done.textContent = 'Done: I have kept it';
+    done.addEventListener('click', function () { box.replaceChildren(); box.hidden = true; });
+    box.replaceChildren(head, code, document.createElement('br'), done);
+    box.hidden = false;
+  }
+
+  function subscriptionPath(name, action) {
+    return '/api/v1/subscriptions/' + encodeURIComponent(name) + (action ? '/' + action : '');
+  }
+
+  // subscriptionBody builds the JSON form of a subscription from the
+  // create form; it throws an Error naming the field it cannot read.
+  function subscriptionBody(form) {
+    function v(n) { return (form.elements[n].value || '').trim(); }
+    function list(x) { return x.split(',').map(function (s) { return s.trim(); }).filter(Boolean); }
+    function json(n) {
+      try { return JSON.parse(v(n)); } catch (e) { throw new Error(n + ': not JSON: ' + e.message); }
+    }
+    var body = { name: v('name'), source: v('source') };
+    var ops = Array.prototype.filter.call(form.querySelectorAll('input[name="operations"]'), function (c) { return c.checked; })
+      .map(function (c) { return c.value; });
+    if (ops.length) { body.operations = ops; }
+    if (v('filter')) { body.filter = json('filter'); }
+    if (v('fields')) { body.fields = v('fields').charAt(0) === '{' ? json('fields') : list(v('fields')); }
+    if (v('redact')) { body.redact = list(v('redact')); }
+    if (v('envelope')) { body.envelope = v('envelope'); }
+    var sink = { type: 'webhook', url: v('url') };
+    if (v('headers')) {
+      sink.headers = {};
+      v('headers').split('\n').forEach(function (line) {
+        if (!line.trim()) { return; }
+        var i = line.indexOf(':');
+        if (i <= 0) { throw new Error('headers: "' + line.trim().slice(0, 40) + '" is not "Name: value"'); }
+        sink.headers[line.slice(0, i).trim()] = line.slice(i + 1).trim();
+      });
+    }
+    if (v('batch_size')) { sink.batch_size = Number(v('batch_size')); }
+    if (v('transactions')) { sink.transactions = v('transactions'); }
+    if (v('max_in_flight')) { sink.max_in_flight = /^[0-9]+$/.test(v('max_in_flight')) ? Number(v('max_in_flight')) : v('max_in_flight'); }
+    body.sink = sink;
+    return body;
+  }
+
+  document.addEventListener('submit', function (ev) {
+    var form = ev.target.closest('#subscription-create');
+    if (!form) { return; }
+    ev.preventDefault();
+    var body;
+    try { body = subscriptionBody(form); } catch (e) { flash('Not sent: ' + e.message, true); return; }
+    act('POST', '/api/v1/subscriptions', body, function (out) {
+      form.reset();
+      if (out.secret) { showSecret(out.name, out.secret); }
+      return 'Created ' + out.name + '.';
+    });
+  });
+
   document.addEventListener('click', function (ev) {
     var link = ev.target.closest('a[data-download]');
     if (link && token()) {
@@ -179,6 +252,24 @@
         }
         break;
       }
+      case 'sub-pause':
+      case 'sub-resume': {
+        var what = btn.getAttribute('data-action') === 'sub-pause' ? 'pause' : 'resume';
+        var name = btn.getAttribute('data-name');
+        act('POST', subscriptionPath(name, what), {}, function (out) { return (what === 'pause' ? 'Paused ' : 'Resumed ') + out.name + '.'; },
+          { 'If-Match': '"' + btn.getAttribute('data-revision') + '"' });
+        break;
+      }
+      case 'sub-rotate': {
+        var sub = btn.getAttribute('data-name');
+        if (window.confirm('Rotate the signing secret of ' + sub + '? The current one keeps signing for 24h.')) {
+          act('POST', subscriptionPath(sub, 'rotate-secret'), {}, function (out) {
+            if (out.secret) { showSecret(out.name, out.secret); }
+            return 'Rotated the secret of ' + out.name + '.';
+          }, { 'If-Match': '"' + btn.getAttribute('data-revision') + '"' });
+        }
+        break;
+      }
       case 'reload':
         act('POST', '/ui/api/reload', {}, function () { return 'Configuration reloaded.'; });
         break;
@@ -195,7 +286,7 @@
     try { sessionStorage.setItem(KEY, t); } catch (e) { flash('Cannot keep the token: ' + e, true); return; }
     showTokenState();
     flash('Token kept for this tab.', false);
-    if (body.getAttribute('data-auth') === 'token') { refresh(); }
+    if (body.getAttribute('data-auth') === 'token' || body.hasAttribute('data-locked')) { refresh(); }
   });
   document.getElementById('token-forget').addEventListener('click', function () {
     try { sessionStorage.removeItem(KEY); } catch (e) { /* nothing kept */ }
