@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/subscription"
@@ -22,7 +25,37 @@ type Subscriptions struct {
 	Store *subscription.Store
 	// File returns the operator's configuration in force.
 	File func() *config.Config
+	// Test routes changes (change events as a source reads them) by the
+	// subscription's rule alone and returns what its webhook would be
+	// given, for POST /api/v1/subscriptions/test; nil: that route answers
+	// 501.
+	Test func(route *config.SubscriptionRoute, changes []bson.Raw) ([]SubscriptionTestResult, error)
+	// Recent returns up to n of the last changes this process read of a
+	// source, oldest first (nil: none are kept).
+	Recent func(source string, n int) []bson.Raw
 }
+
+// SubscriptionTestResult is what a subscription would do with one change.
+type SubscriptionTestResult struct {
+	// ID is the event id (the webhook-id header), OperationType the
+	// change's.
+	ID            string `json:"id,omitempty"`
+	OperationType string `json:"operation_type,omitempty"`
+	// Matches: the subscription's rule routes the change to its webhook.
+	Matches bool `json:"matches"`
+	// Skipped: it matches, but its shaped update is empty and the webhook
+	// does not send it (skip_empty_updates).
+	Skipped bool `json:"skipped,omitempty"`
+	// Body is the JSON the webhook would post, shaped (one element of the
+	// array when it batches), unsigned.
+	Body json.RawMessage `json:"body,omitempty"`
+	// Error says why the change cannot be tried, or why the subscription
+	// would dead-letter it.
+	Error string `json:"error,omitempty"`
+}
+
+// MaxTestLast bounds "last" of POST /api/v1/subscriptions/test.
+const MaxTestLast = 100
 
 // maxActionBody bounds the body of pause, resume and rotate-secret.
 const maxActionBody = 4 << 10
@@ -32,6 +65,7 @@ const maxActionBody = 4 << 10
 func (s *Server) subscriptionRoutes() {
 	rs := s.Routes(func() bool { return s.subs.File().Subscriptions.Enabled })
 	rs.Handle("POST /api/v1/subscriptions", Scoped, s.createSubscription)
+	rs.Handle("POST /api/v1/subscriptions/test", Scoped, s.testSubscription)
 	rs.Handle("GET /api/v1/subscriptions", Scoped, s.listSubscriptions)
 	rs.Handle("GET /api/v1/subscriptions/{name}", Scoped, s.named(s.showSubscription))
 	rs.Handle("PATCH /api/v1/subscriptions/{name}", Scoped, s.named(s.patchSubscription))
@@ -377,4 +411,122 @@ func (s *Server) rotateSecret(w http.ResponseWriter, r *http.Request, p Principa
 		return
 	}
 	s.answer(w, http.StatusOK, sub, secret)
+}
+
+// testSubscription answers POST /api/v1/subscriptions/test: a
+// subscription's JSON form (checked as a create checks it, with the same
+// problems and JSONPaths) plus "change" (one change event, Extended JSON)
+// or "last" (1 to MaxTestLast: this process's last changes of its source),
+// answered with what it would do with each. Nothing is stored.
+func (s *Server) testSubscription(w http.ResponseWriter, r *http.Request) {
+	p := PrincipalOf(r)
+	if s.subs.Test == nil {
+		WriteError(w, http.StatusNotImplemented, "trying subscriptions is not available here")
+		return
+	}
+	body, ok := readBody(w, r, config.MaxSubscriptionJSONBytes)
+	if !ok {
+		return
+	}
+	spec, extra, problems := splitMembers(body, "change", "last")
+	if problems != nil {
+		writeProblems(w, problems)
+		return
+	}
+	change, last := extra["change"], extra["last"]
+	switch {
+	case change == nil && last == nil:
+		problems = append(problems, subscription.Problem{Path: "$", Message: `give "change" (a change event, Extended JSON) or "last" (how many of the source's last changes to try)`})
+	case change != nil && last != nil:
+		problems = append(problems, subscription.Problem{Path: "$.last", Message: `give "change" or "last", not both`})
+	}
+	var n int
+	if last != nil {
+		if err := json.Unmarshal(last, &n); err != nil || n < 1 || n > MaxTestLast {
+			problems = append(problems, subscription.Problem{Path: "$.last", Message: fmt.Sprintf("want a whole number from 1 to %d", MaxTestLast)})
+		}
+	}
+	var changes []bson.Raw
+	if change != nil {
+		var raw bson.Raw
+		if err := bson.UnmarshalExtJSON(change, false, &raw); err != nil {
+			problems = append(problems, subscription.Problem{Path: "$.change", Message: "want a change event as an object in Extended JSON (as changegate tail prints it): " + err.Error()})
+		} else {
+			changes = []bson.Raw{raw}
+		}
+	}
+	route, _, vproblems := s.validator().Validate(r.Context(), spec)
+	problems = append(vproblems, problems...)
+	if len(problems) > 0 {
+		writeProblems(w, problems)
+		return
+	}
+	name := route.Rule.Name
+	if !p.Manages(name) {
+		WriteError(w, http.StatusForbidden, fmt.Sprintf("token %s manages only subscriptions whose names start with %q", p.Name, p.Prefix))
+		return
+	}
+	if last != nil && s.subs.Recent != nil {
+		changes = s.subs.Recent(route.Rule.Source, n)
+	}
+	results, err := s.subs.Test(route, changes)
+	if err != nil {
+		WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	out := map[string]any{
+		"subscription": name, "source": route.Rule.Source,
+		"batched": route.Sink.BatchSize > 1, "results": results,
+	}
+	if last != nil && len(changes) < n {
+		out["note"] = fmt.Sprintf("%d of the %d changes asked for: this replica keeps the last %d changes of each source it read since it started (only those the source's stream lets through)", len(changes), n, MaxTestLast)
+	}
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// splitMembers removes the top-level members named by names from the JSON
+// object body, in their order, and returns the rest as a JSON object (its
+// members as written, duplicates kept for the validator to report) and
+// the removed members.
+func splitMembers(body []byte, names ...string) ([]byte, map[string]json.RawMessage, []subscription.Problem) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return body, nil, nil // the validator says what is wrong
+	}
+	extra := map[string]json.RawMessage{}
+	var rest bytes.Buffer
+	rest.WriteByte('{')
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return body, nil, nil
+		}
+		key, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return body, nil, nil
+		}
+		if slices.Contains(names, key) {
+			if extra[key] != nil {
+				return nil, nil, []subscription.Problem{{Path: "$." + key, Message: "duplicate field"}}
+			}
+			extra[key] = v
+			continue
+		}
+		if rest.Len() > 1 {
+			rest.WriteByte(',')
+		}
+		k, _ := json.Marshal(key)
+		rest.Write(k)
+		rest.WriteByte(':')
+		rest.Write(v)
+	}
+	rest.WriteByte('}')
+	if _, err := dec.Token(); err != nil { // '}'
+		return body, nil, nil
+	}
+	if dec.More() {
+		return body, nil, nil
+	}
+	return rest.Bytes(), extra, nil
 }

@@ -404,6 +404,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if opts.Tracer != nil {
 		obs = append(obs, opts.Tracer)
 	}
+	if subs != nil {
+		obs = append(obs, subs.recent)
+	}
 	if o := observe.Fanout(append(obs, dlObs)...); o != nil {
 		engine.SetObserver(o)
 	}
@@ -447,7 +450,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		adminAddr = ln.Addr().String()
 		var subsAPI *api.Subscriptions
 		if subs != nil {
-			subsAPI = &api.Subscriptions{Store: subs.store, File: subs.fileConfig}
+			subsAPI = &api.Subscriptions{Store: subs.store, File: subs.fileConfig, Test: subs.testSubscription, Recent: subs.recent.Last}
 		}
 		a := api.New(api.Options{Gateway: g, DeadLetters: dls, Backfills: g.backfills, Deliveries: g.dlog, DeliveryLogDropped: g.dlw.Dropped,
 			Registry: reg, Log: log, Subscriptions: subsAPI})

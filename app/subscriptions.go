@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/changegate/changegate/api"
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/subscription"
 )
@@ -22,6 +24,9 @@ import (
 type subscriptions struct {
 	store  *subscription.Store
 	sealer *subscription.Sealer // nil without a key: subscriptions whose secrets cannot open are left out
+
+	// recent keeps each source's last changes for the API's test.
+	recent *recentChanges
 
 	mu   sync.Mutex
 	list []subscription.Subscription // the last set read
@@ -39,7 +44,7 @@ func openSubscriptions(ctx context.Context, cfg *config.Config, client *mongo.Cl
 	if !cfg.Subscriptions.Enabled {
 		return nil, nil
 	}
-	s := &subscriptions{file: cfg}
+	s := &subscriptions{file: cfg, recent: newRecentChanges()}
 	if cfg.Subscriptions.Key != "" {
 		var err error
 		if s.sealer, err = subscription.NewSealer([]byte(cfg.Subscriptions.Key.Value())); err != nil {
@@ -136,4 +141,41 @@ func (s *subscriptions) fileConfig() *config.Config {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.file
+}
+
+// testSubscription answers POST /api/v1/subscriptions/test: each change
+// routed by the subscription's rule alone, with the compiled rules and the
+// envelope encoding a run uses (DryRun), against the operator's file in
+// force. The body is what its webhook would post (one element of the array
+// when it batches), unsigned. Nothing is stored or sent.
+func (s *subscriptions) testSubscription(route *config.SubscriptionRoute, changes []bson.Raw) ([]api.SubscriptionTestResult, error) {
+	c := *s.fileConfig()
+	c.Sinks = []config.Sink{route.Sink}
+	c.Rules = []config.Rule{route.Rule}
+	dry, err := NewDryRun(&c)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.SubscriptionTestResult, len(changes))
+	for i, raw := range changes {
+		r := &out[i]
+		routed, err := dry.Route(route.Rule.Source, uint64(i+1), raw)
+		if err != nil {
+			r.Error = "not a change event: " + err.Error()
+			continue
+		}
+		r.ID, r.OperationType = routed.Event.ID, routed.Event.OperationType
+		for _, d := range routed.Deliveries {
+			r.Matches = true
+			switch {
+			case d.Skipped:
+				r.Skipped = true
+			case d.Err != nil:
+				r.Error = "the envelope cannot be encoded (the subscription would dead-letter it): " + d.Err.Error()
+			default:
+				r.Body = d.Envelope
+			}
+		}
+	}
+	return out, nil
 }

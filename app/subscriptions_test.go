@@ -348,3 +348,93 @@ func TestSubscriptionsAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSubscriptionTest: POST /api/v1/subscriptions/test tries a
+// subscription on a sample change and on the source's last changes,
+// answering which match and the body the webhook would post, shaped,
+// storing nothing; a bad body gets the problems a create gets, a scoped
+// token may try only its own names.
+func TestSubscriptionTest(t *testing.T) {
+	e := newEnv(t)
+	hook := newDocReceiver(t)
+	cfg := e.config(hook.srv.URL, "5s")
+	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 10}
+	cfg.Server.Tokens = []config.Token{{Name: "team-a", Token: "team-a-token-0123456789", Prefix: "team-a-"}}
+	g := start(t, cfg, app.Options{})
+	const a = "team-a-token-0123456789"
+	for range 3 {
+		if err := e.insert(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the file's sink receives the changes", func() bool { return len(hook.got()) == 3 })
+
+	spec := `"name":"team-a-t","source":"items","filter":{"fullDocument._id":{"$gte":2}},"redact":["fullDocument.ssn"],"sink":{"type":"webhook","url":"https://a.example.com/"}`
+	code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions/test", a, `{`+spec+`,"last":10}`)
+	results, _ := out["results"].([]any)
+	if code != 200 || len(results) != 3 || out["note"] == nil {
+		t.Fatalf("last 10: %d %v", code, out)
+	}
+	for i, r := range results {
+		r := r.(map[string]any)
+		want := i >= 1 // documents 2 and 3
+		if r["matches"] != want {
+			t.Errorf("change %d: matches %v, want %v (%v)", i+1, r["matches"], want, r)
+		}
+		body, _ := r["body"].(map[string]any)
+		if want != (body != nil) {
+			t.Errorf("change %d: body %v", i+1, r["body"])
+		}
+		if body != nil && (body["id"] != r["id"] || body["operationType"] != "insert" || fmt.Sprint(body["fullDocument"]) != fmt.Sprintf("map[_id:%d]", i+1)) {
+			t.Errorf("change %d: body %v", i+1, body)
+		}
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions/test", a, `{`+spec+`,"last":2}`)
+	if results, _ := out["results"].([]any); code != 200 || len(results) != 2 || out["note"] != nil {
+		t.Errorf("last 2: %d %v", code, out)
+	}
+
+	// A sample change: shaped as the subscription shapes it.
+	change := `{"_id":{"_data":"8263"},"operationType":"insert","ns":{"db":"x","coll":"items"},"documentKey":{"_id":7},"fullDocument":{"_id":7,"ssn":"123-45"}}`
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions/test", a, `{`+spec+`,"change":`+change+`}`)
+	results, _ = out["results"].([]any)
+	if code != 200 || len(results) != 1 {
+		t.Fatalf("change: %d %v", code, out)
+	}
+	r := results[0].(map[string]any)
+	if body, _ := r["body"].(map[string]any); r["matches"] != true || fmt.Sprint(body["fullDocument"]) != "map[_id:7 ssn:[REDACTED]]" {
+		t.Errorf("change: %v", r)
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions/test", a, `{`+strings.Replace(spec, `"$gte":2`, `"$gte":8`, 1)+`,"change":`+change+`}`)
+	if results, _ := out["results"].([]any); code != 200 || len(results) != 1 || results[0].(map[string]any)["matches"] != false || results[0].(map[string]any)["body"] != nil {
+		t.Errorf("change not matching: %d %v", code, out)
+	}
+
+	// Problems as a create reports them, plus those of the test's members.
+	for _, tc := range []struct{ body, problems string }{
+		{`{` + spec + `,"colour":"red","last":1}`, `[$.colour: unknown field]`},
+		{`{` + strings.Replace(spec, "https://a.example.com/", "http://127.0.0.1/", 1) + `,"last":1}`, `[$.sink.url: refused: 127.0.0.1 is a loopback address; private, loopback and link-local targets need [subscriptions] allow_private_networks in the operator's configuration]`},
+		{`{` + spec + `}`, `[$: give "change" (a change event, Extended JSON) or "last" (how many of the source's last changes to try)]`},
+		{`{` + spec + `,"last":0}`, `[$.last: want a whole number from 1 to 100]`},
+		{`{` + spec + `,"last":1,"change":{}}`, `[$.last: give "change" or "last", not both]`},
+		{`{` + spec + `,"change":[1]}`, `[$.change: want a change event as an object in Extended JSON (as changegate tail prints it): `},
+	} {
+		code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions/test", a, tc.body)
+		if code != 400 || !strings.HasPrefix(fmt.Sprint(out["problems"]), strings.TrimSuffix(tc.problems, "]")) {
+			t.Errorf("%s: %d %v, want 400 %s", tc.body, code, out, tc.problems)
+		}
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions/test", a, `{`+strings.Replace(spec, "team-a-t", "team-b-t", 1)+`,"last":1}`)
+	if code != 403 {
+		t.Errorf("team-a trying team-b-t: %d %v, want 403", code, out)
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions/test", "s3cret-admin-token", `{`+strings.Replace(spec, "team-a-t", "team-b-t", 1)+`,"last":1}`)
+	if code != 200 {
+		t.Errorf("admin trying team-b-t: %d %v", code, out)
+	}
+	// Nothing was stored.
+	code, out = apiCall(t, g.admin, "GET", "/api/v1/subscriptions", "s3cret-admin-token", "")
+	if subs, _ := out["subscriptions"].([]any); code != 200 || len(subs) != 0 {
+		t.Errorf("stored after tests: %d %v", code, out)
+	}
+}
