@@ -115,6 +115,7 @@ func TestConsoleDeliveryPagesHostile(t *testing.T) {
 		// The dead letter's link is one path segment of the console.
 		`href="/ui/deadletters/items:%3Cscript%3Ealert%281%29%3C%2Fscript%3E%22%27%3E%3Cimg%20src=x%20onerror=alert%282%29%3E:`,
 		`<td class="num">12.5 ms</td>`, `data-outcome="dead_lettered"`, `id="event-acked">no `,
+		`data-action="redeliver" data-id="items:&lt;script&gt;alert(1)&lt;/script&gt;&#34;&#39;&gt;&lt;img src=x onerror=alert(2)&gt;" data-sink="audit"`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("event page lacks %s", want)

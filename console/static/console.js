@@ -270,6 +270,15 @@
         }
         break;
       }
+      case 'redeliver': {
+        var sink = btn.getAttribute('data-sink');
+        if (window.confirm('Read this change again from the oplog and deliver it once more to ' + sink + ' (same event id)?')) {
+          act('POST', '/api/v1/events/' + encodeURIComponent(id) + '/redeliver', { sink: sink }, function (out) {
+            return 'Redelivered to ' + out.sink + ' (' + out.state + ').';
+          });
+        }
+        break;
+      }
       case 'reload':
         act('POST', '/ui/api/reload', {}, function () { return 'Configuration reloaded.'; });
         break;

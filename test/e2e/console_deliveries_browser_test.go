@@ -41,13 +41,15 @@ func search(t *testing.T, ctx context.Context, q string) {
 // by its id (the timeline with the 503, delivered once the checkpoint is
 // past it, derived); the refused one's event page shows it dead-lettered
 // with a link to its dead letter and the hostile texts as text; the
-// analytics page changes window and draws its charts.
+// analytics page changes window and draws its charts. The event page's
+// button redelivers the event to its sink.
 func TestConsoleDeliveryLogInBrowser(t *testing.T) {
 	chromium := findChromium(t)
 	e := newEnv(t)
 	const hostileKey = `<img src=x onerror=alert(2)>`
 	var mu sync.Mutex
 	failedOnce := false
+	doc2 := 0 // doc-2's requests taken
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
@@ -59,6 +61,8 @@ func TestConsoleDeliveryLogInBrowser(t *testing.T) {
 		case strings.Contains(string(b), `"doc-2"`) && !failedOnce:
 			failedOnce = true
 			w.WriteHeader(http.StatusServiceUnavailable)
+		case strings.Contains(string(b), `"doc-2"`):
+			doc2++
 		}
 	}))
 	t.Cleanup(hook.Close)
@@ -120,6 +124,22 @@ console_auth = "none"`, 1))
 		return evalString(t, bctx, `(function () { var s = document.querySelector('section.event-sink[data-sink="hook"]'); return s ? s.dataset.state + ' ' + (s.dataset.derived || '') : ''; })()`) == "delivered 1"
 	})
 	shot(t, bctx, artifacts, "console-event.png")
+	// Redeliver it to the sink from its page (the admin token entered):
+	// the receiver takes it once more.
+	if err := chromedp.Do(bctx,
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
+		chromedp.Click(chromedp.CSS(`section.event-sink[data-sink="hook"] button[data-action="redeliver"]`)),
+	); err != nil {
+		t.Fatalf("browser: redeliver: %v", err)
+	}
+	evalUntil(t, bctx, 20*time.Second, "the redelivery's report", `document.getElementById('flash').textContent === 'Redelivered to hook (delivered).'`)
+	mu.Lock()
+	taken := doc2
+	mu.Unlock()
+	if taken != 2 {
+		t.Errorf("the receiver took doc-2 %d times, want 2 (its delivery, then the redelivery)", taken)
+	}
 
 	// An event id in the search box: the refused event, dead-lettered,
 	// its hostile answer and key shown as text, its dead letter linked.
