@@ -128,6 +128,7 @@ type benchOpts struct {
 	rateCap     int             // events/s assumed at most when sizing 10 and 11
 	maxInFlight int             // sinks' max_in_flight in 4-9 (0: the default)
 	sinkTOML    string          // extra TOML lines for every sink in 4-9 (e.g. payload shaping)
+	deliveryLog string          // [delivery_log] mode in 4-9 ("": the config says nothing, changegate's default)
 	replicas    []int           // scenario 12: replica counts
 	replN       int             // scenario 12: backlog
 	replMIF     int             // scenario 12: each replica's max_in_flight
@@ -209,6 +210,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.runTime, "run-time", 0, "scenarios 10 and 11: size each setting's backlog to run about this long (default 8s; -quick 2s)")
 	fs.IntVar(&o.maxInFlight, "max-in-flight", 0, "scenarios 4-9: the sinks' max_in_flight (default: changegate's default)")
 	fs.StringVar(&o.sinkTOML, "sink-toml", "", `scenarios 4-9: TOML added to every sink, e.g. 'redact = ["fullDocument.customer"]' (payload shaping); keep fullDocument.seq and wts, which the receiver reads`)
+	fs.StringVar(&o.deliveryLog, "delivery-log", "", `scenarios 4-9: [delivery_log] mode = "off", "failures" (changegate's default) or "all" (default: no [delivery_log] table, for binaries that predate it)`)
 	fs.IntVar(&o.autoMax, "auto-max", 0, "scenarios 10 and 11: also run auto with this max_in_flight_max (0: not)")
 	fs.IntVar(&o.rateCap, "rate-cap", 12000, "scenarios 10 and 11: the events/s a setting is assumed to reach at most, when sizing its backlog")
 	fs.IntVar(&o.replN, "replicas-n", 0, "scenario 12: backlog per replica count (default 16000; -quick 4000)")
@@ -740,6 +742,8 @@ type gwConf struct {
 	snapshot bool
 	// sinkTOML is added to every sink's table.
 	sinkTOML string
+	// deliveryLog, when set, is the [delivery_log] mode.
+	deliveryLog string
 }
 
 func (c gwConf) toml() string {
@@ -786,6 +790,9 @@ func (c gwConf) toml() string {
 	fmt.Fprintf(&s, "\n[[rules]]\nname = \"all\"\nsource = \"orders\"\nsinks = [%s]\n", strings.Join(names, ", "))
 	if c.filter {
 		s.WriteString("filter = { \"fullDocument.b\" = 0 }\n")
+	}
+	if c.deliveryLog != "" {
+		fmt.Fprintf(&s, "\n[delivery_log]\nmode = %q\n", c.deliveryLog)
 	}
 	return s.String()
 }
@@ -965,7 +972,7 @@ func (b *bench) gatewayBacklog(id, sinks, batch int, filter, noPushdown bool) []
 	} else if filter {
 		tag += "-pushdown"
 	}
-	c, err := b.startGateway(tag, gwConf{uri: e.srv.URI(), url: rcv.url, sinks: sinks, batch: batch, startAt: start, filter: filter, maxInFlight: b.o.maxInFlight, sinkTOML: b.o.sinkTOML}, filter, extra...)
+	c, err := b.startGateway(tag, gwConf{uri: e.srv.URI(), url: rcv.url, sinks: sinks, batch: batch, startAt: start, filter: filter, maxInFlight: b.o.maxInFlight, sinkTOML: b.o.sinkTOML, deliveryLog: b.o.deliveryLog}, filter, extra...)
 	if err != nil {
 		r.err = err
 		return []*result{r}
