@@ -16,6 +16,7 @@ import (
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/subscription"
@@ -110,7 +111,8 @@ func (g fixtureGateway) Config() *config.Config { return g.cfg }
 
 // subscriptionFixture returns a Server serving /api/v1/subscriptions from
 // a store on a fresh database, with the admin token, tokens scoped to
-// team-a- and team-b-, and a source "orders".
+// team-a- and team-b-, a source "orders", and in the file a rule
+// "paid-orders" routing to sinks "billing" and "team-a-legacy".
 func subscriptionFixture(t *testing.T, o Options) *Server {
 	t.Helper()
 	cfg := &config.Config{
@@ -118,7 +120,14 @@ func subscriptionFixture(t *testing.T, o Options) *Server {
 			{Name: "team-a", Token: fixtureTeamA, Prefix: "team-a-"},
 			{Name: "team-b", Token: fixtureTeamB, Prefix: "team-b-"},
 		}},
-		Sources:       []config.Source{{Name: "orders", Database: "shop", Collection: "orders"}},
+		Sources: []config.Source{{Name: "orders", Database: "shop", Collection: "orders"}},
+		// The file's own rule and sinks: listed read-only.
+		Rules: []config.Rule{{Name: "paid-orders", Source: "orders", Operations: []string{"insert"},
+			Filter: bson.D{{Key: "fullDocument.status", Value: "paid"}}, Sinks: []string{"billing", "team-a-legacy"}, Shape: config.Shape{Envelope: config.EnvelopeFull}}},
+		Sinks: []config.Sink{
+			{Name: "billing", Type: config.SinkWebhook, BatchSize: 1, Ordering: config.OrderingKey, Webhook: &config.WebhookSink{URL: "https://billing.example.com/hook?token=url-credential"}},
+			{Name: "team-a-legacy", Type: config.SinkWebhook, BatchSize: 10, MaxInFlight: 4, Transactions: config.TransactionsGroup, Ordering: config.OrderingKey, Webhook: &config.WebhookSink{URL: "https://a.example.com/legacy"}},
+		},
 		Subscriptions: config.Subscriptions{Enabled: true, MaxSubscriptions: 10},
 	}
 	if o.Gateway == nil {

@@ -68,11 +68,11 @@ func (s *Server) subscriptionRoutes() {
 	rs.Handle("POST /api/v1/subscriptions/test", Scoped, s.testSubscription)
 	rs.Handle("GET /api/v1/subscriptions", Scoped, s.listSubscriptions)
 	rs.Handle("GET /api/v1/subscriptions/{name}", Scoped, s.named(s.showSubscription))
-	rs.Handle("PATCH /api/v1/subscriptions/{name}", Scoped, s.named(s.patchSubscription))
-	rs.Handle("DELETE /api/v1/subscriptions/{name}", Scoped, s.named(s.deleteSubscription))
-	rs.Handle("POST /api/v1/subscriptions/{name}/pause", Scoped, s.named(s.statusAction(subscription.StatusPaused)))
-	rs.Handle("POST /api/v1/subscriptions/{name}/resume", Scoped, s.named(s.statusAction(subscription.StatusActive)))
-	rs.Handle("POST /api/v1/subscriptions/{name}/rotate-secret", Scoped, s.named(s.rotateSecret))
+	rs.Handle("PATCH /api/v1/subscriptions/{name}", Scoped, s.named(s.apiManaged(s.patchSubscription)))
+	rs.Handle("DELETE /api/v1/subscriptions/{name}", Scoped, s.named(s.apiManaged(s.deleteSubscription)))
+	rs.Handle("POST /api/v1/subscriptions/{name}/pause", Scoped, s.named(s.apiManaged(s.statusAction(subscription.StatusPaused))))
+	rs.Handle("POST /api/v1/subscriptions/{name}/resume", Scoped, s.named(s.apiManaged(s.statusAction(subscription.StatusActive))))
+	rs.Handle("POST /api/v1/subscriptions/{name}/rotate-secret", Scoped, s.named(s.apiManaged(s.rotateSecret)))
 }
 
 // Subscriptions returns what /api/v1/subscriptions serves
@@ -138,8 +138,8 @@ func writeStoreError(w http.ResponseWriter, err error) {
 	WriteError(w, code, err.Error())
 }
 
-// withSecret renders sub, plus "secret" when secret is set: the only
-// answers that carry it (creation, rotation).
+// withSecret renders sub with "managed_by": "api", plus "secret" when
+// secret is set: the only answers that carry it (creation, rotation).
 func withSecret(sub subscription.Subscription, secret config.Secret) (map[string]json.RawMessage, error) {
 	b, err := json.Marshal(sub)
 	if err != nil {
@@ -149,6 +149,7 @@ func withSecret(sub subscription.Subscription, secret config.Secret) (map[string
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, err
 	}
+	m["managed_by"], _ = json.Marshal(ManagedByAPI)
 	if secret != "" {
 		m["secret"], _ = json.Marshal(secret.Value())
 	}
@@ -220,27 +221,65 @@ func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	page, err := s.subs.Store.List(r.Context(), subscription.ListOptions{Prefix: p.ListPrefix(q.Get("prefix")), Cursor: q.Get("after"), Limit: limit})
+	prefix, cursor := p.ListPrefix(q.Get("prefix")), q.Get("after")
+	page, err := s.subs.Store.List(r.Context(), subscription.ListOptions{Prefix: prefix, Cursor: cursor, Limit: limit})
 	if err != nil {
 		writeStoreError(w, err)
 		return
 	}
+	after, _ := subscription.CursorName(cursor) // List read it
+	// The file's names, read-only, in the same name order: those the
+	// principal may see, with the prefix, after the cursor.
+	file, err := configEntries(s.subs.File(), func(name string) bool {
+		return p.Manages(name) && strings.HasPrefix(name, prefix) && name > after
+	})
+	if err != nil {
+		WriteError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
 	out := NewPage(w, "subscriptions", limit)
 	out.Begin()
-	for _, sub := range page.Subscriptions {
-		b, err := json.Marshal(sub)
+	subs := page.Subscriptions
+	for n := 0; n < limit && (len(subs) > 0 || len(file) > 0); n++ {
+		var b []byte
+		var name string
+		if len(file) > 0 && (len(subs) == 0 || file[0].Name <= subs[0].Name) {
+			if len(subs) > 0 && subs[0].Name == file[0].Name {
+				subs = subs[1:] // stored, but now the file's name: the file's is in force
+			}
+			name = file[0].Name
+			b, err = json.Marshal(file[0])
+			file = file[1:]
+		} else {
+			var m map[string]json.RawMessage
+			if m, err = withSecret(subs[0], ""); err == nil {
+				b, err = json.Marshal(m)
+			}
+			name = subs[0].Name
+			subs = subs[1:]
+		}
 		if err != nil {
 			out.End(err)
 			return
 		}
-		if err := out.Add(b, subscription.CursorAfter(sub.Name)); err != nil {
+		if err := out.Add(b, subscription.CursorAfter(name)); err != nil {
 			return
 		}
 	}
 	out.End(nil)
 }
 
+// showSubscription shows a stored subscription, or the configuration
+// file's entry of that name (read-only; no ETag: it has no revision).
 func (s *Server) showSubscription(w http.ResponseWriter, r *http.Request, _ Principal, name string) {
+	if e, ok, err := s.configEntryOf(name); err != nil || ok {
+		if err != nil {
+			WriteError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		WriteJSON(w, http.StatusOK, e)
+		return
+	}
 	sub, err := s.subs.Store.Get(r.Context(), name)
 	if err != nil {
 		writeStoreError(w, err)

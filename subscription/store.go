@@ -316,6 +316,19 @@ type Page struct {
 // named name.
 func CursorAfter(name string) string { return base64.RawURLEncoding.EncodeToString([]byte(name)) }
 
+// CursorName returns the name a List cursor pages after ("" for the first
+// page), or ErrBadCursor.
+func CursorName(cursor string) (string, error) {
+	if cursor == "" {
+		return "", nil
+	}
+	after, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(after) == 0 {
+		return "", ErrBadCursor
+	}
+	return string(after), nil
+}
+
 // List returns a page of subscriptions in name order.
 func (s *Store) List(ctx context.Context, o ListOptions) (Page, error) {
 	limit := o.Limit
@@ -330,11 +343,11 @@ func (s *Store) List(ctx context.Context, o ListOptions) (Page, error) {
 		rng = append(rng, bson.E{Key: "$gte", Value: o.Prefix}, bson.E{Key: "$lt", Value: o.Prefix + "\x7f"})
 	}
 	if o.Cursor != "" {
-		after, err := base64.RawURLEncoding.DecodeString(o.Cursor)
-		if err != nil || len(after) == 0 {
-			return Page{}, ErrBadCursor
+		after, err := CursorName(o.Cursor)
+		if err != nil {
+			return Page{}, err
 		}
-		rng = append(rng, bson.E{Key: "$gt", Value: string(after)})
+		rng = append(rng, bson.E{Key: "$gt", Value: after})
 	}
 	filter := bson.D{}
 	if len(rng) > 0 {
