@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/changegate/changegate/deliverylog"
@@ -33,6 +34,8 @@ type consoleAnalytics struct {
 	Since, Until time.Time
 	Sinks, Rules []consoleGroup
 	Covers       []string
+	// Mode and Retention are [delivery_log]'s mode and retention in force.
+	Mode, Retention string
 	// SinkOutcomes and RuleOutcomes chart events by outcome; SinkLatency
 	// and RuleLatency p50, p95 and p99.
 	SinkOutcomes, RuleOutcomes, SinkLatency, RuleLatency consoleChart
@@ -185,6 +188,19 @@ func latencyChart(groups []consoleGroup) consoleChart {
 	return c
 }
 
+// shortDuration is d as time.Duration writes it, without zero minutes
+// and seconds ("72h", not "72h0m0s").
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 func groupView(g deliverylog.Group) consoleGroup {
 	return consoleGroup{Name: g.Name, Attempts: g.Attempts, Events: g.Events, Outcomes: outcomeCounts(g),
 		Operations: counts(g.ByOperation, consoleTopN), Collections: counts(g.ByCollection, consoleTopN), Latency: g.Latency}
@@ -222,5 +238,7 @@ func (c *Console) consoleAnalytics(r *http.Request, p *consolePage) int {
 		return deliveryCode(err)
 	}
 	p.Analytics = analyticsView(a)
+	dc := c.gw.Config().DeliveryLog
+	p.Analytics.Mode, p.Analytics.Retention = dc.Mode, shortDuration(dc.Retention)
 	return http.StatusOK
 }

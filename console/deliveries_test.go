@@ -140,6 +140,14 @@ func TestConsoleDeliveryPagesHostile(t *testing.T) {
 	}
 }
 
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{72 * time.Hour: "72h", 90 * time.Minute: "1h30m", time.Minute: "1m", 90 * time.Second: "1m30s"} {
+		if got := shortDuration(d); got != want {
+			t.Errorf("shortDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
 func TestSearchTarget(t *testing.T) {
 	for _, c := range []struct{ q, want, err string }{
 		{"", "/ui/deliveries", ""},
@@ -168,7 +176,8 @@ func TestSearchTarget(t *testing.T) {
 func TestConsoleDeliveryPagesServed(t *testing.T) {
 	rec := hostileRecord()
 	dl := &fakeDeliveries{lifecycle: hostileLifecycle(), page: deliverylog.Page{Records: []deliverylog.Record{rec}, Next: "CURSOR-2"}, analytics: hostileAnalytics()}
-	cfg := &config.Config{Server: config.Server{Console: true, PublicRead: true, AdminToken: "admin-token-admin-token"}}
+	cfg := &config.Config{Server: config.Server{Console: true, PublicRead: true, AdminToken: "admin-token-admin-token"},
+		DeliveryLog: config.DeliveryLog{Mode: config.DeliveryLogFailures, Retention: 72 * time.Hour}}
 	gw := fixedGateway{cfg: cfg}
 	admin := api.New(api.Options{Gateway: gw, Deliveries: dl, DeliveryLogDropped: func() int64 { return 7 }})
 	New(admin, Options{Gateway: gw})
@@ -210,7 +219,7 @@ func TestConsoleDeliveryPagesServed(t *testing.T) {
 		t.Errorf("unknown event: %d\n%s", code, body)
 	}
 	code, body, _ = get("/ui/analytics?window=7d")
-	if code != 200 || !strings.Contains(body, `class="here">7d</a>`) || dl.windows[len(dl.windows)-1] != "7d" || dl.dropped[len(dl.dropped)-1] != 7 {
+	if code != 200 || !strings.Contains(body, `class="here">7d</a>`) || !strings.Contains(body, `which keeps its records for 72h (mode <code>"failures"</code>)`) || dl.windows[len(dl.windows)-1] != "7d" || dl.dropped[len(dl.dropped)-1] != 7 {
 		t.Errorf("analytics: %d, windows %v, dropped %v", code, dl.windows, dl.dropped)
 	}
 	if code, body, _ = get("/ui/analytics?window=2d"); code != 400 || !strings.Contains(body, `window &#34;2d&#34;`) {
