@@ -33,6 +33,10 @@ type Subscriptions struct {
 	// Recent returns up to n of the last changes this process read of a
 	// source, oldest first (nil: none are kept).
 	Recent func(source string, n int) []bson.Raw
+	// Backfill, when set, starts a backfill of the source to the named
+	// subscription's sink (created with "backfill": true) once this
+	// process applied it; nil: such a creation is refused.
+	Backfill func(name string)
 }
 
 // SubscriptionTestResult is what a subscription would do with one change.
@@ -197,13 +201,22 @@ func (s *Server) createSubscription(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if route.Backfill {
-		writeProblems(w, []subscription.Problem{{Path: "$.backfill", Message: "backfills of subscriptions are not available yet: leave it out"}})
-		return
+		switch ops := route.Rule.Operations; {
+		case s.subs.Backfill == nil:
+			writeProblems(w, []subscription.Problem{{Path: "$.backfill", Message: "backfills of subscriptions are not available here: leave it out"}})
+			return
+		case len(ops) > 0 && !slices.Contains(ops, "snapshot"):
+			writeProblems(w, []subscription.Problem{{Path: "$.backfill", Message: `a backfill sends the existing documents as "snapshot" events: add "snapshot" to operations, or leave backfill out`}})
+			return
+		}
 	}
 	sub, secret, err := s.subs.Store.Create(r.Context(), p.Name, name, spec, s.subs.File().Subscriptions.MaxSubscriptions)
 	if err != nil {
 		writeStoreError(w, err)
 		return
+	}
+	if route.Backfill {
+		s.subs.Backfill(name)
 	}
 	w.Header().Set("Location", "/api/v1/subscriptions/"+name)
 	s.answer(w, http.StatusCreated, sub, secret)
@@ -319,8 +332,8 @@ func (s *Server) patchSubscription(w http.ResponseWriter, r *http.Request, p Pri
 	if problems == nil && route.Rule.Name != name {
 		problems = []subscription.Problem{{Path: "$.name", Message: "a subscription's name cannot change: create another"}}
 	}
-	if problems == nil && route.Backfill {
-		problems = []subscription.Problem{{Path: "$.backfill", Message: "backfills of subscriptions are not available yet: leave it out"}}
+	if problems == nil && !bytes.Equal(member(cur.Spec, "backfill"), member(merged, "backfill")) {
+		problems = []subscription.Problem{{Path: "$.backfill", Message: "a backfill is asked for when a subscription is created; start one with POST /api/v1/backfills"}}
 	}
 	if problems != nil {
 		writeProblems(w, problems)
@@ -568,4 +581,14 @@ func splitMembers(body []byte, names ...string) ([]byte, map[string]json.RawMess
 		return body, nil, nil
 	}
 	return rest.Bytes(), extra, nil
+}
+
+// member returns the JSON of member name of the object doc, nil when it
+// has none (or doc is not an object).
+func member(doc []byte, name string) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(doc, &m) != nil {
+		return nil
+	}
+	return bytes.TrimSpace(m[name])
 }

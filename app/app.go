@@ -450,7 +450,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		adminAddr = ln.Addr().String()
 		var subsAPI *api.Subscriptions
 		if subs != nil {
-			subsAPI = &api.Subscriptions{Store: subs.store, File: subs.fileConfig, Test: subs.testSubscription, Recent: subs.recent.Last}
+			subsAPI = &api.Subscriptions{Store: subs.store, File: subs.fileConfig, Test: subs.testSubscription, Recent: subs.recent.Last,
+				Backfill: g.backfillWhenApplied}
 		}
 		a := api.New(api.Options{Gateway: g, DeadLetters: dls, Backfills: g.backfills, Deliveries: g.dlog, DeliveryLogDropped: g.dlw.Dropped,
 			Registry: reg, Log: log, Subscriptions: subsAPI})

@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/changegate/changegate/backfill"
 	"github.com/changegate/changegate/event"
 	"github.com/changegate/changegate/source"
 	"github.com/changegate/changegate/subscription"
@@ -40,7 +41,7 @@ func (g *gateway) freshSubscriptions(list []subscription.Subscription) []subscri
 	g.subs.mu.Lock()
 	defer g.subs.mu.Unlock()
 	for _, s := range list {
-		if s.Status != subscription.StatusActive || s.CreatedClusterTime.IsZero() || cur.Sink(s.Name) != nil || g.subs.catching[s.Name] {
+		if s.Status != subscription.StatusActive || cur.Sink(s.Name) != nil || g.subs.catching[s.Name] {
 			continue
 		}
 		if g.subs.catching == nil {
@@ -88,8 +89,8 @@ func (g *gateway) readCatchUp(ctx context.Context, sub subscription.Subscription
 			src = r.Source
 		}
 	}
-	if src == "" {
-		return nil // not applied (left out, or deleted since)
+	if src == "" || sub.CreatedClusterTime.IsZero() {
+		return nil // not applied (left out, or deleted since), or no time to start from
 	}
 	until, err := clusterTimeNow(ctx, g.client, cfg.Mongo.StateDatabase)
 	if err != nil {
@@ -159,6 +160,62 @@ func (g *gateway) catchUpUnit(ctx context.Context, u *runningUnit, sub subscript
 		return n, ctx.Err()
 	}
 	return n, err
+}
+
+// backfillWhenApplied starts a backfill of the subscription name's source
+// to its sink (it was created here with "backfill": true) once this process
+// runs it caught up: now if it does, else when its catch-up ends
+// (caughtUp).
+func (g *gateway) backfillWhenApplied(name string) {
+	g.subs.mu.Lock()
+	applied := !g.subs.catching[name] && g.Config().Sink(name) != nil
+	if !applied {
+		if g.subs.wantBackfill == nil {
+			g.subs.wantBackfill = map[string]bool{}
+		}
+		g.subs.wantBackfill[name] = true
+	}
+	g.subs.mu.Unlock()
+	if applied {
+		g.startSubscriptionBackfill(name)
+	}
+}
+
+// caughtUp is called once the subscription name caught up and was
+// released: it starts the backfill its creation asked for here.
+func (g *gateway) caughtUp(name string) {
+	g.subs.mu.Lock()
+	want := g.subs.wantBackfill[name]
+	delete(g.subs.wantBackfill, name)
+	g.subs.mu.Unlock()
+	if want {
+		g.startSubscriptionBackfill(name)
+	}
+}
+
+// startSubscriptionBackfill starts a backfill of the subscription name's
+// source to its sink: every document, as "snapshot" events its rule routes
+// (its filter applies to them as to its changes).
+func (g *gateway) startSubscriptionBackfill(name string) {
+	cfg := g.Config()
+	src := ""
+	for _, r := range cfg.Rules {
+		if r.Name == name {
+			src = r.Source
+		}
+	}
+	if src == "" {
+		g.log.Warn("subscriptions: no backfill: the subscription is not applied (deleted, or left out)", "subscription", name)
+		return
+	}
+	// The backfill runs until it ends or the gateway stops (StopAll), and
+	// resumes at the next start.
+	st, err := g.backfills.Start(context.Background(), cfg, backfill.Request{Source: src, Sink: name})
+	if err != nil {
+		g.log.Error("subscriptions: cannot start the backfill asked for at creation", "subscription", name, "err", err)
+		return
+	}
+	g.log.Info("subscriptions: backfill started", "subscription", name, "backfill", st.ID)
 }
 
 // clusterTimeNow returns the server's cluster time now: every change

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +149,81 @@ func subDocs(t *testing.T, r *docReceiver) []docVersion {
 		out = append(out, d)
 	}
 	return out
+}
+
+// A subscription created through the API with "backfill": true receives
+// the documents that exist (as "snapshot" events its filter selects) once
+// it is applied, besides the changes after its creation; one whose
+// operations leave snapshots out is refused; a patch cannot ask for one.
+func TestSubscriptionBackfill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hook := newDocReceiver(t)
+	sub := newDocReceiver(t)
+	cfg := e.config(hook.srv.URL, "5s")
+	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 10, AllowPrivateNetworks: true}
+	g := start(t, cfg, app.Options{})
+	coll := mongotest.Client(t, e.uri).Database(e.db).Collection("items")
+	ctx := context.Background()
+	for i := 1; i <= 6; i++ {
+		if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: i}, {Key: "v", Value: i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the file's sink receives the inserts", func() bool { return len(hook.got()) == 6 })
+	const token = "s3cret-admin-token"
+	body := func(extra string) string {
+		return fmt.Sprintf(`{"name":"team-a-items","source":"items","filter":{"documentKey._id":{"$gte":3}},"sink":{"type":"webhook","url":%q}%s}`, sub.srv.URL, extra)
+	}
+	if code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions", token, body(`,"operations":["insert"],"backfill":true`)); code != 400 ||
+		!strings.Contains(fmt.Sprint(out["problems"]), `$.backfill: a backfill sends the existing documents as "snapshot" events`) {
+		t.Errorf("backfill without snapshots: %d %v", code, out)
+	}
+	if code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions", token, body(`,"backfill":true`)); code != 201 {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: 6}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: 60}}}}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Log(g.log.text(), sub.got())
+		}
+	}()
+	waitFor(t, 20*time.Second, "the backfill and the update", func() bool { return len(sub.got()) >= 5 })
+	time.Sleep(300 * time.Millisecond)
+	sub.mu.Lock()
+	var snaps []int
+	updates := 0
+	for _, b := range sub.body {
+		var ev struct {
+			OperationType string `json:"operationType"`
+			DocumentKey   struct {
+				ID int `json:"_id"`
+			} `json:"documentKey"`
+		}
+		_ = json.Unmarshal(b, &ev)
+		switch ev.OperationType {
+		case "snapshot":
+			snaps = append(snaps, ev.DocumentKey.ID)
+		case "update":
+			updates++
+		}
+	}
+	sub.mu.Unlock()
+	if !slices.Equal(slices.Sorted(slices.Values(snaps)), []int{3, 4, 5, 6}) || updates != 1 {
+		t.Errorf("the subscription got snapshots of %v and %d updates, want 3..6 and the update", snaps, updates)
+	}
+	if code, out := apiCall(t, g.admin, "PATCH", "/api/v1/subscriptions/team-a-items", token, `{"backfill":false}`); code != 400 {
+		t.Errorf("a patch of backfill: %d %v", code, out)
+	}
+	if code, out := apiCall(t, g.admin, "PATCH", "/api/v1/subscriptions/team-a-items", token, `{"filter":{"documentKey._id":{"$gte":4}}}`); code != 200 {
+		t.Errorf("a patch of a subscription created with a backfill: %d %v", code, out)
+	}
+	if len(hook.got()) != 7 {
+		t.Errorf("the file's sink got %d, want 7 changes", len(hook.got()))
+	}
+	if err := g.stop(t, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 }

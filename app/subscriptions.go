@@ -36,6 +36,9 @@ type subscriptions struct {
 	catching map[string]bool
 	// catchUps are the catch-ups running.
 	catchUps sync.WaitGroup
+	// wantBackfill are the subscriptions created here with "backfill":
+	// true whose backfill starts once they are applied and caught up.
+	wantBackfill map[string]bool
 }
 
 // openSubscriptions returns the gateway's subscriptions with the stored
@@ -97,7 +100,7 @@ func (s *subscriptions) merge(file *config.Config, log *slog.Logger) *config.Con
 func (g *gateway) watchSubscriptions(ctx context.Context) {
 	defer g.subs.catchUps.Wait()
 	_ = g.subs.store.Watch(ctx, 0, func(list []subscription.Subscription) {
-		g.applySubscriptions(ctx, list, nil)
+		g.applySubscriptions(ctx, list, func(s subscription.Subscription, _ error) { g.caughtUp(s.Name) })
 	})
 }
 

@@ -55,7 +55,12 @@ func Merge(cfg *config.Config, subs []Subscription, sealer *Sealer, now time.Tim
 		route.Sink.Webhook.Secrets = secrets
 		route.Sink.Held = s.Status != StatusActive
 		if !s.CreatedClusterTime.IsZero() {
-			since := bson.D{{Key: "clusterTime", Value: bson.D{{Key: "$gte", Value: s.CreatedClusterTime}}}}
+			// The changes since its creation, and the documents a backfill
+			// sends (snapshot events carry no cluster time).
+			since := bson.D{{Key: "$or", Value: bson.A{
+				bson.D{{Key: "clusterTime", Value: bson.D{{Key: "$gte", Value: s.CreatedClusterTime}}}},
+				bson.D{{Key: "operationType", Value: "snapshot"}},
+			}}}
 			if route.Rule.Filter == nil {
 				route.Rule.Filter = since
 			} else {
