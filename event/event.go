@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/internal/bsonraw"
+	"github.com/changegate/changegate/internal/nozero"
 	"github.com/changegate/changegate/memory"
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
@@ -470,7 +471,9 @@ func (e *Event) encodeFast(canonical bool) ([]byte, error) {
 // to a buffer of envelopeCap(n).
 func encodeSized(n int, appendTo func([]byte) ([]byte, error)) ([]byte, error) {
 	if n > scratchMaxRaw {
-		return appendTo(make([]byte, 0, envelopeCap(n)))
+		// Not cleared first: the encoder overwrites what it uses, and
+		// clearing megabytes costs as much as a copy of them.
+		return appendTo(nozero.Bytes(envelopeCap(n)))
 	}
 	sp := scratchPool.Get().(*[]byte)
 	b, err := appendTo((*sp)[:0])

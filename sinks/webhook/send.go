@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/changegate/changegate/event"
+	"github.com/changegate/changegate/internal/nozero"
 	"github.com/changegate/changegate/memory"
 	"github.com/changegate/changegate/sinks"
 )
@@ -179,7 +180,7 @@ func (w *Webhook) newChunk(batch []*event.Event) batchChunk {
 			break
 		}
 	}
-	b := make([]byte, 0, n)
+	b := nozero.Bytes(n) // not cleared: the envelopes are appended to it
 	return batchChunk{idx: make([]int, 0, len(batch)), body: append(b, '[')}
 }
 
