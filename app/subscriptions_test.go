@@ -132,6 +132,9 @@ func TestRunAppliesStoredSubscriptions(t *testing.T) {
 	t.Logf("applied %v after the create", time.Since(appliedAt).Round(time.Millisecond))
 	insert(1)
 	waitFor(t, 10*time.Second, "the subscription receives the next change", func() bool { return slices.Equal(sub.got(), []int{3}) })
+	// Applied held while it caught up, then released: live once its
+	// re-drive is done (parked would not tell the pause below).
+	waitFor(t, 10*time.Second, "the subscription live", func() bool { p, ok := sinkParked(t, g.admin, "team-a-items"); return ok && !p })
 	verifier, err := receive.NewVerifier(secret.Value())
 	if err != nil {
 		t.Fatal(err)
