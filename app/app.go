@@ -509,7 +509,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if subs != nil {
 		go func() {
 			defer close(subsDone)
+			disabling := make(chan struct{})
+			go func() {
+				defer close(disabling)
+				g.watchDisableAfter(subsCtx)
+			}()
 			g.watchSubscriptions(subsCtx)
+			<-disabling
 		}()
 	} else {
 		close(subsDone)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,12 +30,18 @@ type docReceiver struct {
 	reqs []http.Header
 	body [][]byte
 	srv  *httptest.Server
+	// fail makes it answer 500, recording nothing.
+	fail atomic.Bool
 }
 
 func newDocReceiver(t *testing.T) *docReceiver {
 	r := &docReceiver{}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
+		if r.fail.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
 		var ev struct {
 			DocumentKey struct {
 				ID int `json:"_id"`
@@ -437,7 +444,69 @@ func TestSubscriptionTest(t *testing.T) {
 	}
 	// Nothing was stored.
 	code, out = apiCall(t, g.admin, "GET", "/api/v1/subscriptions", "s3cret-admin-token", "")
-	if subs, _ := out["subscriptions"].([]any); code != 200 || len(subs) != 0 {
+	subs, _ := out["subscriptions"].([]any)
+	if code != 200 || slices.ContainsFunc(subs, func(s any) bool { return s.(map[string]any)["managed_by"] != "config" }) {
 		t.Errorf("stored after tests: %d %v", code, out)
 	}
+}
+
+// TestSubscriptionDisableAfter: a subscription whose endpoint keeps failing
+// for disable_after is disabled by changegate (through the store, audited
+// as "changegate", the reason shown), its events written meanwhile are kept,
+// and on resume they are delivered, each once.
+func TestSubscriptionDisableAfter(t *testing.T) {
+	e := newEnv(t)
+	hook := newDocReceiver(t)
+	sub := newDocReceiver(t)
+	sub.fail.Store(true)
+	cfg := e.config(hook.srv.URL, "5s")
+	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 10, AllowPrivateNetworks: true}
+	g := start(t, cfg, app.Options{})
+	const admin = "s3cret-admin-token"
+	code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions", admin,
+		fmt.Sprintf(`{"name":"team-a-d","source":"items","disable_after":"1s","sink":{"type":"webhook","url":%q}}`, sub.srv.URL))
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	waitFor(t, 5*time.Second, "the subscription applied", func() bool { _, ok := sinkParked(t, g.admin, "team-a-d"); return ok })
+	if err := e.insert(); err != nil {
+		t.Fatal(err)
+	}
+	var shown map[string]any
+	waitFor(t, 15*time.Second, "the subscription disabled", func() bool {
+		_, shown = apiCall(t, g.admin, "GET", "/api/v1/subscriptions/team-a-d", admin, "")
+		return shown["status"] == "disabled"
+	})
+	if r, _ := shown["reason"].(string); !strings.Contains(r, "disable_after: its endpoint has failed without a success for 1s") || !strings.Contains(r, "500") {
+		t.Errorf("reason %q", shown["reason"])
+	}
+	client := mongotest.Client(t, e.uri)
+	store := subscription.NewStore(client.Database(e.state), subscription.Options{Log: slog.New(slog.DiscardHandler)})
+	audit, err := store.Audit(context.Background(), "team-a-d", 10)
+	if err != nil || len(audit) == 0 || audit[0].Actor != app.SystemActor || audit[0].Action != subscription.ActionDisable {
+		t.Fatalf("audit: %v %v", audit, err)
+	}
+	// Once every replica applied the status (within a poll; here its sink
+	// is parked), what is written is kept, not delivered, though the
+	// endpoint answers again.
+	sub.fail.Store(false)
+	waitFor(t, 15*time.Second, "the disabled subscription's sink parked", func() bool { p, _ := sinkParked(t, g.admin, "team-a-d"); return p })
+	for range 3 {
+		if err := e.insert(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the file's sink receives every change", func() bool { return len(hook.got()) == 4 })
+	if got := sub.got(); slices.ContainsFunc(got, func(id int) bool { return id > 1 }) {
+		t.Fatalf("delivered while disabled: %v", got)
+	}
+	code, out = apiCall(t, g.admin, "POST", "/api/v1/subscriptions/team-a-d/resume", admin, "")
+	if code != 200 || out["status"] != "active" || out["reason"] != nil {
+		t.Fatalf("resume: %d %v", code, out)
+	}
+	// Each change is of its own document: per-document order is the
+	// held lane's re-drive's (router TestHeldSinkParksUntilReleased).
+	waitFor(t, 15*time.Second, "the kept changes delivered on resume", func() bool {
+		return slices.Equal(slices.Sorted(slices.Values(sub.got())), []int{1, 2, 3, 4})
+	})
 }

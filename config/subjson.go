@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -49,12 +50,18 @@ type SubscriptionRoute struct {
 	// Backfill asks for a backfill of the source when the subscription is
 	// created.
 	Backfill bool
+	// DisableAfter ("disable_after"; 0: off) disables the subscription
+	// when its endpoint has failed without a success for that long.
+	DisableAfter time.Duration
 }
+
+// MinDisableAfter is the shortest disable_after accepted.
+const MinDisableAfter = time.Second
 
 // subscriptionKeys are the keys of a subscription's JSON form, and
 // subscriptionSinkKeys those of its "sink" object; anything else is refused.
 var (
-	subscriptionKeys     = []string{"name", "source", "operations", "filter", "fields", "redact", "envelope", "sink", "backfill"}
+	subscriptionKeys     = []string{"name", "source", "operations", "filter", "fields", "redact", "envelope", "sink", "backfill", "disable_after"}
 	subscriptionSinkKeys = []string{"type", "url", "headers", "batch_size", "transactions", "max_in_flight"}
 )
 
@@ -96,6 +103,7 @@ func ParseSubscriptionJSON(data []byte, cfg *Config) (*SubscriptionRoute, []Prob
 		sinkTypes: []sinkType{builtinSinkTypes()[0]}}
 	ro := d.obj("", root)
 	backfill := ro.boolean("backfill", false)
+	disableAfter, _ := ro.duration("disable_after", 0, MinDisableAfter)
 	name, _ := ro.name()
 	if len(name) > MaxSubscriptionNameLength {
 		d.errorf("name", 0, "is %d characters, at most %d", len(name), MaxSubscriptionNameLength)
@@ -147,7 +155,7 @@ func ParseSubscriptionJSON(data []byte, cfg *Config) (*SubscriptionRoute, []Prob
 	if len(problems) > 0 {
 		return nil, problems
 	}
-	return &SubscriptionRoute{Rule: rule, Sink: sink, Backfill: backfill}, nil
+	return &SubscriptionRoute{Rule: rule, Sink: sink, Backfill: backfill, DisableAfter: disableAfter}, nil
 }
 
 // strictKeys removes from t the keys not in known and reports each.

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -101,6 +102,8 @@ func TestParseSubscriptionJSONProblems(t *testing.T) {
 		want       string // one problem a line
 	}{
 		{"not JSON", `{"name": `, `$: invalid JSON: unexpected end of the document`},
+		{"disable_after too short", `{"name":"a","source":"orders","disable_after":"10ms",` + sink + `}`, `$.disable_after: must be at least 1s, got 10ms`},
+		{"disable_after not a duration", `{"name":"a","source":"orders","disable_after":72,` + sink + `}`, `$.disable_after: expected a duration string like "10s", got integer`},
 		{"not an object", `["a"]`, `$: expected a JSON object`},
 		{"trailing data", `{"name":"a","source":"orders",` + sink + `} {}`, `$: unexpected data after the JSON object`},
 		{"too large", `{"name":"` + strings.Repeat("a", MaxSubscriptionJSONBytes) + `"}`, `$: the document is 65547 bytes, at most 65536 are accepted`},
@@ -186,6 +189,21 @@ func TestJSONPath(t *testing.T) {
 	} {
 		if got := jsonPath(key); got != want {
 			t.Errorf("jsonPath(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+// TestParseSubscriptionDisableAfter: disable_after is read (off when left
+// out).
+func TestParseSubscriptionDisableAfter(t *testing.T) {
+	cfg := subCfg(t)
+	for body, want := range map[string]time.Duration{
+		`{"name":"a","source":"orders","disable_after":"72h","sink":{"type":"webhook","url":"https://a.example.com/"}}`: 72 * time.Hour,
+		`{"name":"a","source":"orders","sink":{"type":"webhook","url":"https://a.example.com/"}}`:                       0,
+	} {
+		route, problems := ParseSubscriptionJSON([]byte(body), cfg)
+		if problems != nil || route.DisableAfter != want {
+			t.Errorf("%s: %v %v, want %v", body, route, problems, want)
 		}
 	}
 }

@@ -192,10 +192,13 @@ type LaneStatus struct {
 	Parked     bool
 	// Held is set for a held sink (SinkSpec.Held: a paused
 	// subscription), which is parked until a reload releases it.
-	Held        bool
-	Failing     bool
-	LastError   string
-	LastSuccess time.Time
+	Held    bool
+	Failing bool
+	// FailingSince is when the sink's current run of failures began
+	// (zero while it is not failing): its last success is before it.
+	FailingSince time.Time
+	LastError    string
+	LastSuccess  time.Time
 	// PausedUntil is set while the destination's Retry-After holds the
 	// sink's requests back.
 	PausedUntil time.Time
@@ -211,6 +214,7 @@ func (l *Lane) Status() LaneStatus {
 		Name: l.name, Queued: l.q.queued.Load(), InProgress: l.q.held.Load(),
 		Parked: l.parked.Load(), Held: l.spec.Held, Failing: !l.d.failing().IsZero(),
 	}
+	s.FailingSince = l.d.failing()
 	if p := l.d.lastErr.Load(); p != nil {
 		s.LastError = *p
 	}
