@@ -71,7 +71,7 @@ var keyDocs = map[string]keyDoc{
 	"subscriptions.key_file":               {Doc: "A file holding the key that encrypts the subscriptions' signing secrets at rest (AES-256-GCM): 32 random bytes, base64 (`openssl rand -base64 32`); relative to the config file. Alternatively the environment variable `CHANGEGATE_SECRET_KEY` holds it (not both). Without a key, creating subscriptions is refused.", Default: "`$CHANGEGATE_SECRET_KEY`"},
 	"subscriptions.max_subscriptions":      {Doc: "The most subscriptions that may be stored; a create beyond it is refused."},
 	"subscriptions.allow_private_networks": {Doc: "Let subscriptions target loopback, private, link-local and cloud metadata addresses. Off, such URLs are refused when a subscription is created or changed, and at connection time."},
-	"subscriptions.events_sink":            {Doc: "A `[[sinks]]` entry that receives the subscriptions' operational events (`subscription.disabled`, `subscription.recovered`, `delivery.exhausted`).", Default: "none"},
+	"subscriptions.events_sink":            {Doc: "A `[[sinks]]` entry meant to receive the subscriptions' operational events (`subscription.disabled`, `subscription.recovered`, `delivery.exhausted`); checked when the file is loaded, but no events are sent to it yet (issue 42: not built).", Default: "none"},
 
 	"cluster":                   {Doc: "Running more than one replica: units of work shared through leases in MongoDB (see [running more than one](cluster.md))."},
 	"cluster.enabled":           {Doc: "Turn lease-based sharing of the units on. Without it one process owns every unit and writes no lease."},

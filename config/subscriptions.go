@@ -47,7 +47,8 @@ type Subscriptions struct {
 	AllowPrivateNetworks bool
 	// EventsSink names a [[sinks]] entry that receives the subscriptions'
 	// operational events (subscription.disabled, subscription.recovered,
-	// delivery.exhausted); empty: none.
+	// delivery.exhausted); empty: none. Checked at load only: nothing
+	// sends such events yet.
 	EventsSink string
 }
 
