@@ -34,7 +34,7 @@ import (
 // docFiles are the documentation pages, relative to the repository root.
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	files := []string{"README.md"}
+	files := []string{"README.md", "CHANGELOG.md"}
 	pages, err := filepath.Glob("../../docs/*.md")
 	if err != nil {
 		t.Fatal(err)
