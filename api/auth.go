@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/subtle"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -54,7 +55,27 @@ const (
 	// Scoped routes (the subscriptions') serve the admin token and the
 	// [[server.tokens]] tokens; the handler checks a token's prefix.
 	Scoped
+	// ReadOwn routes serve data as Read routes do, and to the
+	// [[server.tokens]] tokens only what belongs to the sinks whose
+	// names start with the token's prefix (their subscriptions' sinks):
+	// the handler narrows the reply with Principal.Narrowed (dead
+	// letters, deliveries, event lifecycles, analytics).
+	ReadOwn
 )
+
+// Narrowed reports whether p's reads are narrowed to the sinks whose names
+// start with p.Prefix: a [[server.tokens]] token.
+func (p Principal) Narrowed() bool { return !p.Admin && p.Prefix != "" }
+
+// refuseSink answers 403 and returns true when p's reads are narrowed and
+// sink is not one of its prefix's.
+func refuseSink(w http.ResponseWriter, p Principal, sink string) bool {
+	if !p.Narrowed() || strings.HasPrefix(sink, p.Prefix) {
+		return false
+	}
+	WriteError(w, http.StatusForbidden, fmt.Sprintf("token %s reads only the sinks whose names start with %q", p.Name, p.Prefix))
+	return true
+}
 
 type principalKey struct{}
 
@@ -110,7 +131,8 @@ func (s *Server) guard(a Access, h http.HandlerFunc) http.HandlerFunc {
 		cfg := s.gw.Config()
 		p := authenticate(cfg, r)
 		switch {
-		case a == Read && !mayRead(cfg, p) && cfg.Server.AdminToken.Value() == "":
+		case a == ReadOwn && !mayRead(cfg, p) && p.Prefix == "" && cfg.Server.AdminToken.Value() == "" && len(cfg.Server.Tokens) == 0,
+			a == Read && !mayRead(cfg, p) && cfg.Server.AdminToken.Value() == "":
 			WriteError(w, http.StatusForbidden, "reading status and dead letters needs a token: set server.admin_token, or server.public_read = true to serve them to anyone who can reach the admin server")
 			return
 		case a == Mutate && cfg.Server.AdminToken.Value() == "":
@@ -119,7 +141,8 @@ func (s *Server) guard(a Access, h http.HandlerFunc) http.HandlerFunc {
 		case a == Scoped && cfg.Server.AdminToken.Value() == "" && len(cfg.Server.Tokens) == 0:
 			WriteError(w, http.StatusForbidden, "subscriptions need a token: set server.admin_token or [[server.tokens]]")
 			return
-		case a == Read && !mayRead(cfg, p), a == Mutate && !p.Admin, a == Scoped && !p.Admin && p.Prefix == "":
+		case a == Read && !mayRead(cfg, p), a == ReadOwn && !mayRead(cfg, p) && p.Prefix == "",
+			a == Mutate && !p.Admin, a == Scoped && !p.Admin && p.Prefix == "":
 			w.Header().Set("WWW-Authenticate", `Bearer realm="changegate"`)
 			WriteError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return

@@ -13,8 +13,8 @@ import (
 
 // deadLetterRoutes registers /api/v1/deadletters.
 func (s *Server) deadLetterRoutes(rs *Routes) {
-	rs.Handle("GET /api/v1/deadletters", Read, s.listDeadLetters)
-	rs.Handle("GET /api/v1/deadletters/{id...}", Read, s.showDeadLetter)
+	rs.Handle("GET /api/v1/deadletters", ReadOwn, s.listDeadLetters)
+	rs.Handle("GET /api/v1/deadletters/{id...}", ReadOwn, s.showDeadLetter)
 	rs.Handle("POST /api/v1/deadletters/replay", Mutate, s.replayDeadLetters)
 	rs.Handle("DELETE /api/v1/deadletters", Mutate, s.purgeDeadLetters)
 }
@@ -84,6 +84,12 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if p := PrincipalOf(r); p.Narrowed() {
+		if f.Sink != "" && refuseSink(w, p, f.Sink) {
+			return
+		}
+		f.SinkPrefix = p.Prefix
+	}
 	page := NewPage(w, "entries", f.Limit)
 	err = s.dls.Summaries(r.Context(), f, page.Begin, func(e deadletter.Entry) error {
 		b, err := e.MarshalJSON()
@@ -119,6 +125,9 @@ func (s *Server) showDeadLetter(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ok {
 		WriteError(w, http.StatusNotFound, fmt.Sprintf("no dead letter %q", id))
+		return
+	}
+	if refuseSink(w, PrincipalOf(r), e.Sink) {
 		return
 	}
 	WriteJSON(w, http.StatusOK, e)

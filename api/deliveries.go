@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/changegate/changegate/deliverylog"
@@ -20,9 +22,9 @@ var _ Deliveries = (*deliverylog.Log)(nil)
 
 // deliveryRoutes registers the delivery log's reads.
 func (s *Server) deliveryRoutes(rs *Routes) {
-	rs.Handle("GET /api/v1/events/{id}", Read, s.showEvent)
-	rs.Handle("GET /api/v1/deliveries", Read, s.listDeliveries)
-	rs.Handle("GET /api/v1/analytics", Read, s.showAnalytics)
+	rs.Handle("GET /api/v1/events/{id}", ReadOwn, s.showEvent)
+	rs.Handle("GET /api/v1/deliveries", ReadOwn, s.listDeliveries)
+	rs.Handle("GET /api/v1/analytics", ReadOwn, s.showAnalytics)
 }
 
 // DeliveryQueryOf reads the query parameters of GET /api/v1/deliveries:
@@ -56,6 +58,12 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 		deliveryError(w, err)
 		return
 	}
+	if pr := PrincipalOf(r); pr.Narrowed() {
+		if f.Sink != "" && refuseSink(w, pr, f.Sink) {
+			return
+		}
+		f.SinkPrefix = pr.Prefix
+	}
 	p, err := s.deliveries.List(r.Context(), f)
 	if err != nil {
 		deliveryError(w, err)
@@ -79,6 +87,14 @@ func (s *Server) showEvent(w http.ResponseWriter, r *http.Request) {
 		deliveryError(w, err)
 		return
 	}
+	if p := PrincipalOf(r); p.Narrowed() {
+		// A scoped token sees the sinks of its prefix only, and 403 for
+		// an event none of them got.
+		lc.Sinks = slices.DeleteFunc(lc.Sinks, func(sl deliverylog.SinkLifecycle) bool { return !strings.HasPrefix(sl.Sink, p.Prefix) })
+		if len(lc.Sinks) == 0 && refuseSink(w, p, "") {
+			return
+		}
+	}
 	WriteJSON(w, http.StatusOK, lc)
 }
 
@@ -93,6 +109,13 @@ func (s *Server) showAnalytics(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		deliveryError(w, err)
 		return
+	}
+	if p := PrincipalOf(r); p.Narrowed() {
+		// A scoped token sees its sinks and rules (a subscription's are
+		// named after it).
+		other := func(g deliverylog.Group) bool { return !strings.HasPrefix(g.Name, p.Prefix) }
+		a.Sinks = slices.DeleteFunc(a.Sinks, other)
+		a.Rules = slices.DeleteFunc(a.Rules, other)
 	}
 	WriteJSON(w, http.StatusOK, a)
 }

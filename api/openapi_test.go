@@ -98,7 +98,17 @@ const (
 	fixtureAdmin = "admin-token-0123456789"
 	fixtureTeamA = "team-a-token-0123456789"
 	fixtureTeamB = "team-b-token-0123456789"
+	// fixtureTeamDot is a token scoped to "team.a-" (not in the fixture's
+	// configuration: TestScopedReads adds it).
+	fixtureTeamDot = "team-dot-token-0123456789"
 )
+
+// fixtureToken is a [[server.tokens]] entry.
+type fixtureToken struct{ name, token, prefix string }
+
+func (f fixtureToken) config() config.Token {
+	return config.Token{Name: f.name, Token: config.Secret(f.token), Prefix: f.prefix}
+}
 
 // fixtureGateway is a Gateway with a fixed configuration and nothing
 // running.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -25,6 +26,9 @@ type Filter struct {
 	Kind Kind
 	// Sink and Source select entries by sink and source name.
 	Sink, Source string
+	// SinkPrefix selects the entries of the sinks whose names start with
+	// it, taken literally (a [[server.tokens]] token's prefix).
+	SinkPrefix string
 	// Since (inclusive) and Until (exclusive) bound CreatedAt.
 	Since, Until time.Time
 	// DocumentKey selects entries whose documentKey has these fields with
@@ -52,6 +56,21 @@ type Filter struct {
 	AfterID string
 }
 
+// SinkCondition is the condition on a sink name of a filter: equal to sink
+// (unless ""), starting with prefix (unless ""), both as literals: the
+// prefix is an anchored, quoted regular expression, so none of its
+// characters acts as an operator or a pattern. Nil when both are empty.
+func SinkCondition(sink, prefix string) bson.D {
+	var c bson.D
+	if sink != "" {
+		c = append(c, bson.E{Key: "$eq", Value: sink})
+	}
+	if prefix != "" {
+		c = append(c, bson.E{Key: "$regex", Value: "^" + regexp.QuoteMeta(prefix)})
+	}
+	return c
+}
+
 // query translates f, without Limit and AfterID, into a MongoDB filter. It
 // refuses an invalid Kind or DocumentKey rather than ignore it (and, say,
 // purge more than asked).
@@ -63,8 +82,8 @@ func (f Filter) query() (bson.D, error) {
 	if f.Kind != "" {
 		q = append(q, bson.E{Key: "kind", Value: f.Kind})
 	}
-	if f.Sink != "" {
-		q = append(q, bson.E{Key: "sink", Value: f.Sink})
+	if sink := SinkCondition(f.Sink, f.SinkPrefix); sink != nil {
+		q = append(q, bson.E{Key: "sink", Value: sink})
 	}
 	if f.Source != "" {
 		q = append(q, bson.E{Key: "source", Value: f.Source})

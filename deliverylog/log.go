@@ -118,6 +118,9 @@ var Statuses = []Status{StatusFailed, StatusRetrying, StatusParked, StatusDeadLe
 type Filter struct {
 	// Sink, Rule and Source select records by name.
 	Sink, Rule, Source string
+	// SinkPrefix selects the records of the sinks whose names start with
+	// it, taken literally (a [[server.tokens]] token's prefix).
+	SinkPrefix string
 	// Status selects by outcome (Statuses).
 	Status Status
 	// Since (inclusive) and Until (exclusive) bound the record's time.
@@ -159,8 +162,8 @@ type Page struct {
 func (f Filter) query() (bson.D, error) {
 	q := bson.D{}
 	eq := func(k string, v any) { q = append(q, bson.E{Key: k, Value: bson.D{{Key: "$eq", Value: v}}}) }
-	if f.Sink != "" {
-		eq("sink", f.Sink)
+	if sink := deadletter.SinkCondition(f.Sink, f.SinkPrefix); sink != nil {
+		q = append(q, bson.E{Key: "sink", Value: sink})
 	}
 	if f.Rule != "" {
 		eq("rules", f.Rule)
