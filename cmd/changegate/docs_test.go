@@ -190,6 +190,7 @@ func commandFlags(t *testing.T) map[string][]string {
 		{"run"}, {"check"}, {"deadletters", "list"}, {"deadletters", "show"}, {"deadletters", "replay"},
 		{"deadletters", "purge"}, {"checkpoints", "show"}, {"checkpoints", "reset"}, {"backfill"},
 		{"rules", "test"}, {"tail"}, {"events", "show"}, {"events", "redeliver"}, {"deliveries", "list"}, {"sinks", "redeliver"},
+		{"subscriptions", "list"}, {"subscriptions", "create"}, {"subscriptions", "pause"}, {"subscriptions", "rotate-secret"}, {"subscriptions", "show"},
 	} {
 		var o, e bytes.Buffer
 		run(append(slices.Clone(args), "-help"), &o, &e)

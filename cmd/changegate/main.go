@@ -49,6 +49,10 @@ Usage:
                                         send existing documents again
   changegate sinks redeliver NAME -config FILE -since T -until T [-filter JSON]
                                         send a window of the oplog again to one sink
+  changegate subscriptions list|show|create|pause|resume|rotate-secret|delete
+                                        manage subscriptions through a running
+                                        instance's API (-api URL, token from
+                                        $CHANGEGATE_API_TOKEN or -token-file)
   changegate rules test -config FILE -events FILE.jsonl [-json]
                                         dry-run the rules on recorded change events
   changegate tail -config FILE -source NAME [-rule NAME] [-n N]
@@ -92,6 +96,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdBackfill(rest, stdout, stderr)
 	case "sinks":
 		return cmdSinks(rest, stdout, stderr)
+	case "subscriptions":
+		return cmdSubscriptions(rest, stdout, stderr)
 	case "rules":
 		return cmdRules(rest, stdout, stderr)
 	case "tail":
