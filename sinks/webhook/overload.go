@@ -18,6 +18,17 @@ import (
 // little jitter above it.
 const slowConnectSlack = 500 * time.Millisecond
 
+// maxDialing bounds the TCP connects in progress at once to a receiver. A
+// limit that steps from 2,048 to 4,096 opened thousands of connections at
+// once: more SYNs than the kernel's SYN queue takes (tcp_max_syn_backlog,
+// 2,048 here) were dropped and retried a second later by TCP, and those
+// slow connects, counted as overload, halved a limit the receiver was
+// keeping up with (bench scenario 10, 1 s receiver: 52% of the best fixed
+// limit). Connects beyond this wait for a slot, and the wait is not
+// connect time; a receiver whose own backlog is small (5) still overflows
+// at this many and is still seen.
+const maxDialing = 64
+
 // overloadWatch reports the signs of an overloaded receiver that a
 // request's outcome does not show (sinks.OverloadNotifier): a connect that
 // took far longer than the fastest one seen (slowConnectSlack), and a
@@ -27,6 +38,8 @@ type overloadWatch struct {
 	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 	fast   atomic.Int64 // the fastest connect seen, in nanoseconds; 0: none yet
 	notify atomic.Pointer[func(time.Time)]
+	// dialing holds a slot per connect in progress (maxDialing).
+	dialing chan struct{}
 }
 
 // NotifyOverload implements sinks.OverloadNotifier.
@@ -40,6 +53,14 @@ func (o *overloadWatch) signal(at time.Time) {
 
 // dialContext dials as the transport's dialer and times the connect.
 func (o *overloadWatch) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if o.dialing != nil {
+		select {
+		case o.dialing <- struct{}{}:
+			defer func() { <-o.dialing }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	start := time.Now()
 	c, err := o.dial(ctx, network, addr)
 	if err != nil {

@@ -268,7 +268,7 @@ func New(cfg Config, logger *slog.Logger) (*Webhook, error) {
 	if !cfg.AllowPrivateNetworks {
 		dialer.Control = guardControl
 	}
-	ow := &overloadWatch{dial: dialer.DialContext}
+	ow := &overloadWatch{dial: dialer.DialContext, dialing: make(chan struct{}, maxDialing)}
 	tr := &http.Transport{
 		Proxy:                  nil, // never from the environment, see the package doc
 		DialContext:            ow.dialContext,
