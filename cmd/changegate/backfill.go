@@ -83,11 +83,7 @@ func cmdBackfill(args []string, stdout, stderr io.Writer) int {
 // finish.
 func runRecorded(cmd, what, resume, path string, stdout, stderr io.Writer,
 	do func(ctx context.Context, cfg *config.Config, client *mongo.Client, show func(backfill.Status)) (backfill.Status, error)) int {
-	cfg, ok := loadConfig(path, stderr)
-	if !ok {
-		return 1
-	}
-	ctx, client, done, ok := connect(cfg, stderr)
+	cfg, ctx, client, done, ok := openState(path, stderr)
 	if !ok {
 		return 1
 	}

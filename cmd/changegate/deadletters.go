@@ -92,11 +92,7 @@ func cmdDeadletters(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "changegate deadletters: -%v\n", err)
 		return 2
 	}
-	cfg, ok := loadConfig(*path, stderr)
-	if !ok {
-		return 1
-	}
-	ctx, client, done, ok := connect(cfg, stderr)
+	cfg, ctx, client, done, ok := openState(*path, stderr)
 	if !ok {
 		return 1
 	}

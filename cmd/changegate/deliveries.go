@@ -58,11 +58,7 @@ func cmdDeliveries(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "changegate deliveries list: %v\n", err)
 		return 2
 	}
-	cfg, ok := loadConfig(*path, stderr)
-	if !ok {
-		return 1
-	}
-	ctx, client, done, ok := connect(cfg, stderr)
+	cfg, ctx, client, done, ok := openState(*path, stderr)
 	if !ok {
 		return 1
 	}
@@ -135,11 +131,7 @@ func cmdEvents(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "changegate events redeliver: -sink is required")
 		return 2
 	}
-	cfg, ok := loadConfig(*path, stderr)
-	if !ok {
-		return 1
-	}
-	ctx, client, done, ok := connect(cfg, stderr)
+	cfg, ctx, client, done, ok := openState(*path, stderr)
 	if !ok {
 		return 1
 	}

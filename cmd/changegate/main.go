@@ -302,6 +302,16 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, bool) {
 	return cfg, true
 }
 
+// openState loads the config at path and connects to its MongoDB, for the
+// commands that read or write changegate's state; errors are printed.
+func openState(path string, stderr io.Writer) (cfg *config.Config, ctx context.Context, client *mongo.Client, done func(), ok bool) {
+	if cfg, ok = loadConfig(path, stderr); !ok {
+		return nil, nil, nil, nil, false
+	}
+	ctx, client, done, ok = connect(cfg, stderr)
+	return cfg, ctx, client, done, ok
+}
+
 // connect opens the MongoDB client of cfg, printing why it cannot, and
 // returns it with a context that SIGINT or SIGTERM cancels; done
 // disconnects the client and stops catching the signals.
