@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -332,20 +331,7 @@ func TestProcessBackfillSIGKILLResumes(t *testing.T) {
 	e := newEnv(t)
 	const n = 1500
 	insertN(t, e.coll("items"), 0, n)
-	ra, rb := receiver.New(testSecret), receiver.New(testSecret)
-	t.Cleanup(ra.Close)
-	t.Cleanup(rb.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfgText := e.expand(strings.Replace(backfillConfig(ra.URL(), rb.URL()), `listen = "127.0.0.1:0"`, `listen = "`+addr+`"`, 1))
-	cfgPath := filepath.Join(t.TempDir(), "config.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, rb, addr, cfgPath := backfillProcessConfig(t, e)
 	p := startProcess(t, bin, cfgPath)
 	var st backfill.Status
 	waitFor(t, 60*time.Second, "the backfill accepted", func() bool {
@@ -498,4 +484,22 @@ func TestBackfillCLIResume(t *testing.T) {
 	if _, err := app.ResumeBackfill(t.Context(), cfg, e.client, "nope", nil, nil); !errors.Is(err, backfill.ErrInput) {
 		t.Fatalf("resuming an unknown backfill: %v", err)
 	}
+}
+
+// backfillProcessConfig writes backfillConfig for a real process: sinks
+// a and b to two new receivers, the admin API on a free fixed address
+// (the test calls it). It returns the receivers, the address and the
+// config's path.
+func backfillProcessConfig(t *testing.T, e *env) (ra, rb *receiver.Receiver, addr, cfgPath string) {
+	t.Helper()
+	ra, rb = receiver.New(testSecret), receiver.New(testSecret)
+	t.Cleanup(ra.Close)
+	t.Cleanup(rb.Close)
+	addr = freeAddr(t)
+	cfgText := e.expand(strings.Replace(backfillConfig(ra.URL(), rb.URL()), `listen = "127.0.0.1:0"`, `listen = "`+addr+`"`, 1))
+	cfgPath = filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return ra, rb, addr, cfgPath
 }

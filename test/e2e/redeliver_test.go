@@ -1,11 +1,7 @@
 package e2e
 
 import (
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -13,7 +9,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/backfill"
-	"github.com/changegate/changegate/test/receiver"
 )
 
 // TestProcessRedeliverySIGKILLResumes redelivers a window of the oplog to
@@ -28,20 +23,7 @@ func TestProcessRedeliverySIGKILLResumes(t *testing.T) {
 	}
 	bin := changegateBinary(t)
 	e := newEnv(t)
-	ra, rb := receiver.New(testSecret), receiver.New(testSecret)
-	t.Cleanup(ra.Close)
-	t.Cleanup(rb.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cfgText := e.expand(strings.Replace(backfillConfig(ra.URL(), rb.URL()), `listen = "127.0.0.1:0"`, `listen = "`+addr+`"`, 1))
-	cfgPath := filepath.Join(t.TempDir(), "config.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	ra, rb, addr, cfgPath := backfillProcessConfig(t, e)
 	p := startProcess(t, bin, cfgPath)
 	waitFor(t, 60*time.Second, "the process serving", func() bool {
 		return tryPostJSON(addr, "/api/v1/sinks/b/redeliver", `{}`, &struct{}{}) == http.StatusBadRequest
