@@ -45,6 +45,7 @@ import (
 	"github.com/changegate/changegate/sinks/sqs"
 	"github.com/changegate/changegate/sinks/webhook"
 	"github.com/changegate/changegate/source"
+	"github.com/changegate/changegate/subscription"
 	"github.com/changegate/changegate/tracing"
 )
 
@@ -365,7 +366,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 
 	// The stored subscriptions run beside the file's sinks and rules: the
 	// configuration in force is their merge.
-	subs, err := openSubscriptions(ctx, cfg, client, log)
+	subs, err := openSubscriptions(ctx, cfg, client, reg, log)
 	if err != nil {
 		return err
 	}
@@ -405,7 +406,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		obs = append(obs, opts.Tracer)
 	}
 	if subs != nil {
-		obs = append(obs, subs.recent)
+		obs = append(obs, subs.recent, subscription.NoticeObserver(subs.notices, subs.isSubscription, cfg.Cluster.Instance))
 	}
 	if o := observe.Fanout(append(obs, dlObs)...); o != nil {
 		engine.SetObserver(o)
@@ -509,13 +510,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 	if subs != nil {
 		go func() {
 			defer close(subsDone)
-			disabling := make(chan struct{})
-			go func() {
-				defer close(disabling)
-				g.watchDisableAfter(subsCtx)
-			}()
+			var side sync.WaitGroup
+			side.Go(func() { g.watchDisableAfter(subsCtx) })
+			side.Go(func() { subs.notices.Run(subsCtx, engine.DeliverNotice) })
 			g.watchSubscriptions(subsCtx)
-			<-disabling
+			side.Wait()
 		}()
 	} else {
 		close(subsDone)

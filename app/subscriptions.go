@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
@@ -27,6 +28,9 @@ type subscriptions struct {
 
 	// recent keeps each source's last changes for the API's test.
 	recent *recentChanges
+	// notices are the operational notices for [subscriptions]
+	// events_sink.
+	notices *subscription.Notifier
 
 	mu   sync.Mutex
 	list []subscription.Subscription // the last set read
@@ -43,7 +47,7 @@ type subscriptions struct {
 
 // openSubscriptions returns the gateway's subscriptions with the stored
 // ones read, or nil when [subscriptions] is not enabled.
-func openSubscriptions(ctx context.Context, cfg *config.Config, client *mongo.Client, log *slog.Logger) (*subscriptions, error) {
+func openSubscriptions(ctx context.Context, cfg *config.Config, client *mongo.Client, reg prometheus.Registerer, log *slog.Logger) (*subscriptions, error) {
 	if !cfg.Subscriptions.Enabled {
 		return nil, nil
 	}
@@ -56,7 +60,13 @@ func openSubscriptions(ctx context.Context, cfg *config.Config, client *mongo.Cl
 	} else {
 		log.Warn("subscriptions: no key (CHANGEGATE_SECRET_KEY or [subscriptions] key_file): none can be created, and stored ones are not applied")
 	}
-	s.store = subscription.NewStore(client.Database(cfg.Mongo.StateDatabase), subscription.Options{Sealer: s.sealer, Log: log})
+	s.notices = subscription.NewNotifier(subscription.NotifierOptions{Sink: s.eventsSink, Registerer: reg, Log: log.With("component", "subscription_notices")})
+	s.store = subscription.NewStore(client.Database(cfg.Mongo.StateDatabase), subscription.Options{Sealer: s.sealer, Log: log,
+		OnStatus: func(previous subscription.Status, sub subscription.Subscription, actor string) {
+			if n, ok := subscription.StatusNotice(previous, sub, actor, time.Now()); ok {
+				s.notices.Notify(n)
+			}
+		}})
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := s.store.EnsureIndexes(rctx); err != nil {
@@ -70,6 +80,25 @@ func openSubscriptions(ctx context.Context, cfg *config.Config, client *mongo.Cl
 	}
 	s.list = list
 	return s, nil
+}
+
+// eventsSink returns [subscriptions] events_sink of the file in force.
+func (s *subscriptions) eventsSink() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.file.Subscriptions.EventsSink
+}
+
+// isSubscription reports whether name is a stored subscription's sink.
+func (s *subscriptions) isSubscription(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sub := range s.list {
+		if sub.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // merge returns file with the current subscriptions added, logging those

@@ -510,3 +510,134 @@ func TestSubscriptionDisableAfter(t *testing.T) {
 		return slices.Equal(slices.Sorted(slices.Values(sub.got())), []int{1, 2, 3, 4})
 	})
 }
+
+// TestSubscriptionNotices: with [subscriptions] events_sink, the events
+// sink receives delivery.exhausted for an event the subscription
+// dead-lettered (its document key, never its payload), then
+// subscription.disabled when disable_after disabled it, then
+// subscription.recovered when it is resumed; a pause by its owner is not
+// notified, and the file's sink gets no notice.
+func TestSubscriptionNotices(t *testing.T) {
+	e := newEnv(t)
+	hook := newDocReceiver(t)
+	var (
+		mu      sync.Mutex
+		notices []subscription.Notice
+		raw     [][]byte
+	)
+	ops := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var n subscription.Notice
+		if err := json.Unmarshal(body, &n); err != nil {
+			t.Errorf("a notice that is not one: %s", body)
+		}
+		mu.Lock()
+		notices, raw = append(notices, n), append(raw, body)
+		mu.Unlock()
+	}))
+	t.Cleanup(ops.Close)
+	// The subscription's endpoint answers status: 400 (the change is
+	// dead-lettered at once), then 500 (failing: disable_after), then 200.
+	var status atomic.Int64
+	status.Store(http.StatusBadRequest)
+	sub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(int(status.Load()))
+	}))
+	t.Cleanup(sub.Close)
+	text := strings.NewReplacer("%URI%", e.uri, "%DB%", e.db, "%STATE%", e.state, "%URL%", hook.srv.URL, "%GRACE%", "5s").Replace(configText) + fmt.Sprintf(`
+[[sinks]]
+name = "ops"
+type = "webhook"
+url = %q
+allow_private_networks = true
+
+[subscriptions]
+enabled = true
+allow_private_networks = true
+events_sink = "ops"
+`, ops.URL)
+	cfg, err := config.Parse("test.toml", []byte(text), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Subscriptions.Key = config.Secret(strings.Repeat("k", 32))
+	g := start(t, cfg, app.Options{})
+	const admin = "s3cret-admin-token"
+	got := func() []subscription.Notice {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(notices)
+	}
+	code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions", admin,
+		fmt.Sprintf(`{"name":"team-a-n","source":"items","redact":["fullDocument.secret"],"disable_after":"2s","sink":{"type":"webhook","url":%q}}`, sub.URL))
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	waitFor(t, 5*time.Second, "the subscription applied", func() bool { _, ok := sinkParked(t, g.admin, "team-a-n"); return ok })
+	// The owner's own pause and resume of an active subscription: a
+	// resume is notified (recovered from paused), the pause is not.
+	if code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions/team-a-n/pause", admin, ""); code != 200 {
+		t.Fatalf("pause: %d %v", code, out)
+	}
+	if code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions/team-a-n/resume", admin, ""); code != 200 {
+		t.Fatalf("resume: %d %v", code, out)
+	}
+	waitFor(t, 5*time.Second, "the resume notified", func() bool { return len(got()) == 1 })
+	if n := got()[0]; n.Type != subscription.NoticeRecovered || n.Data.PreviousStatus != subscription.StatusPaused || n.Data.Actor != "admin" {
+		t.Fatalf("notice of a resume after a pause: %+v", n)
+	}
+	waitFor(t, 5*time.Second, "the subscription live again", func() bool { p, ok := sinkParked(t, g.admin, "team-a-n"); return ok && !p })
+	if err := e.insert(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "delivery.exhausted", func() bool {
+		return slices.ContainsFunc(got(), func(n subscription.Notice) bool { return n.Type == subscription.NoticeExhausted })
+	})
+	var ex subscription.Notice
+	for _, n := range got() {
+		if n.Type == subscription.NoticeExhausted {
+			ex = n
+		}
+	}
+	if ex.Data.Subscription != "team-a-n" || !strings.HasPrefix(ex.Data.EventID, "items:") || ex.Data.OperationType != "insert" ||
+		ex.Data.Namespace != e.db+".items" || string(ex.Data.DocumentKey) != `{"_id":1}` || ex.Data.Attempts != 1 || ex.ID != subscription.NoticeExhausted+":team-a-n:"+ex.Data.EventID {
+		t.Fatalf("delivery.exhausted: %+v (key %s)", ex, ex.Data.DocumentKey)
+	}
+	status.Store(http.StatusInternalServerError)
+	if err := e.insert(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "subscription.disabled", func() bool {
+		return slices.ContainsFunc(got(), func(n subscription.Notice) bool { return n.Type == subscription.NoticeDisabled })
+	})
+	status.Store(http.StatusOK)
+	if code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions/team-a-n/resume", admin, ""); code != 200 {
+		t.Fatalf("resume: %d %v", code, out)
+	}
+	waitFor(t, 5*time.Second, "subscription.recovered", func() bool {
+		n := got()
+		return len(n) > 0 && n[len(n)-1].Type == subscription.NoticeRecovered && n[len(n)-1].Data.PreviousStatus == subscription.StatusDisabled
+	})
+	for _, n := range got() {
+		switch n.Type {
+		case subscription.NoticeDisabled:
+			if n.Data.Actor != app.SystemActor || !strings.Contains(n.Data.Reason, "disable_after") || n.Data.Status != subscription.StatusDisabled {
+				t.Errorf("subscription.disabled: %+v", n)
+			}
+		case subscription.NoticeExhausted, subscription.NoticeRecovered:
+		default:
+			t.Errorf("unexpected notice %+v", n)
+		}
+	}
+	mu.Lock()
+	for _, b := range raw {
+		if strings.Contains(string(b), "fullDocument") {
+			t.Errorf("a notice with a payload: %s", b)
+		}
+	}
+	mu.Unlock()
+	if n := len(hook.got()); n != 2 {
+		t.Errorf("the file's sink got %d events, want the two changes", n)
+	}
+}

@@ -46,9 +46,8 @@ type Subscriptions struct {
 	// link-local and metadata addresses (default false).
 	AllowPrivateNetworks bool
 	// EventsSink names a [[sinks]] entry that receives the subscriptions'
-	// operational events (subscription.disabled, subscription.recovered,
-	// delivery.exhausted); empty: none. Checked at load only: nothing
-	// sends such events yet.
+	// operational notices (subscription.disabled, subscription.recovered,
+	// delivery.exhausted: subscription.Notifier); empty: none.
 	EventsSink string
 }
 

@@ -591,6 +591,24 @@ func (e *Engine) deliverNow(ctx context.Context, sink string, evs []*event.Event
 	return err
 }
 
+// DeliverNotice delivers ev, an operational notice (event.NewNotice), through
+// the named sink with the sink's retry policy, synchronously and as it is:
+// no rule routes it and no shape applies. It returns an error wrapping
+// ErrParked when the sink is parked (the caller tries again later), or the
+// last error when the sink did not accept it. Nothing of it is stored: a
+// notice the sink refuses is the caller's to report.
+func (e *Engine) DeliverNotice(ctx context.Context, sink string, ev *event.Event) error {
+	l := e.Lane(sink)
+	if l == nil {
+		return fmt.Errorf("unknown sink %q", sink)
+	}
+	if l.parked.Load() {
+		return fmt.Errorf("sink %s: %w", sink, ErrParked)
+	}
+	_, err := l.d.deliver(ctx, []*item{newItem(ev)}, modeReplay, nil, 0)
+	return err
+}
+
 // DispatchTo is Dispatch for a backfill: ev is routed by the rules as
 // Dispatch does, but handed only to the named sink's lane (to every
 // matching sink when sink is empty). It returns false, without calling

@@ -145,6 +145,10 @@ type Options struct {
 	Log *slog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// OnStatus, when set, is called after each status change this Store
+	// made (SetStatus), with the status before it, the subscription after
+	// it and the actor: the operational notices (StatusNotice).
+	OnStatus func(previous Status, sub Subscription, actor string)
 }
 
 // Store keeps subscriptions and their audit log in MongoDB. Every change
@@ -158,6 +162,8 @@ type Store struct {
 	sealer *Sealer
 	log    *slog.Logger
 	now    func() time.Time
+
+	onStatus func(previous Status, sub Subscription, actor string)
 }
 
 // NewStore returns a Store in db (the state database).
@@ -182,6 +188,8 @@ func NewStore(db *mongo.Database, o Options) *Store {
 		sealer: o.Sealer,
 		log:    o.Log,
 		now:    o.Now,
+
+		onStatus: o.OnStatus,
 	}
 }
 
@@ -463,10 +471,16 @@ func (s *Store) SetStatus(ctx context.Context, actor, name string, expected int6
 	if status == StatusActive {
 		reason = ""
 	}
-	return s.modify(ctx, actor, action, name, expected, func(sub *Subscription) (string, error) {
+	var previous Status
+	sub, err := s.modify(ctx, actor, action, name, expected, func(sub *Subscription) (string, error) {
+		previous = sub.Status
 		sub.Status, sub.Reason = status, reason
 		return reason, nil
 	})
+	if err == nil && s.onStatus != nil {
+		s.onStatus(previous, sub, actor)
+	}
+	return sub, err
 }
 
 // RotateSecret gives the subscription a new signing secret, which it

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -129,6 +130,15 @@ func firstSeen(t *testing.T, what string, envs [][]byte) (map[[2]int]bool, int) 
 		got[[2]int{doc, seq}] = true
 	}
 	return got, dups
+}
+
+// hookEnvelopes returns the envelopes hook received, in arrival order.
+func hookEnvelopes(hook *receiver.Receiver) [][]byte {
+	var envs [][]byte
+	for _, d := range hook.Deliveries() {
+		envs = append(envs, d.Envelope)
+	}
+	return envs
 }
 
 func subsAPI(t *testing.T, method, admin, path, body string) (int, map[string]any) {
@@ -375,20 +385,40 @@ allow_private_networks = true
 		}
 		var st strings.Builder
 		for _, r := range reps {
-			resp, err := http.Get("http://" + r.admin + "/api/v1/status")
-			if err == nil {
+			if r.proc == nil {
+				fmt.Fprintf(&st, "\n%s: not running", r.name)
+				continue
+			}
+			select {
+			case <-r.proc.done:
+				fmt.Fprintf(&st, "\n%s: exited: %v", r.name, r.proc.cmd.ProcessState)
+				continue
+			default:
+			}
+			c := http.Client{Timeout: 5 * time.Second}
+			resp, err := c.Get("http://" + r.admin + "/api/v1/status")
+			if err != nil {
+				fmt.Fprintf(&st, "\n%s: %v", r.name, err)
+			} else {
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				fmt.Fprintf(&st, "\n%s: %s", r.name, b)
 			}
+			// A goroutine dump in the replicas' log, for a replica that
+			// stopped delivering.
+			_ = r.proc.cmd.Process.Signal(syscall.SIGQUIT)
 		}
-		t.Fatalf("the file's sink got %d of %d changes: %v; status:%s", len(ids), len(all), err, st.String())
+		got, _ := firstSeen(t, "hook", hookEnvelopes(hook))
+		var missing []string
+		for _, c := range all {
+			if !got[[2]int{c.doc, c.seq}] {
+				missing = append(missing, fmt.Sprintf("doc %d change %d (written %v after the delete)", c.doc, c.seq, c.at.Sub(deletedAt).Round(time.Millisecond)))
+			}
+		}
+		time.Sleep(time.Second) // the dumps written
+		t.Fatalf("the file's sink got %d of %d changes: %v; missing: %v; status:%s", len(ids), len(all), err, missing, st.String())
 	}
-	var hookEnvs [][]byte
-	for _, d := range hook.Deliveries() {
-		hookEnvs = append(hookEnvs, d.Envelope)
-	}
-	hookGot, hookDups := firstSeen(t, "hook", hookEnvs)
+	hookGot, hookDups := firstSeen(t, "hook", hookEnvelopes(hook))
 	for _, c := range all {
 		if !hookGot[[2]int{c.doc, c.seq}] {
 			t.Fatalf("the file's sink lost document %d change %d", c.doc, c.seq)
