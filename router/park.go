@@ -146,11 +146,15 @@ func (l *Lane) watch(ctx context.Context) {
 
 // parkLane parks the lane: deliveries in progress are cancelled (and
 // parked by their workers, with their backoff), and the re-drive takes over.
+// A lane not started yet (a reload's replacement waiting for its
+// predecessor to drain) starts parked.
 func (l *Lane) parkLane() {
 	// Under liveMu, as tryGoLive: a lane going live concurrently must not
 	// end up live with the cancelled context.
 	l.liveMu.Lock()
-	l.liveCancel()
+	if l.liveCancel != nil {
+		l.liveCancel()
+	}
 	l.setParked(true)
 	l.liveMu.Unlock()
 	l.q.wakeAll()

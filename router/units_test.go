@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -121,4 +122,69 @@ func mustRules(t *testing.T, sinks ...string) *Rules {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// A unit taken over while a reload hands a sink over to a new lane (the
+// old one still draining, the new one not started: a subscription paused
+// or resumed at that moment) parks the new lane too: its start then finds
+// the entries, and the unit's parked entry is re-driven before the unit's
+// new change. It used to panic (the unstarted lane had no live context to
+// cancel), killing the replica in the middle of the takeover.
+func TestPrepareUnitDuringAHandOver(t *testing.T) {
+	dl := realStore(t)
+	old := &scriptSink{clk: newFakeClock()}
+	eng, err := NewEngine(mustRules(t, "parking"), []SinkSpec{{Sink: old, MaxInFlight: 1}}, dl, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetOwnedUnits([]string{})
+	ctx, cancel := context.WithCancel(context.Background())
+	eng.Start(ctx)
+	t.Cleanup(func() { cancel(); eng.Stop() })
+
+	// The old lane is busy with change 1 while the reload replaces it.
+	block, entered := make(chan struct{}), make(chan struct{})
+	var unblock sync.Once
+	t.Cleanup(func() { unblock.Do(func() { close(block) }) })
+	old.set(func(evs []*event.Event) error {
+		if seqOf(evs[0]) == 1 {
+			close(entered)
+			<-block
+		}
+		return nil
+	})
+	var acked atomic.Int64
+	eng.Dispatch(posEvent(t, 1, 20), func() { acked.Add(1) })
+	<-entered
+	next := &scriptSink{clk: newFakeClock()}
+	if err := eng.Reload(mustRules(t, "parking"), []LaneUpdate{{Name: "parking", Spec: SinkSpec{Sink: next, MaxInFlight: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another replica parked an entry of unit #0, which this one takes
+	// over now, before the new lane started.
+	e, err := deadletter.EntryFor(posEvent(t, 2, 10), "parking", deadletter.KindParked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Unit = "orders#0/2"
+	if err := dl.Put(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	ten := event.NewTenure("orders#0/2", 1, time.Time{})
+	eng.SetOwnedTenures([]*event.Tenure{ten})
+	if err := eng.PrepareUnit(ctx, "orders#0/2"); err != nil {
+		t.Fatal(err)
+	}
+	ev := posEvent(t, 3, 10)
+	ev.Tenure = ten
+	eng.Dispatch(ev, func() { acked.Add(1) })
+	unblock.Do(func() { close(block) })
+	waitUntil(t, "both changes acknowledged and the entry re-driven", func() bool {
+		left, _ := dl.List(ctx, deadletter.Filter{Kind: deadletter.KindParked})
+		return acked.Load() == 2 && len(left) == 0
+	})
+	if got := next.delivered(); !slices.Equal(got, []int{2, 3}) {
+		t.Fatalf("the new lane delivered %v, want [2 3]: the parked change first", got)
+	}
 }
