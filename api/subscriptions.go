@@ -388,13 +388,18 @@ func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request, p Pr
 	if !ok {
 		return
 	}
-	if err := s.subs.Store.Delete(r.Context(), p.Name, name, expected); err != nil {
+	purge, err := s.subs.Store.Delete(r.Context(), p.Name, name, expected)
+	if err != nil {
 		writeStoreError(w, err)
 		return
 	}
+	at := purge.PurgeAt.UTC().Format(time.RFC3339)
 	WriteJSON(w, http.StatusOK, map[string]string{
-		"deleted":      name,
-		"dead_letters": "kept: its parked and dead-lettered events stay in the dead-letter store until purged (DELETE /api/v1/deadletters?sink=" + name + ")",
+		"deleted": name,
+		"dead_letters": "its parked and dead-lettered events stay in the dead-letter store until " + at +
+			" ([subscriptions] delete_grace), to be read or exported (GET /api/v1/deadletters?sink=" + name +
+			"), then they are removed, unless a subscription or a sink of the file takes the name again before",
+		"purge_at": at,
 	})
 }
 

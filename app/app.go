@@ -513,6 +513,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 			var side sync.WaitGroup
 			side.Go(func() { g.watchDisableAfter(subsCtx) })
 			side.Go(func() { subs.notices.Run(subsCtx, engine.DeliverNotice) })
+			side.Go(func() { subs.runPurges(subsCtx, dls, log) })
 			g.watchSubscriptions(subsCtx)
 			side.Wait()
 		}()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/changegate/changegate/api"
 	"github.com/changegate/changegate/config"
+	"github.com/changegate/changegate/deadletter"
 	"github.com/changegate/changegate/subscription"
 )
 
@@ -62,6 +63,7 @@ func openSubscriptions(ctx context.Context, cfg *config.Config, client *mongo.Cl
 	}
 	s.notices = subscription.NewNotifier(subscription.NotifierOptions{Sink: s.eventsSink, Registerer: reg, Log: log.With("component", "subscription_notices")})
 	s.store = subscription.NewStore(client.Database(cfg.Mongo.StateDatabase), subscription.Options{Sealer: s.sealer, Log: log,
+		DeleteGrace: cfg.Subscriptions.DeleteGrace,
 		OnStatus: func(previous subscription.Status, sub subscription.Subscription, actor string) {
 			if n, ok := subscription.StatusNotice(previous, sub, actor, time.Now()); ok {
 				s.notices.Notify(n)
@@ -80,6 +82,16 @@ func openSubscriptions(ctx context.Context, cfg *config.Config, client *mongo.Cl
 	}
 	s.list = list
 	return s, nil
+}
+
+// runPurges removes what deleted subscriptions parked or dead-lettered once
+// their delete_grace is over (subscription.Store.RunPurges), looking every
+// tenth of the grace, between 1 s and a minute, until ctx ends.
+func (s *subscriptions) runPurges(ctx context.Context, dls *deadletter.Store, log *slog.Logger) {
+	every := min(max(s.fileConfig().Subscriptions.DeleteGrace/10, time.Second), time.Minute)
+	s.store.RunPurges(ctx, every, func(ctx context.Context, sink string) (int64, error) {
+		return dls.Purge(ctx, deadletter.Filter{Sink: sink})
+	}, func(name string) bool { return s.fileConfig().Sink(name) != nil }, log)
 }
 
 // eventsSink returns [subscriptions] events_sink of the file in force.

@@ -191,7 +191,7 @@ func TestRunAppliesStoredSubscriptions(t *testing.T) {
 		}
 	}
 
-	if err := store.Delete(ctx, "team-a", "team-a-items", 0); err != nil {
+	if _, err := store.Delete(ctx, "team-a", "team-a-items", 0); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 2*time.Second, "the delete applied", func() bool { _, ok := sinkParked(t, g.admin, "team-a-items"); return !ok })
@@ -639,5 +639,56 @@ events_sink = "ops"
 	mu.Unlock()
 	if n := len(hook.got()); n != 2 {
 		t.Errorf("the file's sink got %d events, want the two changes", n)
+	}
+}
+
+// TestSubscriptionDeletePurgesAfterTheGrace: what a deleted subscription
+// dead-lettered stays readable until the purge_at of the delete's answer
+// (delete_grace), then it is removed; the file's sink's entries stay.
+func TestSubscriptionDeletePurgesAfterTheGrace(t *testing.T) {
+	e := newEnv(t)
+	hook := newDocReceiver(t)
+	hook.fail.Store(true) // the file's sink dead-letters too (2 attempts)
+	refuse := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		http.Error(w, "no", http.StatusBadRequest)
+	}))
+	t.Cleanup(refuse.Close)
+	cfg := e.config(hook.srv.URL, "5s")
+	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 10,
+		AllowPrivateNetworks: true, DeleteGrace: 2 * time.Second}
+	g := start(t, cfg, app.Options{})
+	const admin = "s3cret-admin-token"
+	if code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions", admin,
+		fmt.Sprintf(`{"name":"team-a-p","source":"items","sink":{"type":"webhook","url":%q}}`, refuse.URL)); code != 201 {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	waitFor(t, 5*time.Second, "the subscription applied", func() bool { _, ok := sinkParked(t, g.admin, "team-a-p"); return ok })
+	if err := e.insert(); err != nil {
+		t.Fatal(err)
+	}
+	deadLetters := func(sink string) int {
+		_, out := apiCall(t, g.admin, "GET", "/api/v1/deadletters?sink="+sink, admin, "")
+		entries, _ := out["entries"].([]any)
+		return len(entries)
+	}
+	waitFor(t, 10*time.Second, "both sinks dead-lettered the change", func() bool { return deadLetters("team-a-p") == 1 && deadLetters("hook") == 1 })
+	code, out := apiCall(t, g.admin, "DELETE", "/api/v1/subscriptions/team-a-p", admin, "")
+	at, err := time.Parse(time.RFC3339, fmt.Sprint(out["purge_at"]))
+	if code != 200 || err != nil || !strings.Contains(fmt.Sprint(out["dead_letters"]), "until") {
+		t.Fatalf("delete: %d %v", code, out)
+	}
+	if time.Until(at) > 3*time.Second {
+		t.Fatalf("purge_at %v, want about 2 s from now", at)
+	}
+	if n := deadLetters("team-a-p"); n != 1 {
+		t.Fatalf("%d dead letters right after the delete, want 1 (kept for the grace)", n)
+	}
+	waitFor(t, 10*time.Second, "the deleted subscription's dead letters removed", func() bool { return deadLetters("team-a-p") == 0 })
+	if !time.Now().After(at) {
+		t.Fatalf("removed before purge_at %v", at)
+	}
+	if n := deadLetters("hook"); n != 1 {
+		t.Fatalf("the file's sink has %d dead letters, want its 1", n)
 	}
 }

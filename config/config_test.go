@@ -170,7 +170,7 @@ sinks = ["hook"]
 			Shape:   defaultShape,
 		}},
 		Rules:         []Rule{{Name: "all", Source: "orders", Sinks: []string{"hook"}, Shape: defaultShape}},
-		Subscriptions: Subscriptions{MaxSubscriptions: 1000},
+		Subscriptions: Subscriptions{MaxSubscriptions: 1000, DeleteGrace: DefaultDeleteGrace},
 	}
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("got\n%#v\nwant\n%#v", cfg, want)

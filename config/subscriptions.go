@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 )
 
 // Defaults and bounds of the [subscriptions] table and of [[server.tokens]].
@@ -13,6 +14,8 @@ const (
 	// unset; MaxMaxSubscriptions is the largest accepted.
 	DefaultMaxSubscriptions = 1000
 	MaxMaxSubscriptions     = 100000
+	// DefaultDeleteGrace is subscriptions.delete_grace when unset.
+	DefaultDeleteGrace = 24 * time.Hour
 	// SubscriptionKeyBytes is the length of the key that encrypts the
 	// subscriptions' signing secrets (AES-256-GCM).
 	SubscriptionKeyBytes = 32
@@ -49,6 +52,10 @@ type Subscriptions struct {
 	// operational notices (subscription.disabled, subscription.recovered,
 	// delivery.exhausted: subscription.Notifier); empty: none.
 	EventsSink string
+	// DeleteGrace is how long what a deleted subscription parked or
+	// dead-lettered is kept (to replay or export it) before it is
+	// removed (default 24h; 0: at once).
+	DeleteGrace time.Duration
 }
 
 // Token is one [[server.tokens]] entry: a bearer token that may manage only
@@ -123,6 +130,7 @@ func (d *decoder) subscriptions(o *obj, cfg *Config) Subscriptions {
 		MaxSubscriptions: int(o.integer("max_subscriptions", DefaultMaxSubscriptions, 1, MaxMaxSubscriptions)),
 	}
 	s.AllowPrivateNetworks = o.boolean("allow_private_networks", false)
+	s.DeleteGrace, _ = o.duration("delete_grace", DefaultDeleteGrace, 0)
 	env, envSet := d.lookupEnv(SubscriptionKeyEnv)
 	envSet = envSet && strings.TrimSpace(env) != ""
 	if f, v, ok := o.str("key_file"); v != nil && ok {

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // key32 is 32 bytes of base64: a valid subscriptions key.
@@ -40,6 +41,7 @@ key_file = "sub.key"
 max_subscriptions = 50
 allow_private_networks = true
 events_sink = "ops"
+delete_grace = "2h"
 `), envOf(map[string]string{"TEAM_A": "team-a-token-0123456789"}))
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +54,7 @@ events_sink = "ops"
 		t.Errorf("tokens = %#v, want %#v", cfg.Server.Tokens, wantTokens)
 	}
 	want := Subscriptions{Enabled: true, Key: "0123456789abcdef0123456789abcdef", KeySource: "key_file " + keyFile,
-		KeyFile: keyFile, MaxSubscriptions: 50, AllowPrivateNetworks: true, EventsSink: "ops"}
+		KeyFile: keyFile, MaxSubscriptions: 50, AllowPrivateNetworks: true, EventsSink: "ops", DeleteGrace: 2 * time.Hour}
 	if !reflect.DeepEqual(cfg.Subscriptions, want) {
 		t.Errorf("subscriptions = %+v, want %+v", cfg.Subscriptions, want)
 	}
@@ -67,7 +69,7 @@ enabled = true
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = Subscriptions{Enabled: true, Key: "0123456789abcdef0123456789abcdef", KeySource: "CHANGEGATE_SECRET_KEY", MaxSubscriptions: 1000}
+	want = Subscriptions{Enabled: true, Key: "0123456789abcdef0123456789abcdef", KeySource: "CHANGEGATE_SECRET_KEY", MaxSubscriptions: 1000, DeleteGrace: DefaultDeleteGrace}
 	if !reflect.DeepEqual(cfg.Subscriptions, want) {
 		t.Errorf("subscriptions = %+v, want %+v", cfg.Subscriptions, want)
 	}

@@ -145,6 +145,11 @@ type Options struct {
 	Log *slog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// DeleteGrace is how long after a deletion what the subscription
+	// parked or dead-lettered stays in the dead-letter store, to be
+	// replayed or exported, before RunPurges removes it (0: at its next
+	// run).
+	DeleteGrace time.Duration
 	// OnStatus, when set, is called after each status change this Store
 	// made (SetStatus), with the status before it, the subscription after
 	// it and the actor: the operational notices (StatusNotice).
@@ -159,11 +164,13 @@ type Store struct {
 	client *mongo.Client
 	subs   *mongo.Collection
 	audit  *mongo.Collection
+	purges *mongo.Collection
 	sealer *Sealer
 	log    *slog.Logger
 	now    func() time.Time
 
-	onStatus func(previous Status, sub Subscription, actor string)
+	onStatus    func(previous Status, sub Subscription, actor string)
+	deleteGrace time.Duration
 }
 
 // NewStore returns a Store in db (the state database).
@@ -185,11 +192,13 @@ func NewStore(db *mongo.Database, o Options) *Store {
 		client: db.Client(),
 		subs:   db.Collection(o.Collection, wc),
 		audit:  db.Collection(o.AuditCollection, wc),
+		purges: db.Collection(DefaultPurgeCollection, wc),
 		sealer: o.Sealer,
 		log:    o.Log,
 		now:    o.Now,
 
-		onStatus: o.OnStatus,
+		onStatus:    o.OnStatus,
+		deleteGrace: o.DeleteGrace,
 	}
 }
 
@@ -513,17 +522,21 @@ func (s *Store) RotateSecret(ctx context.Context, actor, name string, expected i
 }
 
 // Delete removes the subscription, conditionally on revision expected (0:
-// any).
-func (s *Store) Delete(ctx context.Context, actor, name string, expected int64) error {
+// any), and schedules in the same transaction the purge of what its sink
+// parked or dead-lettered, DeleteGrace later (RunPurges), which it returns.
+func (s *Store) Delete(ctx context.Context, actor, name string, expected int64) (Purge, error) {
 	for attempt := 0; ; attempt++ {
 		sub, err := s.Get(ctx, name)
 		if err != nil {
-			return err
+			return Purge{}, err
 		}
 		if expected > 0 && sub.Revision != expected {
-			return fmt.Errorf("subscription %s: %w (revision %d, not %d)", name, ErrConflict, sub.Revision, expected)
+			return Purge{}, fmt.Errorf("subscription %s: %w (revision %d, not %d)", name, ErrConflict, sub.Revision, expected)
 		}
-		rec := AuditRecord{At: s.now().UTC(), Actor: actor, Action: ActionDelete, Subscription: name, Revision: sub.Revision}
+		now := s.now().UTC()
+		p := Purge{Sink: name, Revision: sub.Revision, DeletedAt: now, PurgeAt: now.Add(s.deleteGrace)}
+		rec := AuditRecord{At: now, Actor: actor, Action: ActionDelete, Subscription: name, Revision: sub.Revision,
+			Detail: "parked and dead-lettered entries removed after " + s.deleteGrace.String()}
 		err = s.transact(ctx, rec, func(tctx context.Context) error {
 			res, err := s.subs.DeleteOne(tctx, bson.D{{Key: "_id", Value: name}, {Key: "rev", Value: sub.Revision}})
 			if err != nil {
@@ -532,12 +545,15 @@ func (s *Store) Delete(ctx context.Context, actor, name string, expected int64) 
 			if res.DeletedCount == 0 {
 				return fmt.Errorf("subscription %s: %w", name, ErrConflict)
 			}
-			return nil
+			return s.insertPurge(tctx, name, sub.Revision, p.DeletedAt, p.PurgeAt)
 		})
 		if errors.Is(err, ErrConflict) && expected == 0 && attempt < 10 {
 			continue
 		}
-		return err
+		if err != nil {
+			return Purge{}, err
+		}
+		return p, nil
 	}
 }
 

@@ -123,17 +123,20 @@ func TestStoreLifecycle(t *testing.T) {
 	if err != nil || r.Status != subscription.StatusActive || r.Reason != "" || r.Revision != 4 || string(r.Spec) != string(upd.Spec) {
 		t.Fatalf("resume: %+v, %v", r, err)
 	}
-	if err := s.Delete(ctx, "admin", "team-a-orders", 3); !errors.Is(err, subscription.ErrConflict) {
+	if _, err := s.Delete(ctx, "admin", "team-a-orders", 3); !errors.Is(err, subscription.ErrConflict) {
 		t.Errorf("delete of an old revision: %v, want ErrConflict", err)
 	}
-	if err := s.Delete(ctx, "admin", "team-a-orders", 4); err != nil {
+	if _, err := s.Delete(ctx, "admin", "team-a-orders", 4); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Get(ctx, "team-a-orders"); !errors.Is(err, subscription.ErrNotFound) {
 		t.Errorf("get after delete: %v", err)
 	}
 	for _, err := range []error{
-		s.Delete(ctx, "admin", "team-a-orders", 0),
+		func() error {
+			_, err := s.Delete(ctx, "admin", "team-a-orders", 0)
+			return err
+		}(),
 		func() error {
 			_, err := s.Update(ctx, "admin", "team-a-orders", 0, spec("x", "https://x/"))
 			return err
@@ -324,7 +327,7 @@ func TestAuditRecordsNeverTheSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.clock.add(time.Second)
-	if err := s.Delete(ctx, "team-a", "team-a-x", 0); err != nil {
+	if _, err := s.Delete(ctx, "team-a", "team-a-x", 0); err != nil {
 		t.Fatal(err)
 	}
 	records, err := s.Audit(ctx, "team-a-x", 0)
@@ -336,7 +339,7 @@ func TestAuditRecordsNeverTheSecret(t *testing.T) {
 		got = append(got, fmt.Sprintf("%s %s %s rev %d %q", r.At.Format("15:04:05"), r.Actor, r.Action, r.Revision, r.Detail))
 	}
 	want := []string{ // newest first
-		`10:00:05 team-a delete rev 5 ""`,
+		`10:00:05 team-a delete rev 5 "parked and dead-lettered entries removed after 0s"`,
 		`10:00:04 team-a rotate-secret rev 5 "overlap 1h0m0s"`,
 		`10:00:03 admin resume rev 4 ""`,
 		`10:00:02 admin pause rev 3 "receiver down"`,
@@ -503,7 +506,7 @@ func TestWatchSeesEveryChange(t *testing.T) {
 		t.Errorf("after pause: %v", c)
 	}
 	// Deleted and created again: revision 1 again, seen all the same.
-	if err := f.store.Delete(f.ctx, "admin", "a", 0); err != nil {
+	if _, err := f.store.Delete(f.ctx, "admin", "a", 0); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.add(time.Second)
