@@ -338,6 +338,23 @@ type clusterStatus struct {
 		Owner string `json:"owner"`
 		Role  string `json:"role"`
 	} `json:"units"`
+	Sources []struct {
+		Name  string `json:"name"`
+		State string `json:"state"`
+	} `json:"sources"`
+}
+
+// open returns how many of the units this replica runs have their change
+// stream open: a change written after that is read (one written before a
+// unit's first stream opened, with no checkpoint yet, is not).
+func (s clusterStatus) open() int {
+	n := 0
+	for _, src := range s.Sources {
+		if src.State == "open" {
+			n++
+		}
+	}
+	return n
 }
 
 // active returns the units this replica runs.
