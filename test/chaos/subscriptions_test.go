@@ -283,30 +283,22 @@ allow_private_networks = true
 	for _, r := range reps {
 		start(r)
 	}
-	unitsOwned := func() bool {
-		owned := 0
+	// units counts the units the replicas run and those whose change
+	// stream is open; ok is false when a replica did not answer.
+	units := func() (owned, open int, ok bool) {
 		for _, r := range reps {
 			st, code, err := clusterStatusOf(r.admin)
 			if err != nil || code != http.StatusOK {
-				return false
+				return 0, 0, false
 			}
-			owned += len(st.active())
+			owned, open = owned+len(st.active()), open+st.open()
 		}
-		return owned == 4
+		return owned, open, true
 	}
+	unitsOwned := func() bool { owned, _, ok := units(); return ok && owned == 4 }
 	// Before the first write, every unit's stream is open: with no
 	// checkpoint yet, a unit starts at the moment its stream opens.
-	streamsOpen := func() bool {
-		open := 0
-		for _, r := range reps {
-			st, code, err := clusterStatusOf(r.admin)
-			if err != nil || code != http.StatusOK {
-				return false
-			}
-			open += st.open()
-		}
-		return unitsOwned() && open == 4
-	}
+	streamsOpen := func() bool { owned, open, ok := units(); return ok && owned == 4 && open == 4 }
 	if err := waitUntil(ctx, 60*time.Second, streamsOpen); err != nil {
 		t.Fatalf("the 4 units were not taken and opened by the 2 replicas: %v (log %s)", err, logFile.Name())
 	}
