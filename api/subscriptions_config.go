@@ -112,10 +112,19 @@ func (s *Server) configEntryOf(name string) (configEntry, bool, error) {
 
 // apiManaged serves h unless name is the configuration file's: a name of
 // a [[rules]] or [[sinks]] entry is listed read-only and answers 409 to a
-// change.
+// change. A DELETE of a stored subscription whose name the file took later
+// (it is not applied) is served: it removes the stored one only, and its
+// purge leaves the entries of the file's sink of that name alone
+// (subscription.Store.RunPurges).
 func (s *Server) apiManaged(h func(http.ResponseWriter, *http.Request, Principal, string)) func(http.ResponseWriter, *http.Request, Principal, string) {
 	return func(w http.ResponseWriter, r *http.Request, p Principal, name string) {
 		if _, ok, _ := s.configEntryOf(name); ok {
+			if r.Method == http.MethodDelete {
+				if _, err := s.subs.Store.Get(r.Context(), name); err == nil {
+					h(w, r, p, name)
+					return
+				}
+			}
 			WriteError(w, http.StatusConflict, fmt.Sprintf("%q is defined in the configuration file (a [[rules]] or [[sinks]] entry), not through the API: it is read-only here; the operator changes it in the file and reloads", name))
 			return
 		}

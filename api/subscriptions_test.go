@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -128,5 +129,27 @@ func TestSubscriptionsListConfigReadOnly(t *testing.T) {
 	// The file's entry is still there, unchanged.
 	if got, _ := listNames(t, s, fixtureAdmin, "100"); !slices.Equal(got, all) {
 		t.Errorf("after the refused changes: %v", got)
+	}
+
+	// A subscription stored before the file took its name (not applied)
+	// can be deleted: the stored one goes, the file's entry stays.
+	spec := []byte(`{"name":"team-a-legacy","source":"orders","sink":{"type":"webhook","url":"https://x.example.com/"}}`)
+	if _, _, err := s.subs.Store.Create(context.Background(), "admin", "team-a-legacy", spec, 10); err != nil {
+		t.Fatal(err)
+	}
+	resp = call(s, "DELETE", "/api/v1/subscriptions/team-a-legacy", fixtureTeamA, "")
+	b, _ = io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"purge_at"`) {
+		t.Fatalf("delete of the shadowed stored team-a-legacy: %d %s", resp.StatusCode, b)
+	}
+	if _, err := s.subs.Store.Get(context.Background(), "team-a-legacy"); err == nil {
+		t.Error("the stored team-a-legacy is still there")
+	}
+	if got, _ := listNames(t, s, fixtureAdmin, "100"); !slices.Equal(got, all) {
+		t.Errorf("after deleting the shadowed one: %v", got)
+	}
+	resp = call(s, "DELETE", "/api/v1/subscriptions/team-a-legacy", fixtureTeamA, "")
+	if resp.StatusCode != 409 {
+		t.Errorf("a second delete of team-a-legacy: %d, want 409 (the file's)", resp.StatusCode)
 	}
 }
