@@ -63,7 +63,7 @@ func openSubscriptions(ctx context.Context, cfg *config.Config, client *mongo.Cl
 	}
 	s.notices = subscription.NewNotifier(subscription.NotifierOptions{Sink: s.eventsSink, Registerer: reg, Log: log.With("component", "subscription_notices")})
 	s.store = subscription.NewStore(client.Database(cfg.Mongo.StateDatabase), subscription.Options{Sealer: s.sealer, Log: log,
-		DeleteGrace: cfg.Subscriptions.DeleteGrace,
+		DeleteGrace: func() time.Duration { return s.fileConfig().Subscriptions.DeleteGrace },
 		OnStatus: func(previous subscription.Status, sub subscription.Subscription, actor string) {
 			if n, ok := subscription.StatusNotice(previous, sub, actor, time.Now()); ok {
 				s.notices.Notify(n)
@@ -95,11 +95,7 @@ func (s *subscriptions) runPurges(ctx context.Context, dls *deadletter.Store, lo
 }
 
 // eventsSink returns [subscriptions] events_sink of the file in force.
-func (s *subscriptions) eventsSink() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.file.Subscriptions.EventsSink
-}
+func (s *subscriptions) eventsSink() string { return s.fileConfig().Subscriptions.EventsSink }
 
 // isSubscription reports whether name is a stored subscription's sink.
 func (s *subscriptions) isSubscription(name string) bool {

@@ -17,7 +17,7 @@ import (
 // sink of the file), and each purge is done once.
 func TestDeleteSchedulesThePurgeAfterTheGrace(t *testing.T) {
 	f := newFixture(t, true)
-	s := subscription.NewStore(f.db, subscription.Options{Sealer: f.store.Sealer(), Now: f.clock.now, DeleteGrace: time.Hour,
+	s := subscription.NewStore(f.db, subscription.Options{Sealer: f.store.Sealer(), Now: f.clock.now, DeleteGrace: func() time.Duration { return time.Hour },
 		Log: slog.New(slog.DiscardHandler)})
 	ctx := f.ctx
 	for _, name := range []string{"team-a-1", "team-a-2", "team-a-3"} {

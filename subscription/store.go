@@ -145,11 +145,11 @@ type Options struct {
 	Log *slog.Logger
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
-	// DeleteGrace is how long after a deletion what the subscription
-	// parked or dead-lettered stays in the dead-letter store, to be
-	// replayed or exported, before RunPurges removes it (0: at its next
-	// run).
-	DeleteGrace time.Duration
+	// DeleteGrace returns how long after a deletion what the subscription
+	// parked or dead-lettered stays in the dead-letter store, to be read
+	// or exported, before RunPurges removes it (nil or 0: at its next
+	// run); asked at each deletion, so a reload's value applies.
+	DeleteGrace func() time.Duration
 	// OnStatus, when set, is called after each status change this Store
 	// made (SetStatus), with the status before it, the subscription after
 	// it and the actor: the operational notices (StatusNotice).
@@ -170,7 +170,7 @@ type Store struct {
 	now    func() time.Time
 
 	onStatus    func(previous Status, sub Subscription, actor string)
-	deleteGrace time.Duration
+	deleteGrace func() time.Duration
 }
 
 // NewStore returns a Store in db (the state database).
@@ -533,10 +533,13 @@ func (s *Store) Delete(ctx context.Context, actor, name string, expected int64) 
 		if expected > 0 && sub.Revision != expected {
 			return Purge{}, fmt.Errorf("subscription %s: %w (revision %d, not %d)", name, ErrConflict, sub.Revision, expected)
 		}
-		now := s.now().UTC()
-		p := Purge{Sink: name, Revision: sub.Revision, DeletedAt: now, PurgeAt: now.Add(s.deleteGrace)}
+		now, grace := s.now().UTC(), time.Duration(0)
+		if s.deleteGrace != nil {
+			grace = s.deleteGrace()
+		}
+		p := Purge{Sink: name, Revision: sub.Revision, DeletedAt: now, PurgeAt: now.Add(grace)}
 		rec := AuditRecord{At: now, Actor: actor, Action: ActionDelete, Subscription: name, Revision: sub.Revision,
-			Detail: "parked and dead-lettered entries removed after " + s.deleteGrace.String()}
+			Detail: "parked and dead-lettered entries removed after " + grace.String()}
 		err = s.transact(ctx, rec, func(tctx context.Context) error {
 			res, err := s.subs.DeleteOne(tctx, bson.D{{Key: "_id", Value: name}, {Key: "rev", Value: sub.Revision}})
 			if err != nil {
