@@ -204,7 +204,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.duration, "duration", 0, "length of scenario 7 (default 10s; -quick 3s)")
 	fs.IntVar(&o.concurrency, "concurrency", 16, "HTTP concurrency of the ceiling client (changegate uses its defaults, max_in_flight = \"auto\", unless -max-in-flight is given)")
 	fs.StringVar(&o.changegate, "changegate", "", `changegate binary to run (default: build ./cmd/changegate; "self": this binary running app.Run)`)
-	fs.StringVar(&o.profile, "profile", "", "write CPU and allocation profiles of changegate to this directory (runs changegate in-process via app.Run)")
+	fs.StringVar(&o.profile, "profile", "", "write CPU and allocation profiles of changegate (runs changegate in-process via app.Run) and a CPU profile of the minimal consumer to this directory")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "time limit of one scenario")
 	fs.StringVar(&o.out, "o", "", "also write the report to this file")
 	fs.DurationVar(&o.runTime, "run-time", 0, "scenarios 10 and 11: size each setting's backlog to run about this long (default 8s; -quick 2s)")
@@ -679,9 +679,14 @@ func (b *bench) runMinimal(r *result, n, batch int, write func(*env) error) {
 		return
 	}
 	defer rcv.Close()
+	args := []string{"-uri", e.srv.URI(), "-url", rcv.url + "/s0", "-n", strconv.Itoa(n),
+		"-start", strconv.FormatInt(start, 10), "-c", strconv.Itoa(b.o.concurrency), "-batch", strconv.Itoa(batch)}
+	if b.o.profile != "" {
+		// The same CPU profile as changegate's, for a differential one.
+		args = append(args, "-cpuprofile", filepath.Join(b.o.profile, fmt.Sprintf("minimal-%d-%d.cpu.pprof", batch, n)))
+	}
 	e0 := selfCPU()
-	res, err := b.runRole("minimal", "-uri", e.srv.URI(), "-url", rcv.url+"/s0", "-n", strconv.Itoa(n),
-		"-start", strconv.FormatInt(start, 10), "-c", strconv.Itoa(b.o.concurrency), "-batch", strconv.Itoa(batch))
+	res, err := b.runRole("minimal", args...)
 	r.envCPU = selfCPU() - e0
 	r.err = err
 	// Counted as changegate's rows are: first to last event received.

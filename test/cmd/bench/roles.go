@@ -291,12 +291,23 @@ func roleMinimal(args []string) (roleResult, error) {
 	url := fs.String("url", "", "receiver URL")
 	c := fs.Int("c", 16, "concurrent requests")
 	batch := fs.Int("batch", 1, "envelopes per request")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the consumer to this file (-profile: the same profile as changegate's, for a differential)")
 	ctx := context.Background()
 	cs, err := sf.open(ctx, fs, args)
 	if err != nil {
 		return roleResult{}, err
 	}
 	defer cs.close(ctx)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return roleResult{}, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return roleResult{}, err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	key, err := webhook.DecodeSecret(benchSecret)
 	if err != nil {
 		return roleResult{}, err
