@@ -56,7 +56,9 @@
 // (events/s is measured from the first to the last event received), so
 // they measure how fast each consumer can go; latency is measured in 7 and
 // 8. With -profile DIR, changegate runs as this binary's "gateway" role
-// (app.Run, as cmd/changegate) writing CPU and allocation profiles there.
+// (app.Run, as cmd/changegate) writing CPU and allocation profiles there,
+// and the minimal consumer (15) a CPU profile of its own, for a
+// differential profile of the two on the same workload.
 // With -otlp, changegate's tracing is on: it exports its spans over
 // OTLP/HTTP to a receiver in this process (which decodes and counts them,
 // its CPU in the mongowire+receiver column), with the sampler this
