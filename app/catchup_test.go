@@ -13,7 +13,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/changegate/changegate/app"
-	"github.com/changegate/changegate/config"
 	"github.com/changegate/changegate/subscription"
 	"github.com/changegate/changegate/test/mongotest"
 )
@@ -28,11 +27,11 @@ func TestSubscriptionCatchUp(t *testing.T) {
 	hook := newDocReceiver(t)
 	sub := newDocReceiver(t)
 	cfg := e.config(hook.srv.URL, "5s")
-	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 10, AllowPrivateNetworks: true}
+	cfg.Subscriptions = subscriptionsOn()
 	g := start(t, cfg, app.Options{})
 	client := mongotest.Client(t, e.uri)
 	coll := client.Database(e.db).Collection("items")
-	sealer, err := subscription.NewSealer([]byte(strings.Repeat("k", 32)))
+	sealer, err := subscription.NewSealer([]byte(testSubscriptionKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +160,7 @@ func TestSubscriptionBackfill(t *testing.T) {
 	hook := newDocReceiver(t)
 	sub := newDocReceiver(t)
 	cfg := e.config(hook.srv.URL, "5s")
-	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 10, AllowPrivateNetworks: true}
+	cfg.Subscriptions = subscriptionsOn()
 	g := start(t, cfg, app.Options{})
 	coll := mongotest.Client(t, e.uri).Database(e.db).Collection("items")
 	ctx := context.Background()

@@ -22,6 +22,15 @@ import (
 	"github.com/changegate/changegate/test/mongotest"
 )
 
+// testSubscriptionKey is the key of the tests' [subscriptions].
+const testSubscriptionKey = config.Secret("kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk")
+
+// subscriptionsOn is the tests' [subscriptions]: enabled with
+// testSubscriptionKey, at most 10, local (private) targets allowed.
+func subscriptionsOn() config.Subscriptions {
+	return config.Subscriptions{Enabled: true, Key: testSubscriptionKey, MaxSubscriptions: 10, AllowPrivateNetworks: true}
+}
+
 // docReceiver records the documentKey _id of every event it receives, and
 // the signature headers.
 type docReceiver struct {
@@ -99,11 +108,11 @@ func TestRunAppliesStoredSubscriptions(t *testing.T) {
 	hook := newDocReceiver(t)
 	sub := newDocReceiver(t)
 	cfg := e.config(hook.srv.URL, "5s")
-	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 10, AllowPrivateNetworks: true}
+	cfg.Subscriptions = subscriptionsOn()
 	g := start(t, cfg, app.Options{})
 
 	client := mongotest.Client(t, e.uri)
-	sealer, err := subscription.NewSealer([]byte(strings.Repeat("k", 32)))
+	sealer, err := subscription.NewSealer([]byte(testSubscriptionKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +250,7 @@ func TestSubscriptionsAPI(t *testing.T) {
 	hook := newDocReceiver(t)
 	sub := newDocReceiver(t)
 	cfg := e.config(hook.srv.URL, "5s")
-	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 2}
+	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: testSubscriptionKey, MaxSubscriptions: 2}
 	cfg.Server.Tokens = []config.Token{{Name: "team-a", Token: "team-a-token-0123456789", Prefix: "team-a-"}}
 	g := start(t, cfg, app.Options{})
 	const a, admin = "team-a-token-0123456789", "s3cret-admin-token"
@@ -368,7 +377,7 @@ func TestSubscriptionTest(t *testing.T) {
 	e := newEnv(t)
 	hook := newDocReceiver(t)
 	cfg := e.config(hook.srv.URL, "5s")
-	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 10}
+	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: testSubscriptionKey, MaxSubscriptions: 10}
 	cfg.Server.Tokens = []config.Token{{Name: "team-a", Token: "team-a-token-0123456789", Prefix: "team-a-"}}
 	g := start(t, cfg, app.Options{})
 	const a = "team-a-token-0123456789"
@@ -460,7 +469,7 @@ func TestSubscriptionDisableAfter(t *testing.T) {
 	sub := newDocReceiver(t)
 	sub.fail.Store(true)
 	cfg := e.config(hook.srv.URL, "5s")
-	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 10, AllowPrivateNetworks: true}
+	cfg.Subscriptions = subscriptionsOn()
 	g := start(t, cfg, app.Options{})
 	const admin = "s3cret-admin-token"
 	code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions", admin,
@@ -561,7 +570,7 @@ events_sink = "ops"
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Subscriptions.Key = config.Secret(strings.Repeat("k", 32))
+	cfg.Subscriptions.Key = testSubscriptionKey
 	g := start(t, cfg, app.Options{})
 	const admin = "s3cret-admin-token"
 	got := func() []subscription.Notice {
@@ -655,8 +664,8 @@ func TestSubscriptionDeletePurgesAfterTheGrace(t *testing.T) {
 	}))
 	t.Cleanup(refuse.Close)
 	cfg := e.config(hook.srv.URL, "5s")
-	cfg.Subscriptions = config.Subscriptions{Enabled: true, Key: config.Secret(strings.Repeat("k", 32)), MaxSubscriptions: 10,
-		AllowPrivateNetworks: true, DeleteGrace: 2 * time.Second}
+	cfg.Subscriptions = subscriptionsOn()
+	cfg.Subscriptions.DeleteGrace = 2 * time.Second
 	g := start(t, cfg, app.Options{})
 	const admin = "s3cret-admin-token"
 	if code, out := apiCall(t, g.admin, "POST", "/api/v1/subscriptions", admin,
