@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -125,8 +124,5 @@ func (s *Store) purgeDue(ctx context.Context, purge PurgeSink, taken func(string
 func (s *Store) insertPurge(ctx context.Context, name string, rev int64, deletedAt, purgeAt time.Time) error {
 	_, err := s.purges.InsertOne(ctx, purgeRecord{ID: bson.NewObjectID(), Version: PurgeFormatVersion, Sink: name,
 		Revision: rev, DeletedAt: deletedAt, PurgeAt: purgeAt})
-	if err != nil && !mongo.IsDuplicateKeyError(err) {
-		return err
-	}
-	return nil
+	return err
 }
